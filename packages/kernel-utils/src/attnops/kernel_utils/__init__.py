@@ -1,0 +1,11 @@
+"""attnops.kernel_utils: what every attnops family shares.
+
+``runtime`` is imported first: it switches Triton to its CPU interpreter when no CUDA device exists,
+which must happen before any kernel module is imported.
+"""
+
+from . import runtime  # noqa: I001  (first: decides interpreter vs GPU before kernels are defined)
+from . import checks, cost, fp8, opspec, testing, triton_fns, workloads
+from .__about__ import __version__
+
+__all__ = ["__version__", "checks", "cost", "fp8", "opspec", "runtime", "testing", "triton_fns", "workloads"]

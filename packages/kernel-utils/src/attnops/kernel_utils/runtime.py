@@ -1,0 +1,58 @@
+"""Where kernels run: a CUDA GPU, or Triton's interpreter on the CPU.
+
+Importing this module decides once, before any ``@triton.jit`` kernel of attnops is defined: without a
+CUDA device, ``TRITON_INTERPRET=1`` is set so the same kernels run (slowly) on CPU tensors. Nothing here
+touches the CUDA driver at import beyond ``torch.cuda.is_available()``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import triton  # noqa: E402  (must follow the interpreter decision above)
+
+
+def interpreting() -> bool:
+    """True when Triton kernels run through the CPU interpreter."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def device() -> torch.device:
+    """The device attnops kernels run on here: ``cuda`` when available, else ``cpu`` (interpreter)."""
+    return torch.device("cpu") if interpreting() else torch.device("cuda")
+
+
+@functools.cache
+def compute_capability() -> tuple[int, int] | None:
+    if interpreting() or not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_capability()
+
+
+def is_hopper() -> bool:
+    """sm_90: TMA descriptors and warp specialization are available (never under the interpreter)."""
+    return compute_capability() == (9, 0)
+
+
+@functools.cache
+def triton_version() -> tuple[int, int]:
+    major, minor = triton.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def triton_at_least(major: int, minor: int) -> bool:
+    return triton_version() >= (major, minor)
+
+
+@functools.cache
+def num_sms() -> int:
+    """Streaming multiprocessors of the current GPU (132 on an H200); 1 under the interpreter."""
+    if interpreting():
+        return 1
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count

@@ -1,0 +1,142 @@
+"""Input factories and acceptance rules shared by tests and the benchmark harness.
+
+Inputs are fresh random values (never zeros); outputs are allocated poisoned (NaN, or a sentinel for
+integers) so an unwritten element fails the comparison.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# Entry written into block-table columns that the lengths never reach: any read of it is out of range.
+UNUSED_PAGE = -(2**30)
+
+
+def generator(seed: int) -> torch.Generator:
+    return torch.Generator(device="cpu").manual_seed(seed)
+
+
+def randn(shape, dtype: torch.dtype, device, gen: torch.Generator, scale: float = 1.0) -> torch.Tensor:
+    """Standard-normal values (× scale) in ``dtype``; fp8 values are drawn in fp32 and saturated."""
+    x = torch.randn(shape, generator=gen, dtype=torch.float32) * scale
+    if dtype == torch.float8_e4m3fn:
+        x = x.clamp(-448, 448)
+    return x.to(dtype).to(device)
+
+
+def poisoned(shape, dtype: torch.dtype, device) -> torch.Tensor:
+    """``torch.empty`` filled with NaN (floating) or the most negative value (integers)."""
+    if dtype.is_floating_point:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.full(shape, torch.iinfo(dtype).min, dtype=dtype, device=device)
+
+
+def cu_seqlens(lengths, device) -> torch.Tensor:
+    cu = [0]
+    for n in lengths:
+        cu.append(cu[-1] + int(n))
+    return torch.tensor(cu, dtype=torch.int32, device=device)
+
+
+def random_lengths(n: int, total: int, gen: torch.Generator, *, zero_frac: float = 0.0) -> list[int]:
+    """``n`` skewed lengths summing to ``total``; about ``zero_frac`` of them are 0."""
+    weights = torch.rand(n, generator=gen).pow(3) + 1e-3  # cubed: a few long, many short
+    zero = torch.rand(n, generator=gen) < zero_frac
+    if bool(zero.all()):
+        zero[0] = False
+    weights[zero] = 0
+    raw = (weights / weights.sum() * total).floor().long()
+    raw[int(torch.argmax(weights))] += total - int(raw.sum())
+    return raw.tolist()
+
+
+def block_table(
+    lengths, page_size: int, num_pages: int, width: int, gen: torch.Generator, device, *, share: bool = False
+) -> torch.Tensor:
+    """``[B, width]`` int32 table of shuffled physical pages covering each length.
+
+    Pages are distinct across requests while the pool allows it (or always, unless ``share``); columns past
+    ``ceil(len / page_size)`` hold ``UNUSED_PAGE`` so a kernel that reads them fails loudly.
+    """
+    needed = [math.ceil(n / page_size) for n in lengths]
+    if max(needed, default=0) > width:
+        raise ValueError(f"block table width {width} cannot hold {max(needed)} pages")
+    perm = torch.randperm(num_pages, generator=gen)
+    table = torch.full((len(lengths), width), UNUSED_PAGE, dtype=torch.int32)
+    cursor = 0
+    for b, n in enumerate(needed):
+        if share or cursor + n > num_pages:
+            start = int(torch.randint(0, max(num_pages - n, 0) + 1, (1,), generator=gen))
+            table[b, :n] = perm[start : start + n].to(torch.int32) if n else table[b, :0]
+        else:
+            table[b, :n] = perm[cursor : cursor + n].to(torch.int32)
+            cursor += n
+    return table.to(device)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Acceptance rules
+
+
+def _int_view(t: torch.Tensor) -> torch.Tensor:
+    bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.contiguous().view(bits).to(torch.int64)
+
+
+def assert_bitwise(name: str, out: torch.Tensor, ref: torch.Tensor):
+    """Exact comparison of the bit patterns, NaN poison included (copy-type ops)."""
+    if out.shape != ref.shape or out.dtype != ref.dtype:
+        raise AssertionError(f"{name}: got {tuple(out.shape)} {out.dtype}, expected {tuple(ref.shape)} {ref.dtype}")
+    bad = _int_view(out.cpu()) != _int_view(ref.cpu())
+    n_bad = int(bad.sum())
+    if n_bad:
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        raise AssertionError(
+            f"{name}: {n_bad} of {out.numel()} elements differ; first at {idx}: "
+            f"got {out.cpu()[idx].item()}, expected {ref.cpu()[idx].item()}"
+        )
+
+
+def rel_error(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """‖x − ref‖ / ‖ref‖ in fp64 (∞ if x has a NaN or ref is all zero while x is not)."""
+    x64, r64 = x.detach().double().cpu(), ref.detach().double().cpu()
+    if not bool(torch.isfinite(x64).all()):
+        return math.inf
+    num = (x64 - r64).norm().item()
+    den = r64.norm().item()
+    return num / den if den > 0 else (0.0 if num == 0 else math.inf)
+
+
+def assert_close_dual(name: str, out: torch.Tensor, ref: torch.Tensor, lowp: torch.Tensor, *, floor: float = 1e-3, factor: float = 2.0):
+    """Dual-reference rule: our error against the fp32 reference at most ``factor`` × torch's own
+    low-precision error on the same inputs, plus ``floor``. NaN never passes."""
+    if out.shape != ref.shape:
+        raise AssertionError(f"{name}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
+    err, base = rel_error(out, ref), rel_error(lowp, ref)
+    if not err <= factor * base + floor:
+        raise AssertionError(f"{name}: rel. error {err:.3e} > {factor} × torch low-precision {base:.3e} + {floor:.0e}")
+
+
+def assert_topk_equivalent(name: str, idx: torch.Tensor, ref_idx: torch.Tensor, scores: torch.Tensor, *, pad: int, atol: float = 0.0):
+    """Top-k outputs agree up to ties: per row the sets have the same size, ours holds no duplicates and
+    no out-of-range index, and the sorted gathered scores match the reference's."""
+    if idx.shape != ref_idx.shape:
+        raise AssertionError(f"{name}: shape {tuple(idx.shape)}, expected {tuple(ref_idx.shape)}")
+    idx, ref_idx, scores = idx.cpu().long(), ref_idx.cpu().long(), scores.cpu().double()
+    valid, ref_valid = idx != pad, ref_idx != pad
+    if not torch.equal(valid.sum(-1), ref_valid.sum(-1)):
+        raise AssertionError(f"{name}: number of selected (non-pad) entries differs per row")
+    if bool(((idx < 0) | (idx > pad)).any()):
+        raise AssertionError(f"{name}: index out of [0, {pad}]")
+    s = torch.sort(torch.where(valid, idx, -1 - torch.arange(idx.shape[-1])), dim=-1).values
+    if bool(((s[..., 1:] == s[..., :-1]) & (s[..., 1:] >= 0)).any()):
+        raise AssertionError(f"{name}: duplicate indices in a row")
+    rows = scores.reshape(-1, scores.shape[-1])
+    flat_i, flat_r = idx.reshape(rows.shape[0], -1), ref_idx.reshape(rows.shape[0], -1)
+    got = torch.where(flat_i != pad, rows.gather(1, flat_i.clamp(max=rows.shape[1] - 1)), -math.inf)
+    exp = torch.where(flat_r != pad, rows.gather(1, flat_r.clamp(max=rows.shape[1] - 1)), -math.inf)
+    got, exp = got.sort(-1).values, exp.sort(-1).values
+    if not torch.allclose(got, exp, atol=atol, rtol=0):
+        raise AssertionError(f"{name}: selected scores differ from the reference beyond ties")
