@@ -109,7 +109,9 @@ def rel_error(x: torch.Tensor, ref: torch.Tensor) -> float:
     return num / den if den > 0 else (0.0 if num == 0 else math.inf)
 
 
-def assert_close_dual(name: str, out: torch.Tensor, ref: torch.Tensor, lowp: torch.Tensor, *, floor: float = 1e-3, factor: float = 2.0):
+def assert_close_dual(
+    name: str, out: torch.Tensor, ref: torch.Tensor, lowp: torch.Tensor, *, floor: float = 1e-3, factor: float = 2.0
+):
     """Dual-reference rule: our error against the fp32 reference at most ``factor`` × torch's own
     low-precision error on the same inputs, plus ``floor``. NaN never passes."""
     if out.shape != ref.shape:
@@ -119,7 +121,9 @@ def assert_close_dual(name: str, out: torch.Tensor, ref: torch.Tensor, lowp: tor
         raise AssertionError(f"{name}: rel. error {err:.3e} > {factor} × torch low-precision {base:.3e} + {floor:.0e}")
 
 
-def assert_topk_equivalent(name: str, idx: torch.Tensor, ref_idx: torch.Tensor, scores: torch.Tensor, *, pad: int, atol: float = 0.0):
+def assert_topk_equivalent(
+    name: str, idx: torch.Tensor, ref_idx: torch.Tensor, scores: torch.Tensor, *, pad: int, atol: float = 0.0
+):
     """Top-k outputs agree up to ties: per row the sets have the same size, ours holds no duplicates and
     no out-of-range index, and the sorted gathered scores match the reference's."""
     if idx.shape != ref_idx.shape:

@@ -1,0 +1,25 @@
+"""Pytest hooks every attnops package's ``tests/conftest.py`` re-exports: the ``gpu`` marker, skipped
+where no CUDA device exists (CPU runs go through Triton's interpreter)."""
+
+from __future__ import annotations
+
+import pytest
+
+from . import runtime
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (bf16, full size, TMA, warp specialization)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not runtime.interpreting():
+        return
+    skip = pytest.mark.skip(reason="GPU-only case: no CUDA device, kernels run in Triton's interpreter")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def device():
+    return runtime.device()
