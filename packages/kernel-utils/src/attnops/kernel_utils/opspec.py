@@ -36,7 +36,10 @@ class Case:
 
     def run(self, fn: Callable[..., Any]) -> dict[str, torch.Tensor]:
         """Call ``fn(**inputs)`` and collect the named outputs."""
-        result = fn(**self.inputs)
+        return self.collect(fn(**self.inputs))
+
+    def collect(self, result: Any) -> dict[str, torch.Tensor]:
+        """Name the outputs of one call: the mutated inputs, or the returned tensors in order."""
         if self.inplace:
             return {name: self.inputs[name] for name in self.outputs}
         if isinstance(result, torch.Tensor):

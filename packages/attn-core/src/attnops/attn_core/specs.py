@@ -1,0 +1,3 @@
+"""Every op of this family, as declared in its ``spec.py`` (read by the benchmark harness and report)."""
+
+SPECS = ()
