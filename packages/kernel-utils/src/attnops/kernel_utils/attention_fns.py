@@ -1,0 +1,239 @@
+"""``@triton.jit`` device functions shared by the softmax-attention kernels (spec README §4–§5).
+
+Everything here works on register tiles; no function takes an op-specific pointer except the RoPE table
+loader, which takes a generic ``[P, R/2]`` table pointer. All functions run under Triton's interpreter.
+
+Conventions
+-----------
+* **Positions.** A query row carries its bottom-right aligned key position ``P_i = kv_len − q_len + i``
+  (it may be negative when ``q_len > kv_len``); a key carries its index ``j`` inside the request.
+* **Masks as one window.** Causal and sliding-window masks are folded on the host into two non-negative
+  ints ``(WL, WR)`` by :func:`window_bounds`: key j is visible from query position P iff
+  ``P − WL <= j <= P + WR`` and ``j < kv_len``. ``NO_WINDOW`` (2^30) encodes an unbounded side, so the
+  sums stay inside int32 for any sequence shorter than 2^29.
+* **Base 2.** Scores are kept as raw ``q·k`` dot products (fp32); the softmax step multiplies by
+  ``scale = sm_scale · log2(e)`` (times any fp8 dequant scales) inside ``exp2`` — one FMA per score.
+  Running maxima ``m`` and log-sum-exps produced here are therefore in base-2 units (``lse2 = lse · log2 e``).
+  With softcap, :func:`softcap_scores` already returns base-2 scores: pass ``scale = 1`` to the step.
+* **Empty rows.** A row that saw no visible key has ``l == 0`` and ``m == -inf``; the helpers never
+  produce NaN for it, and :func:`normalize_rows` returns exact zeros (spec: empty rows output 0).
+
+Typical inner loop (one KV tile)::
+
+    qk = tl.dot(q, tl.trans(k))                                   # [BM, BN] fp32
+    if SOFTCAP:
+        qk = softcap_scores(qk, cap_scale, cap_log2)           # base-2 now
+    if MASKED:
+        qk = tl.where(visible(q_pos, k_pos, kv_len, WL, WR), qk, float("-inf"))
+    p, alpha, m_i, l_i = online_softmax_step(qk, m_i, l_i, step_scale)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    ...
+    acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)             # optional
+    o = normalize_rows(acc, l_i)
+"""
+
+from __future__ import annotations
+
+import math
+
+import triton
+import triton.language as tl
+
+LOG2E = math.log2(math.e)
+LN2 = math.log(2.0)
+NO_WINDOW = 1 << 30  # an unbounded window side (host-side encoding, see window_bounds)
+
+
+def window_bounds(is_causal: bool, window_left: int | None, window_right: int | None) -> tuple[int, int]:
+    """Host side: ``(WL, WR)`` so that key j is visible from query position P iff ``P−WL <= j <= P+WR``.
+
+    ``window_left / window_right`` follow FA3/FlashInfer (``-1`` or ``None`` = unbounded); causal is the
+    right bound 0, AND-ed with any right window."""
+    wl = NO_WINDOW if window_left is None or window_left < 0 else int(window_left)
+    wr = NO_WINDOW if window_right is None or window_right < 0 else int(window_right)
+    if is_causal:
+        wr = min(wr, 0)
+    return min(wl, NO_WINDOW), min(wr, NO_WINDOW)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Masks and key ranges
+
+
+@triton.jit
+def visible(q_pos, k_pos, kv_len, WL, WR):
+    """``[BM, BN]`` bool: key ``k_pos[j]`` is visible from query ``q_pos[i]`` (both int32 vectors).
+
+    ``q_pos`` are bottom-right aligned positions; ``(WL, WR)`` from :func:`window_bounds`; keys at or past
+    ``kv_len`` are never visible (ragged last tile)."""
+    qp = q_pos[:, None]
+    kp = k_pos[None, :]
+    return (kp < kv_len) & (kp >= qp - WL) & (kp <= qp + WR)
+
+
+@triton.jit
+def kv_block_range(q_pos_lo, q_pos_hi, kv_len, WL, WR, BLOCK_N: tl.constexpr):
+    """Keys a block of query rows with positions in ``[q_pos_lo, q_pos_hi]`` has to visit.
+
+    Returns ``(n_lo, full_lo, full_hi, n_hi)``: visit ``[n_lo, n_hi)`` in ``BLOCK_N`` steps from ``n_lo``
+    (a multiple of BLOCK_N); inside ``[full_lo, full_hi)`` (multiples of BLOCK_N, possibly empty) every
+    key is visible from every row, so tiles there need no mask and no bounds check. Outside it, apply
+    :func:`visible`. An empty range has ``n_lo == n_hi``."""
+    lo = tl.maximum(q_pos_lo - WL, 0)
+    hi = tl.minimum(q_pos_hi + WR + 1, kv_len)
+    n_lo = (lo // BLOCK_N) * BLOCK_N
+    n_hi = tl.where(hi > lo, hi, n_lo)
+    # every row sees key j iff q_pos_hi - WL <= j <= q_pos_lo + WR and j < kv_len
+    f_lo = tl.maximum(q_pos_hi - WL, lo)
+    f_hi = tl.minimum(q_pos_lo + WR + 1, hi)
+    full_lo = ((tl.maximum(f_lo, 0) + BLOCK_N - 1) // BLOCK_N) * BLOCK_N
+    full_hi = (tl.maximum(f_hi, 0) // BLOCK_N) * BLOCK_N
+    has_full = full_hi > full_lo
+    full_lo = tl.where(has_full, full_lo, n_lo)
+    full_hi = tl.where(has_full, full_hi, n_lo)
+    return n_lo, full_lo, full_hi, n_hi
+
+
+@triton.jit
+def split_kv_range(n_lo, n_hi, split, num_splits, BLOCK_N: tl.constexpr):
+    """Split-KV: the sub-range ``[a, b)`` of ``[n_lo, n_hi)`` that split ``split`` of ``num_splits``
+    handles; chunks are whole BLOCK_N tiles counted from ``n_lo``, the last may be short or empty."""
+    tiles = (n_hi - n_lo + BLOCK_N - 1) // BLOCK_N
+    chunk = ((tiles + num_splits - 1) // num_splits) * BLOCK_N
+    a = tl.minimum(n_lo + split * chunk, n_hi)
+    b = tl.minimum(a + chunk, n_hi)
+    return a, b
+
+
+@triton.jit
+def clamp_range(x, a, b):
+    """``min(max(x, a), b)`` for scalar loop bounds (intersecting a region with a split)."""
+    return tl.minimum(tl.maximum(x, a), b)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Scores and the online softmax
+
+
+@triton.jit
+def tanh_f32(x):
+    """tanh from exp2 (portable: the interpreter and every GPU); exact limits ±1 for large |x|."""
+    return 1.0 - 2.0 / (tl.math.exp2(x * 2.8853900817779268) + 1.0)  # 2·log2(e)
+
+
+@triton.jit
+def softcap_scores(qk, cap_scale, cap_log2):
+    """Softcapped scores in base 2: ``cap_log2 · tanh(qk · cap_scale)``.
+
+    Host: ``cap_scale = sm_scale · dequant_scales / softcap``, ``cap_log2 = softcap · log2(e)``. The
+    result is already in base-2 units: use ``scale = 1`` in :func:`online_softmax_step`. Apply the mask
+    after this call (softcap acts on scaled scores, before masking)."""
+    return cap_log2 * tanh_f32(qk * cap_scale)
+
+
+@triton.jit
+def online_softmax_step(s, m_i, l_i, scale):
+    """One online-softmax update in base 2 with the scale folded into ``exp2``.
+
+    ``s``: ``[BM, BN]`` fp32 raw scores, ``-inf`` where masked; ``m_i`` (base-2 running max, ``-inf``
+    initially), ``l_i`` (running sum, 0 initially): ``[BM]`` fp32; ``scale``: ``sm_scale·log2(e)`` (×
+    dequant scales), or 1 for softcapped scores. Returns ``(p, alpha, m_new, l_new)``: ``p = 2^(s·scale −
+    m_new)`` (0 where masked), and the caller does ``acc = acc·alpha[:, None] + p @ v``. Rows with every
+    score masked so far keep ``m = -inf, l = 0`` and get ``p = 0`` (no NaN)."""
+    m_new = tl.maximum(m_i, tl.max(s, 1) * scale)
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.math.exp2(s * scale - m_safe[:, None])
+    alpha = tl.math.exp2(m_i - m_safe)
+    l_new = l_i * alpha + tl.sum(p, 1)
+    return p, alpha, m_new, l_new
+
+
+@triton.jit
+def merge_partial(acc, m_i, l_i, o_part, lse2_part):
+    """Fold one split's normalized partial output into a running ``(acc, m, l)`` (split-KV combine).
+
+    ``o_part``: ``[BM, BD]`` fp32 rows normalized by their own sum; ``lse2_part``: ``[BM]`` their base-2
+    log-sum-exp (``-inf`` for a split that saw no key, whose ``o_part`` must be finite, e.g. 0). Start
+    from ``acc = 0, m = -inf, l = 0`` and finish with :func:`add_sink` / :func:`normalize_rows`."""
+    m_new = tl.maximum(m_i, lse2_part)
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.math.exp2(m_i - m_safe)
+    beta = tl.math.exp2(lse2_part - m_safe)
+    acc = acc * alpha[:, None] + o_part * beta[:, None]
+    l_new = l_i * alpha + beta
+    return acc, m_new, l_new
+
+
+@triton.jit
+def add_sink(acc, m_i, l_i, sink2):
+    """Attention sinks: add ``2^sink2`` to each row's denominator (``sink2 = sink · log2(e)``, ``[BM]``).
+
+    The sink has no value vector, so ``acc`` is only rescaled. A row with no visible key keeps
+    ``acc = 0`` and now has ``l > 0``: it normalizes to 0, as the spec requires."""
+    m_new = tl.maximum(m_i, sink2)
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # empty row and a -inf sink
+    alpha = tl.math.exp2(m_i - m_safe)
+    l_new = l_i * alpha + tl.math.exp2(sink2 - m_safe)
+    return acc * alpha[:, None], m_new, l_new
+
+
+@triton.jit
+def normalize_rows(acc, l_i):
+    """``acc / l`` per row; rows with ``l == 0`` (no visible key) give exact zeros."""
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    return tl.where((l_i == 0.0)[:, None], 0.0, acc / l_safe[:, None])
+
+
+@triton.jit
+def row_lse2(m_i, l_i):
+    """Base-2 log-sum-exp ``m + log2(l)`` per row; ``-inf`` for rows with no visible key. Multiply by
+    ``ln 2`` (``LN2``) for the natural-log lse of spec README §4."""
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    return tl.where(l_i == 0.0, float("-inf"), m_i + tl.math.log2(l_safe))
+
+
+# ---------------------------------------------------------------------------------------------------
+# RoPE (spec README §5)
+
+
+@triton.jit
+def rope_pairing(offs_d, ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr):
+    """Per channel of a tile's ``offs_d`` (int32 ``[BD]``): ``(partner, col, sign, rotated)``.
+
+    ``partner``: the channel paired with it (NeoX: m ↔ m + R/2; interleaved: 2m ↔ 2m+1; itself when not
+    rotated); ``col``: its column in a ``[P, R/2]`` cos/sin table; ``sign``: −1 for the first channel of a
+    pair, +1 for the second; ``rotated``: channel < R. Load the partner tile as ``x[:, partner]``, then
+    :func:`rope_rotate`."""
+    HALF: tl.constexpr = ROTARY_DIM // 2
+    if INTERLEAVED:
+        partner = offs_d ^ 1
+        col = offs_d // 2
+        first = (offs_d % 2) == 0
+    else:
+        first = offs_d < HALF
+        partner = tl.where(first, offs_d + HALF, offs_d - HALF)
+        col = tl.where(first, offs_d, offs_d - HALF)
+    rotated = offs_d < ROTARY_DIM
+    partner = tl.where(rotated, partner, offs_d)
+    col = tl.where(rotated, col, 0)
+    sign = tl.where(first, -1.0, 1.0)
+    return partner, col, sign, rotated
+
+
+@triton.jit
+def rope_tables(cos_ptr, sin_ptr, pos, col, rotated, row_mask, stride_pos):
+    """fp32 ``[BM, BD]`` cos and sin for rows at positions ``pos`` (``[BM]`` int) and channels described
+    by :func:`rope_pairing`; non-rotated channels (and masked rows) get cos 1, sin 0. ``stride_pos``: the
+    table's row stride (elements); column stride 1."""
+    offs = pos.to(tl.int64)[:, None] * stride_pos + col[None, :]
+    m = row_mask[:, None] & rotated[None, :]
+    c = tl.load(cos_ptr + offs, mask=m, other=1.0).to(tl.float32)
+    s = tl.load(sin_ptr + offs, mask=m, other=0.0).to(tl.float32)
+    return c, s
+
+
+@triton.jit
+def rope_rotate(x, x_partner, cos, sin, sign):
+    """``y = x·cos + sign·x_partner·sin`` in fp32: for a pair (x0, x1), ``y0 = x0·c − x1·s`` and
+    ``y1 = x1·c + x0·s``. ``x``, ``x_partner``: ``[BM, BD]`` tiles; ``sign``: ``[BD]`` from rope_pairing."""
+    return x.to(tl.float32) * cos + (sign[None, :] * sin) * x_partner.to(tl.float32)
