@@ -34,35 +34,32 @@ def to_e4m3(x):
 
 
 @triton.jit
-def copy_rows(
-    src_ptr,
-    src_row_offsets,
-    dst_ptr,
-    dst_row_offsets,
-    row_mask,
-    scale,
-    ROW: tl.constexpr,
-    BLOCK_E: tl.constexpr,
-    MODE: tl.constexpr,
-):
-    """Copy ``BLOCK_T`` rows of ``ROW`` contiguous elements each.
+def load_row_chunk(ptr, row_offsets, row_mask, col0, ROW: tl.constexpr, BLOCK_E: tl.constexpr):
+    """Columns ``[col0, col0 + BLOCK_E)`` of ``BLOCK_T`` rows of ``ROW`` contiguous elements each.
 
-    ``src_row_offsets`` / ``dst_row_offsets``: ``[BLOCK_T]`` int64 element offsets of each row's first
-    element; rows with ``row_mask`` False are neither read nor written. The row is walked in ``BLOCK_E``
-    chunks so that widths such as 576 (= 9 × 64) need no masked lanes.
+    ``row_offsets``: ``[BLOCK_T]`` int64 element offsets of each row's first element; rows with
+    ``row_mask`` False and columns past ``ROW`` are not read. Kernels load every chunk they move before
+    storing any, so several loads are in flight at once.
     """
-    cols = tl.arange(0, BLOCK_E)
-    for e0 in tl.static_range(0, ROW, BLOCK_E):
-        c = e0 + cols
-        mask = row_mask[:, None] & (c[None, :] < ROW)
-        x = tl.load(src_ptr + src_row_offsets[:, None] + c[None, :], mask=mask)
-        if MODE == COPY_QUANT_E4M3:
-            y = to_e4m3(tl.math.div_rn(x.to(tl.float32), scale))
-        elif MODE == COPY_DEQUANT:
-            y = (x.to(tl.float32) * scale).to(dst_ptr.dtype.element_ty)
-        else:
-            y = x
-        tl.store(dst_ptr + dst_row_offsets[:, None] + c[None, :], y, mask=mask)
+    cols = col0 + tl.arange(0, BLOCK_E)
+    mask = row_mask[:, None] & (cols[None, :] < ROW)
+    return tl.load(ptr + row_offsets[:, None] + cols[None, :], mask=mask, eviction_policy="evict_first")
+
+
+@triton.jit
+def store_row_chunk(
+    ptr, row_offsets, row_mask, col0, x, scale, ROW: tl.constexpr, BLOCK_E: tl.constexpr, MODE: tl.constexpr
+):
+    """Store a chunk loaded by ``load_row_chunk``, converted per ``MODE`` (plain, e4m3 quantize, dequant)."""
+    cols = col0 + tl.arange(0, BLOCK_E)
+    mask = row_mask[:, None] & (cols[None, :] < ROW)
+    if MODE == COPY_QUANT_E4M3:
+        y = to_e4m3(tl.math.div_rn(x.to(tl.float32), scale))
+    elif MODE == COPY_DEQUANT:
+        y = (x.to(tl.float32) * scale).to(ptr.dtype.element_ty)
+    else:
+        y = x
+    tl.store(ptr + row_offsets[:, None] + cols[None, :], y, mask=mask)
 
 
 @triton.jit
@@ -75,30 +72,39 @@ def paged_row(block_table_row_ptr, pos, PAGE_SIZE, page_stride, token_stride, ma
 
 
 @triton.jit
-def segment_of(cu_ptr, t, NUM_SEGMENTS, SEARCH_STEPS: tl.constexpr):
-    """For packed positions ``t``, the segment b with ``cu[b] <= t < cu[b+1]`` (binary search over the
-    ``NUM_SEGMENTS + 1`` prefix sums; zero-length segments are skipped because the largest b wins)."""
-    lo = tl.zeros_like(t)
-    hi = tl.zeros_like(t) + NUM_SEGMENTS
-    for _ in tl.static_range(SEARCH_STEPS):
-        mid = (lo + hi) // 2
-        go_right = tl.load(cu_ptr + mid) <= t
-        lo = tl.where(go_right, mid, lo)
-        hi = tl.where(go_right, hi, mid)
-    return lo
+def segment_of(cu_ptr, t, num_segments, SEGMENT_BLOCK: tl.constexpr):
+    """For packed positions ``t`` (``[BLOCK_T]``), the segment b with ``cu[b] <= t < cu[b+1]``.
+
+    Counts the prefix sums ``cu[1..num_segments)`` that are ``<= t``: one vector load per
+    ``SEGMENT_BLOCK`` segments instead of a chain of dependent loads (a binary search costs a memory
+    round trip per step, which dominates small calls). Zero-length segments are skipped because the
+    largest such b wins.
+    """
+    count = tl.zeros_like(t)
+    for j0 in tl.range(1, num_segments, SEGMENT_BLOCK):
+        j = j0 + tl.arange(0, SEGMENT_BLOCK)
+        bounds = tl.load(cu_ptr + j, mask=j < num_segments, other=2147483647)
+        count += tl.sum((bounds[None, :] <= t[:, None]).to(t.dtype), axis=1)
+    return count
 
 
-def search_steps(num_segments: int) -> int:
-    """Host side: iterations ``segment_of`` needs for ``num_segments`` segments."""
-    return max(1, (max(num_segments, 1) - 1).bit_length())
+def segment_block(num_segments: int) -> int:
+    """Host side: the ``SEGMENT_BLOCK`` for ``segment_of`` (whole table in one load up to 256 segments)."""
+    return min(triton.next_power_of_2(max(num_segments - 1, 1)), 256)
 
 
 def row_block(row: int, max_block: int = 1024) -> int:
-    """Host side: the chunk width for ``copy_rows``: the largest power of two dividing ``row`` (capped),
-    or the next power of two above ``row`` when it has no factor of at least 16."""
-    block = 1
-    while row % (block * 2) == 0 and block * 2 <= max_block:
-        block *= 2
-    if block < 16:
-        block = min(triton.next_power_of_2(row), max_block)
-    return block
+    """Host side: the chunk width for row copies: the whole row rounded up to a power of two, capped
+    (wider rows are split over a second grid axis)."""
+    return min(triton.next_power_of_2(row), max_block)
+
+
+def row_copy_config(num_rows: int, row: int, sms: int, tile_elems: int = 4096) -> tuple[int, int, int]:
+    """Host side: (BLOCK_T, BLOCK_E, num_warps) for row-copy kernels: tiles of about ``tile_elems``
+    elements, shrunk until the grid covers every SM twice (small calls are latency-bound: spread them)."""
+    block_e = row_block(row)
+    block_t = max(1, tile_elems // block_e)
+    col_chunks = triton.cdiv(row, block_e)
+    while block_t > 1 and triton.cdiv(num_rows, block_t) * col_chunks < 2 * sms:
+        block_t //= 2
+    return block_t, block_e, 4

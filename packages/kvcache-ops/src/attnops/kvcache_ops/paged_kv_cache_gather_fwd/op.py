@@ -9,21 +9,31 @@ import triton
 
 from attnops.kernel_utils import checks, runtime
 from attnops.kernel_utils.fp8 import E4M3
-from attnops.kernel_utils.triton_fns import COPY_DEQUANT, COPY_PLAIN, row_block, search_steps
+from attnops.kernel_utils.triton_fns import COPY_DEQUANT, COPY_PLAIN, row_copy_config, segment_block
 
 from .kernel import paged_kv_cache_gather_kernel
 
 _SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
-def _launch_config(num_rows: int, row: int) -> tuple[int, int, int]:
-    """(BLOCK_T, BLOCK_E, num_warps): enough programs to cover the SMs twice, at most ~8 KB per chunk."""
-    block_e = row_block(row)
-    max_t = max(1, 4096 // block_e)
-    block_t = 1
-    while block_t * 2 <= max_t and num_rows // (block_t * 2) >= 2 * runtime.num_sms():
-        block_t *= 2
-    return block_t, block_e, 4
+def launch(dst, cache, block_table, cu_seq_lens, seq_starts, scale, config: tuple[int, int, int] | None = None):
+    """Launch the kernel; ``config`` = (BLOCK_T, BLOCK_E, num_warps) overrides the tuned heuristic."""
+    num_rows = dst.shape[0]
+    row = math.prod(cache.shape[2:])
+    block_t, block_e, num_warps = config or row_copy_config(num_rows, row, runtime.num_sms())
+    num_requests = block_table.shape[0]
+    dequant = cache.dtype == E4M3
+    grid = (triton.cdiv(num_rows, block_t), triton.cdiv(row, block_e))
+    paged_kv_cache_gather_kernel[grid](
+        dst, cache, block_table, cu_seq_lens,
+        seq_starts if seq_starts is not None else cu_seq_lens,
+        scale if dequant else cu_seq_lens,
+        num_rows, num_requests, cache.shape[0], cache.shape[1], block_table.shape[1],
+        dst.stride(0), cache.stride(0), cache.stride(1), block_table.stride(0),
+        ROW=row, BLOCK_T=block_t, BLOCK_E=block_e, SEGMENT_BLOCK=segment_block(num_requests),
+        HAS_STARTS=seq_starts is not None, MODE=COPY_DEQUANT if dequant else COPY_PLAIN,
+        num_warps=num_warps,
+    )
 
 
 @torch.library.custom_op("attnops::paged_kv_cache_gather_fwd", mutates_args=("dst",))
@@ -35,23 +45,8 @@ def _gather(
     seq_starts: torch.Tensor | None,
     scale: torch.Tensor | None,
 ) -> None:
-    num_rows = dst.shape[0]
-    if num_rows == 0:
-        return
-    row = math.prod(cache.shape[2:])
-    block_t, block_e, num_warps = _launch_config(num_rows, row)
-    num_requests = block_table.shape[0]
-    dequant = cache.dtype == E4M3
-    paged_kv_cache_gather_kernel[(triton.cdiv(num_rows, block_t),)](
-        dst, cache, block_table, cu_seq_lens,
-        seq_starts if seq_starts is not None else cu_seq_lens,
-        scale if dequant else cu_seq_lens,
-        num_rows, num_requests, cache.shape[0], cache.shape[1], block_table.shape[1],
-        dst.stride(0), cache.stride(0), cache.stride(1), block_table.stride(0),
-        ROW=row, BLOCK_T=block_t, BLOCK_E=block_e, SEARCH_STEPS=search_steps(num_requests),
-        HAS_STARTS=seq_starts is not None, MODE=COPY_DEQUANT if dequant else COPY_PLAIN,
-        num_warps=num_warps,
-    )
+    if dst.shape[0]:
+        launch(dst, cache, block_table, cu_seq_lens, seq_starts, scale)
 
 
 @_gather.register_fake

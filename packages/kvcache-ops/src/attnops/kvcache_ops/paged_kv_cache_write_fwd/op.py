@@ -7,21 +7,31 @@ import triton
 
 from attnops.kernel_utils import checks, runtime
 from attnops.kernel_utils.fp8 import E4M3
-from attnops.kernel_utils.triton_fns import COPY_PLAIN, COPY_QUANT_E4M3, row_block
+from attnops.kernel_utils.triton_fns import COPY_PLAIN, COPY_QUANT_E4M3, row_copy_config
 
 from .kernel import paged_kv_cache_write_kernel
 
 _ACTIVATIONS = (torch.float16, torch.bfloat16)
 
 
-def _launch_config(num_tokens: int, row: int) -> tuple[int, int, int]:
-    """(BLOCK_T, BLOCK_E, num_warps): enough programs to cover the SMs twice, at most ~8 KB per tile."""
-    block_e = row_block(row)
-    max_t = max(1, 4096 // block_e)
-    block_t = 1
-    while block_t * 2 <= max_t and num_tokens // (block_t * 2) >= 2 * runtime.num_sms():
-        block_t *= 2
-    return block_t, block_e, 4
+def launch(k, v, k_pages, v_pages, slot_mapping, k_scale, v_scale, config: tuple[int, int, int] | None = None):
+    """Launch the kernel; ``config`` = (BLOCK_T, BLOCK_E, num_warps) overrides the tuned heuristic."""
+    num_tokens = k.shape[0]
+    num_pages, page_size = k_pages.shape[:2]
+    row = k.shape[1] * k.shape[2]
+    block_t, block_e, num_warps = config or row_copy_config(num_tokens, row, runtime.num_sms())
+    quant = k_pages.dtype == E4M3
+    grid = (triton.cdiv(num_tokens, block_t), triton.cdiv(row, block_e))
+    paged_kv_cache_write_kernel[grid](
+        k, v, k_pages, v_pages, slot_mapping,
+        k_scale if quant else slot_mapping, v_scale if quant else slot_mapping,
+        num_tokens, num_pages * page_size, page_size,
+        k.stride(0), v.stride(0),
+        k_pages.stride(0), k_pages.stride(1), v_pages.stride(0), v_pages.stride(1),
+        ROW=row, BLOCK_T=block_t, BLOCK_E=block_e,
+        MODE=COPY_QUANT_E4M3 if quant else COPY_PLAIN,
+        num_warps=num_warps,
+    )
 
 
 @torch.library.custom_op("attnops::paged_kv_cache_write_fwd", mutates_args=("k_pages", "v_pages"))
@@ -34,23 +44,8 @@ def _write(
     k_scale: torch.Tensor | None,
     v_scale: torch.Tensor | None,
 ) -> None:
-    num_tokens = k.shape[0]
-    if num_tokens == 0:
-        return
-    num_pages, page_size = k_pages.shape[:2]
-    row = k.shape[1] * k.shape[2]
-    block_t, block_e, num_warps = _launch_config(num_tokens, row)
-    quant = k_pages.dtype == E4M3
-    paged_kv_cache_write_kernel[(triton.cdiv(num_tokens, block_t),)](
-        k, v, k_pages, v_pages, slot_mapping,
-        k_scale if quant else slot_mapping, v_scale if quant else slot_mapping,
-        num_tokens, num_pages * page_size, page_size,
-        k.stride(0), v.stride(0),
-        k_pages.stride(0), k_pages.stride(1), v_pages.stride(0), v_pages.stride(1),
-        ROW=row, BLOCK_T=block_t, BLOCK_E=block_e,
-        MODE=COPY_QUANT_E4M3 if quant else COPY_PLAIN,
-        num_warps=num_warps,
-    )
+    if k.shape[0]:
+        launch(k, v, k_pages, v_pages, slot_mapping, k_scale, v_scale)
 
 
 @_write.register_fake
