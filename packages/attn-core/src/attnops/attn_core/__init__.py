@@ -3,5 +3,8 @@
 import attnops.kernel_utils  # noqa: F401  (first: selects the interpreter on CPU-only machines)
 
 from .__about__ import __version__
+from .gqa_dense_fwd import gqa_dense_fwd
+from .gqa_varlen_fwd import gqa_varlen_fwd
 
 __all__ = ["__version__"]
+__all__ += ["gqa_dense_fwd", "gqa_varlen_fwd"]

@@ -1,3 +1,7 @@
 """Every op of this family, as declared in its ``spec.py`` (read by the benchmark harness and report)."""
 
+from .gqa_dense_fwd.spec import SPEC as GQA_DENSE_FWD
+from .gqa_varlen_fwd.spec import SPEC as GQA_VARLEN_FWD
+
 SPECS = ()
+SPECS += (GQA_DENSE_FWD, GQA_VARLEN_FWD)

@@ -1,0 +1,266 @@
+"""The flash-attention forward kernel behind GQADenseFwd and GQAVarlenFwd, and its split-KV combine.
+
+One program = one block of ``BLOCK_M`` *packed* query rows of one request and one KV head (× one KV
+split). Packed row ``r`` is query token ``r // G`` and query head ``kv_head·G + r % G``: the G query heads
+that share a KV head are processed together, so each K/V tile is read once for all of them (decode with
+S_q = 1 becomes a ``[G, D] × [D, BLOCK_N]`` product), and the causal diagonal costs fewer masked tiles.
+
+The key range of a block is walked in three loops (masked left edge, unmasked middle, masked right edge
+/ causal diagonal / ragged tail), see ``attention_fns.kv_block_range``. Scores stay fp32; the softmax is
+base 2 with ``sm_scale·log2 e`` (× fp8 dequant scales, constant per program) folded into ``exp2``.
+With ``SPLIT`` the program handles one of ``num_splits`` chunks of the key range and writes an fp32
+partial (rows normalized by their own sum, plus base-2 lse) that ``gqa_fwd_combine_kernel`` merges.
+
+Only portable Triton is used (no TMA, no warp specialization): the interpreter runs every path.
+"""
+
+import triton
+import triton.language as tl
+
+from attnops.kernel_utils.attention_fns import (
+    LOG2E,
+    add_sink,
+    clamp_range,
+    kv_block_range,
+    merge_partial,
+    normalize_rows,
+    online_softmax_step,
+    rope_pairing,
+    rope_rotate,
+    rope_tables,
+    row_lse2,
+    softcap_scores,
+    split_kv_range,
+    visible,
+)
+
+LOG2E_C: tl.constexpr = tl.constexpr(LOG2E)
+
+
+@triton.jit
+def _to_compute(x, COMPUTE_BF16: tl.constexpr):
+    if COMPUTE_BF16:
+        return x.to(tl.bfloat16)
+    else:
+        return x.to(tl.float16)
+
+
+@triton.jit
+def _load_tile(ptrs, mask, MASKED: tl.constexpr):
+    if MASKED:
+        return tl.load(ptrs, mask=mask, other=0.0)
+    else:
+        return tl.load(ptrs)
+
+
+@triton.jit
+def _attn_tiles(
+    acc, m_i, l_i, q, q_pos,
+    k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
+    kv_len, WL, WR, lo, hi, step_scale, cap_scale, cap_log2,
+    cos_ptr, sin_ptr, stride_rope, partner, col, sign, rotated,
+    BLOCK_N: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr, SOFTCAP: tl.constexpr,
+    ROPE: tl.constexpr, UPCAST_K: tl.constexpr, UPCAST_V: tl.constexpr, COMPUTE_BF16: tl.constexpr,
+):
+    """Keys ``[lo, hi)`` (``lo`` a multiple of BLOCK_N) into the running ``(acc, m, l)``. Unmasked calls
+    only get ranges where every key is < kv_len and visible from every row."""
+    offs_n = tl.arange(0, BLOCK_N)
+    for start in range(lo, hi, BLOCK_N):
+        k_pos = start + offs_n
+        k_rows = k_pos.to(tl.int64)
+        if MASKED:
+            n_mask = k_pos < kv_len
+        else:
+            n_mask = k_pos >= 0  # all true: unmasked ranges lie inside [0, kv_len)
+        kv_mask = n_mask[:, None] & d_mask[None, :]
+        NEED_MASK: tl.constexpr = MASKED or not EVEN_D
+        k = _load_tile(k_base + k_rows[:, None] * stride_kt + offs_d[None, :], kv_mask, NEED_MASK)
+        if ROPE:
+            k_partner = _load_tile(k_base + k_rows[:, None] * stride_kt + partner[None, :], kv_mask, NEED_MASK)
+            c, s = rope_tables(cos_ptr, sin_ptr, k_pos, col, rotated, n_mask, stride_rope)
+            k = _to_compute(rope_rotate(k, k_partner, c, s, sign), COMPUTE_BF16)
+        elif UPCAST_K:
+            k = _to_compute(k, COMPUTE_BF16)
+        qk = tl.dot(q, tl.trans(k))
+        if SOFTCAP:
+            qk = softcap_scores(qk, cap_scale, cap_log2)
+        if MASKED:
+            qk = tl.where(visible(q_pos, k_pos, kv_len, WL, WR), qk, float("-inf"))
+        p, alpha, m_i, l_i = online_softmax_step(qk, m_i, l_i, step_scale)
+        v = _load_tile(v_base + k_rows[:, None] * stride_vt + offs_d[None, :], kv_mask, NEED_MASK)
+        if UPCAST_V:
+            v = _to_compute(v, COMPUTE_BF16)
+        acc = acc * alpha[:, None] + tl.dot(_to_compute(p, COMPUTE_BF16), v)
+    return acc, m_i, l_i
+
+
+@triton.jit
+def gqa_fwd_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
+    cu_q_ptr, cu_kv_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, cos_ptr, sin_ptr, sink_ptr,
+    S_q, S_kv, H, H_kv, G, num_m_blocks, num_splits, T_total,
+    sm_scale_log2, cap_scale, cap_log2, WL, WR,
+    stride_qb, stride_qt, stride_qh,
+    stride_kb, stride_kt, stride_kh,
+    stride_vb, stride_vt, stride_vh,
+    stride_ob, stride_ot, stride_oh,
+    stride_rope,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    VARLEN: tl.constexpr, SPLIT: tl.constexpr, IS_FP8: tl.constexpr, FP8_DOT: tl.constexpr,
+    COMPUTE_BF16: tl.constexpr, SOFTCAP: tl.constexpr, HAS_SINK: tl.constexpr,
+    ROPE: tl.constexpr, ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr,
+):
+    """Grid ``(num_m_blocks, H_kv, B · num_splits)``; m-blocks run last-first (causal: longest first).
+
+    Dense: lengths ``S_q / S_kv``, batch strides. Varlen (``VARLEN``): lengths from ``cu_q / cu_kv``,
+    batch strides 0. Output ``o_ptr`` (out dtype, strides ``stride_o*``) or, with ``SPLIT``, the fp32
+    workspace ``[num_splits, T_total, H, HEAD_DIM]`` with ``lse_ptr`` ``[num_splits, T_total, H]``."""
+    pid_m = num_m_blocks - 1 - tl.program_id(0)
+    kv_head = tl.program_id(1)
+    pid_z = tl.program_id(2)
+    if SPLIT:
+        b = pid_z // num_splits
+        split = pid_z % num_splits
+    else:
+        b = pid_z
+        split = 0
+    if VARLEN:
+        q_start = tl.load(cu_q_ptr + b)
+        q_len = tl.load(cu_q_ptr + b + 1) - q_start
+        kv_start = tl.load(cu_kv_ptr + b)
+        kv_len = tl.load(cu_kv_ptr + b + 1) - kv_start
+        tok0 = q_start
+    else:
+        q_start = b * 0
+        q_len = S_q
+        kv_start = b * 0
+        kv_len = S_kv
+        tok0 = b * S_q
+    num_rows = q_len * G
+    m_start = pid_m * BLOCK_M
+    if m_start >= num_rows:
+        return
+
+    b64 = b.to(tl.int64)
+    rows = m_start + tl.arange(0, BLOCK_M)
+    t = rows // G
+    head = kv_head * G + rows % G
+    row_mask = rows < num_rows
+    offs_d = tl.arange(0, BLOCK_D)
+    EVEN_D: tl.constexpr = BLOCK_D == HEAD_DIM
+    d_mask = offs_d < HEAD_DIM
+    q_pos = t + (kv_len - q_len)
+
+    # ---- Q tile (rotated / kept fp8 / upcast), scale factors
+    q_rows = b64 * stride_qb + (q_start + t).to(tl.int64) * stride_qt + head.to(tl.int64) * stride_qh
+    q_mask = row_mask[:, None] & d_mask[None, :]
+    q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=q_mask, other=0.0)
+    partner = offs_d
+    col = offs_d
+    sign = tl.zeros([BLOCK_D], tl.float32)
+    rotated = offs_d < 0
+    if ROPE:
+        partner, col, sign, rotated = rope_pairing(offs_d, ROTARY_DIM, INTERLEAVED)
+        q_partner = tl.load(q_ptr + q_rows[:, None] + partner[None, :], mask=q_mask, other=0.0)
+        c, s = rope_tables(cos_ptr, sin_ptr, q_pos, col, rotated, row_mask & (q_pos >= 0), stride_rope)
+        q = _to_compute(rope_rotate(q, q_partner, c, s, sign), COMPUTE_BF16)
+    elif IS_FP8 and not FP8_DOT:
+        q = _to_compute(q, COMPUTE_BF16)
+    UPCAST_K: tl.constexpr = IS_FP8 and not FP8_DOT
+    UPCAST_V: tl.constexpr = IS_FP8
+
+    dequant = 1.0
+    v_scale = 1.0
+    if IS_FP8:
+        sc = b * H_kv + kv_head
+        dequant = tl.load(q_scale_ptr + sc) * tl.load(k_scale_ptr + sc)
+        v_scale = tl.load(v_scale_ptr + sc)
+    if SOFTCAP:
+        cap_scale = cap_scale * dequant
+        step_scale = 1.0
+    else:
+        step_scale = sm_scale_log2 * dequant
+
+    k_base = k_ptr + b64 * stride_kb + kv_start.to(tl.int64) * stride_kt + kv_head.to(tl.int64) * stride_kh
+    v_base = v_ptr + b64 * stride_vb + kv_start.to(tl.int64) * stride_vt + kv_head.to(tl.int64) * stride_vh
+
+    # ---- key range of this block (and split): masked edge, unmasked middle, masked edge
+    last_row = tl.minimum(m_start + BLOCK_M, num_rows) - 1
+    q_pos_lo = m_start // G + (kv_len - q_len)
+    q_pos_hi = last_row // G + (kv_len - q_len)
+    n_lo, full_lo, full_hi, n_hi = kv_block_range(q_pos_lo, q_pos_hi, kv_len, WL, WR, BLOCK_N)
+    if SPLIT:
+        n_lo, n_hi = split_kv_range(n_lo, n_hi, split, num_splits, BLOCK_N)
+    full_lo = clamp_range(full_lo, n_lo, n_hi)
+    full_hi = clamp_range(full_hi, full_lo, n_hi)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    acc, m_i, l_i = _attn_tiles(
+        acc, m_i, l_i, q, q_pos, k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
+        kv_len, WL, WR, n_lo, full_lo, step_scale, cap_scale, cap_log2,
+        cos_ptr, sin_ptr, stride_rope, partner, col, sign, rotated,
+        BLOCK_N, EVEN_D, True, SOFTCAP, ROPE, UPCAST_K, UPCAST_V, COMPUTE_BF16,
+    )
+    acc, m_i, l_i = _attn_tiles(
+        acc, m_i, l_i, q, q_pos, k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
+        kv_len, WL, WR, full_lo, full_hi, step_scale, cap_scale, cap_log2,
+        cos_ptr, sin_ptr, stride_rope, partner, col, sign, rotated,
+        BLOCK_N, EVEN_D, False, SOFTCAP, ROPE, UPCAST_K, UPCAST_V, COMPUTE_BF16,
+    )
+    acc, m_i, l_i = _attn_tiles(
+        acc, m_i, l_i, q, q_pos, k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
+        kv_len, WL, WR, full_hi, n_hi, step_scale, cap_scale, cap_log2,
+        cos_ptr, sin_ptr, stride_rope, partner, col, sign, rotated,
+        BLOCK_N, EVEN_D, True, SOFTCAP, ROPE, UPCAST_K, UPCAST_V, COMPUTE_BF16,
+    )
+
+    # ---- epilogue
+    if SPLIT:
+        ws_rows = (split * T_total + tok0 + t).to(tl.int64) * H + head
+        o = normalize_rows(acc, l_i) * v_scale
+        tl.store(lse_ptr + ws_rows, row_lse2(m_i, l_i), mask=row_mask)
+        tl.store(o_ptr + ws_rows[:, None] * HEAD_DIM + offs_d[None, :], o, mask=q_mask)
+    else:
+        if HAS_SINK:
+            sink2 = tl.load(sink_ptr + head, mask=row_mask, other=0.0) * LOG2E_C
+            acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)
+        o = normalize_rows(acc, l_i) * v_scale
+        o_rows = b64 * stride_ob + (q_start + t).to(tl.int64) * stride_ot + head.to(tl.int64) * stride_oh
+        tl.store(o_ptr + o_rows[:, None] + offs_d[None, :], o.to(o_ptr.dtype.element_ty), mask=q_mask)
+
+
+@triton.jit
+def gqa_fwd_combine_kernel(
+    ws_o_ptr, ws_lse_ptr, o_ptr, sink_ptr,
+    S_q, H, num_splits, T_total,
+    stride_ob, stride_ot, stride_oh,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr,
+    VARLEN: tl.constexpr, HAS_SINK: tl.constexpr,
+):
+    """Grid ``(T_total, cdiv(H, BLOCK_H))``: merge the ``num_splits`` partials of one token's heads,
+    add the sink, normalize (empty rows -> 0) and store in the output dtype."""
+    tok = tl.program_id(0)
+    heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_mask = heads < H
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = h_mask[:, None] & (offs_d[None, :] < HEAD_DIM)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+    for s in range(num_splits):
+        ws_rows = (s * T_total + tok).to(tl.int64) * H + heads
+        lse2 = tl.load(ws_lse_ptr + ws_rows, mask=h_mask, other=float("-inf"))
+        o_part = tl.load(ws_o_ptr + ws_rows[:, None] * HEAD_DIM + offs_d[None, :], mask=mask, other=0.0)
+        acc, m_i, l_i = merge_partial(acc, m_i, l_i, o_part, lse2)
+    if HAS_SINK:
+        sink2 = tl.load(sink_ptr + heads, mask=h_mask, other=0.0) * LOG2E_C
+        acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)
+    o = normalize_rows(acc, l_i)
+    if VARLEN:
+        base = tok.to(tl.int64) * stride_ot
+    else:
+        base = (tok // S_q).to(tl.int64) * stride_ob + (tok % S_q).to(tl.int64) * stride_ot
+    offs = base + heads.to(tl.int64)[:, None] * stride_oh + offs_d[None, :]
+    tl.store(o_ptr + offs, o.to(o_ptr.dtype.element_ty), mask=mask)

@@ -1,0 +1,210 @@
+"""Host side of the shared GQA forward kernel: tile configs, split-KV heuristic, launch.
+
+Configs are a small fixed table per head-dim class (no autotuning: the choice is a deterministic
+function of the shapes, so a benchmark row always runs the same kernel). ``CONFIGS`` is public so a GPU
+test can run every entry and check its output; ``forced(...)`` pins a config / split count for a block
+of calls (tests, tuning sweeps).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from attnops.kernel_utils import runtime
+from attnops.kernel_utils.attention_fns import LOG2E
+from attnops.kernel_utils.fp8 import E4M3
+
+from .kernel import gqa_fwd_combine_kernel, gqa_fwd_kernel
+
+
+@dataclass(frozen=True)
+class FwdConfig:
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    fp8_dot: bool = True  # fp8 inputs: Q·Kᵀ on fp8 tensor cores (exact products); False upcasts to 16-bit
+
+    @property
+    def name(self) -> str:
+        return f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}" + ("" if self.fp8_dot else "-up")
+
+
+# Prefill-class configs (more than DECODE_ROWS packed rows per request), first = default. Sizes keep
+# shared memory (Q tile + num_stages × (K + V) tiles) well under the H200's 227 KB and the fp32
+# accumulator (BLOCK_M × D / threads) at <= 128 registers per thread.
+PREFILL_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
+    64: (FwdConfig(128, 64, 4, 3), FwdConfig(128, 128, 8, 3), FwdConfig(64, 64, 4, 3)),
+    128: (FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 2), FwdConfig(128, 64, 4, 3), FwdConfig(64, 64, 4, 3)),
+    256: (FwdConfig(128, 64, 8, 2), FwdConfig(64, 64, 4, 2), FwdConfig(128, 32, 8, 2)),
+    512: (FwdConfig(64, 32, 8, 2), FwdConfig(64, 64, 8, 1), FwdConfig(32, 32, 4, 2)),
+}
+FP8_PREFILL_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
+    d: (FwdConfig(c.block_m, c.block_n * 2 if d <= 128 else c.block_n, c.num_warps, c.num_stages),
+        *cs, FwdConfig(c.block_m, c.block_n, c.num_warps, c.num_stages, fp8_dot=False))
+    for d, cs in PREFILL_CONFIGS.items()
+    for c in cs[:1]
+}
+# Decode-class configs: BLOCK_M is set per call to the packed rows of one request (G·S_q, >= 16).
+DECODE_ROWS = 64
+DECODE_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
+    64: (FwdConfig(0, 64, 4, 3), FwdConfig(0, 128, 4, 3)),
+    128: (FwdConfig(0, 64, 4, 3), FwdConfig(0, 128, 4, 2), FwdConfig(0, 128, 8, 3)),
+    256: (FwdConfig(0, 64, 4, 2), FwdConfig(0, 32, 4, 3)),
+    512: (FwdConfig(0, 32, 4, 2), FwdConfig(0, 16, 4, 3)),
+}
+
+MIN_SPLIT_KEYS = 256  # a KV split covers at least this many keys
+MAX_SPLITS = 128
+
+
+def _dim_class(head_dim: int) -> int:
+    for d in (64, 128, 256, 512):
+        if head_dim <= d:
+            return d
+    raise ValueError(f"head dim {head_dim} > 512 is not supported")
+
+
+def is_decode(rows_per_request: int) -> bool:
+    return rows_per_request <= DECODE_ROWS
+
+
+def configs_for(head_dim: int, rows_per_request: int, fp8: bool = False) -> tuple[FwdConfig, ...]:
+    """Every config this call shape may run (first = default); decode configs get BLOCK_M filled in."""
+    d = _dim_class(head_dim)
+    if is_decode(rows_per_request):
+        bm = max(16, triton.next_power_of_2(max(rows_per_request, 1)))
+        cs = tuple(FwdConfig(bm, c.block_n, c.num_warps, c.num_stages) for c in DECODE_CONFIGS[d])
+        if fp8:
+            cs += tuple(FwdConfig(c.block_m, c.block_n, c.num_warps, c.num_stages, fp8_dot=False) for c in cs[:1])
+        return cs
+    return (FP8_PREFILL_CONFIGS if fp8 else PREFILL_CONFIGS)[d]
+
+
+def choose_splits(programs: int, max_kv: int, sms: int) -> int:
+    """KV splits when the grid cannot fill the GPU: enough programs for ~2 per SM, each split at least
+    MIN_SPLIT_KEYS keys. 1 when ``programs`` already covers 3/4 of the SMs."""
+    if programs <= 0 or programs * 4 >= sms * 3:
+        return 1
+    want = triton.cdiv(2 * sms, programs)
+    return max(1, min(want, max_kv // MIN_SPLIT_KEYS, MAX_SPLITS))
+
+
+_FORCED: dict[str, object] = {}
+
+
+@contextlib.contextmanager
+def forced(config: FwdConfig | None = None, num_splits: int | None = None):
+    """Pin the tile config and/or the split count of every launch inside the block (tests, sweeps)."""
+    saved = dict(_FORCED)
+    if config is not None:
+        _FORCED["config"] = config
+    if num_splits is not None:
+        _FORCED["num_splits"] = num_splits
+    try:
+        yield
+    finally:
+        _FORCED.clear()
+        _FORCED.update(saved)
+
+
+@dataclass
+class Problem:
+    """One call, in the kernel's terms. Dense: ``q [B, S_q, H, D]``; varlen: ``q [T_q, H, D]`` with
+    ``cu_q / cu_kv`` and host bounds ``max_q / max_kv`` (used for the grid and the split choice)."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    out: torch.Tensor
+    varlen: bool
+    batch: int
+    max_q: int
+    max_kv: int
+    cu_q: torch.Tensor | None = None
+    cu_kv: torch.Tensor | None = None
+    q_scale: torch.Tensor | None = None
+    k_scale: torch.Tensor | None = None
+    v_scale: torch.Tensor | None = None
+    rope_cos: torch.Tensor | None = None
+    rope_sin: torch.Tensor | None = None
+    rotary_dim: int = 0
+    interleaved: bool = False
+    sinks: torch.Tensor | None = None
+    wl: int = 1 << 30
+    wr: int = 1 << 30
+    sm_scale: float = 1.0
+    softcap: float = 0.0
+
+
+def _bsh_strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
+    return (0, t.stride(0), t.stride(1)) if varlen else (t.stride(0), t.stride(1), t.stride(2))
+
+
+def launch(p: Problem) -> None:
+    q, k, v, o = p.q, p.k, p.v, p.out
+    H, D = q.shape[-2], q.shape[-1]
+    H_kv = k.shape[-2]
+    G = H // H_kv
+    total_tokens = q.shape[0] if p.varlen else q.shape[0] * q.shape[1]
+    if total_tokens == 0 or p.batch == 0:
+        return
+    fp8 = q.dtype == E4M3
+    rows = max(p.max_q, 0) * G
+    cfg = _FORCED.get("config") or configs_for(D, rows, fp8)[0]
+    num_m_blocks = max(1, triton.cdiv(rows, cfg.block_m))
+    # programs that do work: a varlen batch holds at most cdiv(T_q·G, BLOCK_M) + B non-empty blocks
+    programs = min(p.batch * num_m_blocks, triton.cdiv(total_tokens * G, cfg.block_m) + p.batch) * H_kv
+    kv_span = p.max_kv if p.wl >= p.max_kv else min(p.max_kv, p.wl + p.max_q + 1)
+    num_splits = _FORCED.get("num_splits") or choose_splits(programs, kv_span, runtime.num_sms())
+    split = num_splits > 1
+    block_d = triton.next_power_of_2(D)
+
+    if split:
+        ws_o = torch.empty((num_splits, total_tokens, H, D), dtype=torch.float32, device=q.device)
+        ws_lse = torch.empty((num_splits, total_tokens, H), dtype=torch.float32, device=q.device)
+        dst, dst_strides = ws_o, (0, 0, 0)
+    else:
+        ws_lse = None
+        dst, dst_strides = o, _bsh_strides(o, p.varlen)
+    dummy = q  # never read: pointers of absent optional inputs
+    softcap = float(p.softcap or 0.0)
+    S_q = 0 if p.varlen else q.shape[1]
+    S_kv = 0 if p.varlen else k.shape[1]
+    grid = (num_m_blocks, H_kv, p.batch * num_splits)
+    gqa_fwd_kernel[grid](
+        q, k, v, dst, ws_lse if split else dummy,
+        p.cu_q if p.varlen else dummy, p.cu_kv if p.varlen else dummy,
+        p.q_scale if fp8 else dummy, p.k_scale if fp8 else dummy, p.v_scale if fp8 else dummy,
+        p.rope_cos if p.rope_cos is not None else dummy, p.rope_sin if p.rope_sin is not None else dummy,
+        p.sinks if p.sinks is not None else dummy,
+        S_q, S_kv, H, H_kv, G, num_m_blocks, num_splits, total_tokens,
+        p.sm_scale * LOG2E, (p.sm_scale / softcap) if softcap else 0.0, softcap * LOG2E, p.wl, p.wr,
+        *_bsh_strides(q, p.varlen), *_bsh_strides(k, p.varlen), *_bsh_strides(v, p.varlen), *dst_strides,
+        p.rope_cos.stride(0) if p.rope_cos is not None else 0,
+        HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        VARLEN=p.varlen, SPLIT=split, IS_FP8=fp8, FP8_DOT=fp8 and cfg.fp8_dot,
+        COMPUTE_BF16=o.dtype == torch.bfloat16, SOFTCAP=softcap > 0, HAS_SINK=p.sinks is not None and not split,
+        ROPE=p.rope_cos is not None, ROTARY_DIM=p.rotary_dim or D, INTERLEAVED=p.interleaved,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    if split:
+        block_h = max(1, min(triton.next_power_of_2(H), 4096 // block_d))
+        # small grids: fewer heads per program, so more SMs share the merge
+        while block_h > 1 and total_tokens * triton.cdiv(H, block_h) < runtime.num_sms():
+            block_h //= 2
+        gqa_fwd_combine_kernel[(total_tokens, triton.cdiv(H, block_h))](
+            ws_o, ws_lse, o, p.sinks if p.sinks is not None else dummy,
+            max(S_q, 1), H, num_splits, total_tokens, *_bsh_strides(o, p.varlen),
+            HEAD_DIM=D, BLOCK_D=block_d, BLOCK_H=block_h, VARLEN=p.varlen, HAS_SINK=p.sinks is not None,
+            num_warps=4,
+        )
+
+
+def default_sm_scale(head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim)

@@ -1,0 +1,111 @@
+"""GQAVarlenFwd: seed workloads, shrink, cost model, acceptance rule."""
+
+from __future__ import annotations
+
+import torch
+
+from attnops.attn_core.flash_fwd import cases
+from attnops.kernel_utils import testing
+from attnops.kernel_utils.cost import Cost, attention_flops, nbytes, roof_for
+from attnops.kernel_utils.fp8 import E4M3
+from attnops.kernel_utils.opspec import Case, OpSpec
+from attnops.kernel_utils.workloads import Workload, workloads_for
+
+from .op import gqa_varlen_fwd
+from .reference import gqa_varlen_fwd_ref
+
+OP = "GQAVarlenFwd"
+_LENGTH_PARAMS = ("q_lens", "kv_lens")
+
+
+def make_case(
+    w: Workload, device, shrink: bool = False, seed: int = 0, *, q_lens: list[int] | None = None,
+    kv_lens: list[int] | None = None, heads: tuple[int, int] | None = None, head_dim: int | None = None,
+    with_sinks: bool | None = None, **params,
+) -> Case:
+    """Inputs for one row (lengths from the row's ``q_lens / kv_lens``). ``shrink`` scales every length
+    so the longest is <= 48 (0 stays 0, 1 stays 1, q <= kv relations kept), windows alike, and keeps
+    <= 2 KV heads (same GQA ratio). Keyword overrides (``q_lens, kv_lens, heads=(H, H_kv), head_dim,
+    with_sinks`` and any op parameter) build edge cases from a row."""
+    device = torch.device(device)
+    gen = testing.generator(seed)
+    dt, out_dtype = cases.input_dtypes(w)
+    _, H, D = w.shape("q")
+    H_kv = w.shape("k")[1]
+    ql, kl = list(w.params["q_lens"]), list(w.params["kv_lens"])
+    p = {"is_causal": True, **{k: v for k, v in w.params.items() if k not in _LENGTH_PARAMS}, **params}
+    if shrink:
+        f = min(1.0, cases.SHRINK_MAX_LEN / max(ql + kl))
+        ql = [cases.shrink_len(x, f) for x in ql]
+        kl = [cases.shrink_len(x, f) for x in kl]
+        H, H_kv = cases.shrink_heads(H, H_kv)
+        for side in ("window_size_left", "window_size_right"):
+            if p.get(side, -1) > 0:
+                p[side] = cases.shrink_len(p[side], f)
+    ql = q_lens if q_lens is not None else ql
+    kl = kv_lens if kv_lens is not None else kl
+    H, H_kv = heads if heads is not None else (H, H_kv)
+    D = head_dim if head_dim is not None else D
+    B = len(ql)
+    spread = cases.FP8_SPREAD if dt == E4M3 else 1.0
+    meta_dev = device.type == "meta"
+    inputs = {
+        "q": cases.rand((sum(ql), H, D), dt, device, gen, spread),
+        "k": cases.rand((sum(kl), H_kv, D), dt, device, gen, spread),
+        "v": cases.rand((sum(kl), H_kv, D), dt, device, gen, spread),
+        "cu_seqlens_q": torch.empty(B + 1, dtype=torch.int32, device="meta") if meta_dev
+        else testing.cu_seqlens(ql, device),
+        "cu_seqlens_kv": torch.empty(B + 1, dtype=torch.int32, device="meta") if meta_dev
+        else testing.cu_seqlens(kl, device),
+    }
+    if dt == E4M3:
+        for name in ("q_scale", "k_scale", "v_scale"):
+            inputs[name] = cases.fp8_scales(B, H_kv, device, gen)
+    out_dt = out_dtype or dt
+    if p.get("pos_encoding_mode", "none") == "rope":
+        r = p.get("rotary_dim") or D
+        positions = w.shape("rope_cos")[0] if not shrink and w.has("rope_cos") else max(kl + [1])
+        inputs["rope_cos"], inputs["rope_sin"] = cases.rope_tables(max(positions, max(kl + [1])), r, out_dt, device)
+    sink_on = w.has("sinks") if with_sinks is None else with_sinks
+    if sink_on:
+        inputs["sinks"] = cases.sinks(H, device, gen)
+    inputs.update(p)
+    if out_dtype is not None:
+        inputs["out_dtype"] = out_dtype
+    return Case(inputs, outputs=("o",), label=w.id, meta={"q_lens": ql, "kv_lens": kl})
+
+
+def cost(case: Case) -> Cost:
+    a = case.inputs
+    q = a["q"]
+    H, D = q.shape[1], q.shape[2]
+    sc = rw = 0
+    for q_len, kv_len in zip(case.meta["q_lens"], case.meta["kv_lens"]):
+        s, r = cases.visible_counts(q_len, kv_len, a.get("is_causal", True), a.get("window_size_left", -1),
+                                    a.get("window_size_right", -1))
+        sc, rw = sc + s, rw + r
+    out_dt = a.get("out_dtype") or q.dtype
+    out_bytes = q.numel() * torch.empty((), dtype=out_dt).element_size()
+    names = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_kv", "q_scale", "k_scale", "v_scale", "rope_cos",
+             "rope_sin", "sinks")
+    return Cost(
+        flops=attention_flops(H, sc, rw, D, D, bool(a.get("softcap"))),
+        bytes=sum(nbytes(a.get(n)) for n in names) + out_bytes,
+        roof=roof_for(q.dtype),
+    )
+
+
+def compare(out: dict, ref: dict, case: Case) -> None:
+    cases.compare_dual(out, ref, case, gqa_varlen_fwd_ref)
+
+
+SPEC = OpSpec(
+    name=OP,
+    family="attn-core",
+    fn=gqa_varlen_fwd,
+    reference=gqa_varlen_fwd_ref,
+    workloads=workloads_for(OP),
+    make_case=make_case,
+    cost=cost,
+    compare=compare,
+)
