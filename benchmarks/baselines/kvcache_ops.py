@@ -76,6 +76,8 @@ def torch_write(case: Case) -> Runner:
 def vllm_gather(case: Case) -> Runner:
     co = require("vllm_cache_ops")
     a = case.inputs
+    if a["cache"].dim() != 3:
+        raise Unsupported("gather_and_maybe_dequant_cache takes [NP, PS, entry] caches only")
     fp8 = a["cache"].dtype == E4M3
     cu = a["cu_seq_lens"]
     lens = (cu[1:] - cu[:-1]).long()

@@ -1,0 +1,271 @@
+"""The results aggregator: committed benchmark runs (``benchmarks/results/h200/*.jsonl``) plus the 223 seed
+rows become ``docs/benchmarks.md`` and ``docs/benchmarks.html`` (one table and one ratio plot per op).
+
+    python tools/report.py [--results DIR] [--out-md docs/benchmarks.md] [--out-html docs/benchmarks.html]
+
+Every seed row appears: measured rows with our time, every peer measured in the same run and the ratio
+against the fastest of them; rows of ops not built yet as "not implemented"; rows of built ops without a
+measurement as "not measured".
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import importlib
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnops.kernel_utils.cost import Cost
+from attnops.kernel_utils.workloads import all_workloads
+
+ROOT = Path(__file__).resolve().parents[1]
+FAMILIES = ("kvcache-ops", "attn-core", "attn-mla", "attn-nsa")
+OURS = "attnops"
+LEVEL = (0.95, 1.05)  # ratio band drawn as "level"
+
+
+def implemented_ops() -> set[str]:
+    ops = set()
+    for family in FAMILIES:
+        try:
+            module = importlib.import_module(f"attnops.{family.replace('-', '_')}.specs")
+        except ImportError:
+            continue
+        ops.update(spec.name for spec in module.SPECS)
+    return ops
+
+
+def load_runs(results: Path) -> tuple[dict[str, dict], list[dict]]:
+    """Newest record per row id (runs ordered by their header date), and the headers of the runs used."""
+    runs = []
+    for path in sorted(results.glob("*.jsonl")):
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if lines and lines[0].get("type") == "env":
+            runs.append((lines[0], path.name, [r for r in lines[1:] if r.get("type") == "row"]))
+    runs.sort(key=lambda r: r[0]["date"])
+    latest, used = {}, {}
+    for header, name, rows in runs:
+        for row in rows:
+            latest[row["id"]] = {**row, "run": name}
+            used[name] = {**header, "file": name}
+    return latest, [used[n] for n in sorted(used, key=lambda n: used[n]["date"])]
+
+
+@dataclass
+class Line:
+    workload: object
+    status: str  # "measured", "failed", "not measured", "not implemented"
+    ours_ms: float | None = None
+    peers: dict | None = None  # name -> entry
+    best_peer: tuple[str, float] | None = None
+    cost: Cost | None = None
+    run: str = ""
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.ours_ms and self.best_peer:
+            return self.best_peer[1] / self.ours_ms
+        return None
+
+
+def build_lines(latest: dict, implemented: set[str]) -> dict[str, list[Line]]:
+    by_op: dict[str, list[Line]] = defaultdict(list)
+    for w in all_workloads():
+        rec = latest.get(w.id)
+        if w.op not in implemented and rec is None:
+            by_op[w.op].append(Line(w, "not implemented"))
+            continue
+        if rec is None:
+            by_op[w.op].append(Line(w, "not measured"))
+            continue
+        impls = rec.get("impls", {})
+        ours = impls.get(OURS, {})
+        peers = {n: e for n, e in impls.items() if n != OURS}
+        timed = [(n, e["ms"]) for n, e in peers.items() if "ms" in e and not n.endswith("-ref")]
+        cost = Cost(**rec["cost"]) if "cost" in rec else None
+        status = "measured" if "ms" in ours else "failed"
+        note = rec.get("error") or ("" if "ms" in ours else f"ours: {ours.get('check')} {ours.get('note', '')}")
+        by_op[w.op].append(Line(w, status, ours.get("ms"), peers, min(timed, key=lambda p: p[1]) if timed else None,
+                                cost, rec["run"], note))
+    return by_op
+
+
+def _ms(x: float | None) -> str:
+    return "·" if x is None else f"{x:.4f}"
+
+
+def _peer_cell(name: str, e: dict) -> str:
+    if "ms" in e:
+        extra = f" ({e['note']})" if e.get("note") else ""
+        return f"{name} {e['ms']:.4f}{extra}"
+    return f"{name} {e.get('check', '?')}"
+
+
+def _published(w) -> str:
+    p = w.published
+    alts = ", ".join(f"{n} {ms:g}" for n, ms in p.alternatives)
+    return f"TileOPs {p.tileops_ms:g}; {alts}" if p.tileops_ms is not None else alts
+
+
+def _perf(line: Line) -> tuple[str, str, str]:
+    if line.cost is None or not line.ours_ms:
+        return "·", "·", "·"
+    t = line.ours_ms * 1e-3
+    tflops = f"{line.cost.flops / t / 1e12:.3g}" if line.cost.flops else "·"
+    return tflops, f"{line.cost.sol(t):.0%}", line.cost.bound(t)
+
+
+def geomean(xs: list[float]) -> float | None:
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def summary_rows(by_op: dict[str, list[Line]]):
+    for op, lines in by_op.items():
+        ratios = [ln.ratio for ln in lines if ln.ratio]
+        yield op, len(lines), sum(ln.status == "measured" for ln in lines), sum(r >= 1.0 for r in ratios), \
+            len(ratios), geomean(ratios), sum(ln.status == "not implemented" for ln in lines)
+
+
+def render_md(by_op, runs) -> str:
+    out = ["# Benchmarks (NVIDIA H200)", "",
+           "Generated by `tools/report.py` from `benchmarks/results/h200/*.jsonl`; do not edit by hand.",
+           "Device time per spec §9 (CUPTI kernel time, cold L2, median of ≥ 10 iterations, every implementation",
+           "on the same tensors in one process, forward then reverse order). Ratio = fastest peer measured in the",
+           "same run / ours (> 1: we are faster); `-ref` alternatives are eager torch, never rated. SOL uses the",
+           "spec's H200 roofs (HBM 4.502 TB/s, bf16 759.9 / fp16 729.3 TF/s). Peers that failed the correctness",
+           "check are listed with their failure and never timed.", "", "## Runs", "",
+           "| file | date | GPU | driver | torch | triton | git | copy TB/s | bf16 mm TFLOP/s |",
+           "| --- | --- | --- | --- | --- | --- | --- | ---: | ---: |"]
+    for r in runs:
+        c = r.get("ceilings", {})
+        out.append(f"| {r['file']} | {r['date']} | {r['gpu']} | {r['driver']} | {r['torch']} | {r['triton']} | "
+                   f"{r['git_sha'][:10]} | {c.get('copy_tb_s', 0):.2f} | {c.get('bf16_matmul_tflop_s', 0):.0f} |")
+    out += ["", "## Summary", "", "| op | rows | measured | ≥ 1.00 | rated | geomean ratio | not implemented |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    total = defaultdict(int)
+    all_ratios = []
+    for op, n, measured, wins, rated, gm, missing in summary_rows(by_op):
+        out.append(f"| {op} | {n} | {measured} | {wins} | {rated} | {'·' if gm is None else f'{gm:.2f}'} | {missing} |")
+        for k, v in (("n", n), ("measured", measured), ("wins", wins), ("rated", rated), ("missing", missing)):
+            total[k] += v
+        all_ratios += [ln.ratio for ln in by_op[op] if ln.ratio]
+    gm = geomean(all_ratios)
+    out.append(f"| **all** | {total['n']} | {total['measured']} | {total['wins']} | {total['rated']} | "
+               f"{'·' if gm is None else f'{gm:.2f}'} | {total['missing']} |")
+    for op, lines in by_op.items():
+        out += ["", f"## {op}", "",
+                "| workload | dtype | ratio | ours ms | peers measured (ms) | TFLOP/s | SOL | bound | "
+                "published H200 (ms) |", "| --- | --- | ---: | ---: | --- | ---: | ---: | --- | --- |"]
+        for ln in lines:
+            w = ln.workload
+            if ln.status in ("not implemented", "not measured"):
+                out.append(f"| {w.name} | {w.dtype} | {ln.status} | · | · | · | · | · | {_published(w)} |")
+                continue
+            peers = "; ".join(_peer_cell(n, e) for n, e in ln.peers.items()) or "no peer could run"
+            ratio = f"{ln.ratio:.2f}" if ln.ratio else ("no peer" if ln.status == "measured" else ln.status)
+            tflops, sol, bound = _perf(ln)
+            note = f" — {ln.note}" if ln.note else ""
+            out.append(f"| {w.name} | {w.dtype} | {ratio} | {_ms(ln.ours_ms)} | {peers}{note} | {tflops} | {sol} | "
+                       f"{bound} | {_published(w)} |")
+    return "\n".join(out) + "\n"
+
+
+def _colour(r: float | None) -> str:
+    if r is None:
+        return "#bbbbbb"
+    return "#2e9d4e" if r >= LEVEL[1] else ("#d9a400" if r >= LEVEL[0] else "#d64541")
+
+
+def svg_plot(lines: list[Line]) -> str:
+    """Horizontal bars of log2(ratio) per row; a vertical line at 1.0."""
+    bar_h, label_w, plot_w = 16, 330, 360
+    height = bar_h * len(lines) + 30
+    mid = label_w + plot_w / 2
+    scale = plot_w / 2 / 3  # ±3 in log2: 1/8x .. 8x
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + plot_w + 60}" height="{height}" '
+             f'font-family="sans-serif" font-size="11">']
+    for i, ln in enumerate(lines):
+        y = 10 + i * bar_h
+        label = html.escape(f"{ln.workload.name} {ln.workload.dtype}")
+        parts.append(f'<text x="{label_w - 6}" y="{y + 11}" text-anchor="end">{label}</text>')
+        r = ln.ratio
+        if r:
+            x = max(-3.0, min(3.0, math.log2(r))) * scale
+            left = mid + min(0, x)
+            parts.append(f'<rect x="{left:.1f}" y="{y + 2}" width="{abs(x):.1f}" height="{bar_h - 4}" '
+                         f'fill="{_colour(r)}"/>')
+            parts.append(f'<text x="{mid + max(0, x) + 4:.1f}" y="{y + 11}">{r:.2f}</text>')
+        else:
+            parts.append(f'<text x="{mid + 4}" y="{y + 11}" fill="#888">{html.escape(ln.status)}</text>')
+    parts.append(f'<line x1="{mid}" y1="5" x2="{mid}" y2="{height - 15}" stroke="#333"/>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def render_html(md_text: str, by_op) -> str:
+    body = ["<!doctype html><html><head><meta charset='utf-8'><title>attnops benchmarks (H200)</title>",
+            "<style>body{font-family:sans-serif;max-width:1400px;margin:auto}table{border-collapse:collapse;"
+            "font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}td:nth-child(3){font-weight:bold}</style>",
+            "</head><body>"]
+    section = None
+    for line in md_text.splitlines():
+        if line.startswith("## "):
+            if section == "table":
+                body.append("</table>")
+            section = None
+            title = line[3:]
+            body.append(f"<h2>{html.escape(title)}</h2>")
+            if title in by_op:
+                body.append(svg_plot(by_op[title]))
+        elif line.startswith("# "):
+            body.append(f"<h1>{html.escape(line[2:])}</h1>")
+        elif line.startswith("|"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if set("".join(cells)) <= set("-: "):
+                continue
+            if section != "table":
+                body.append("<table>")
+                section = "table"
+                body.append("<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cells) + "</tr>")
+                continue
+            colour = ""
+            try:
+                colour = f" style='background:{_colour(float(cells[2]))}33'"
+            except (ValueError, IndexError):
+                pass
+            body.append(f"<tr{colour}>" + "".join(f"<td>{html.escape(c.strip('*'))}</td>" for c in cells) + "</tr>")
+        else:
+            if section == "table":
+                body.append("</table>")
+                section = None
+            if line.strip():
+                body.append(f"<p>{html.escape(line)}</p>")
+    if section == "table":
+        body.append("</table>")
+    body.append("</body></html>")
+    return "\n".join(body)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "h200")
+    p.add_argument("--out-md", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    p.add_argument("--out-html", type=Path, default=ROOT / "docs" / "benchmarks.html")
+    args = p.parse_args(argv)
+    latest, runs = load_runs(args.results)
+    by_op = build_lines(latest, implemented_ops())
+    md = render_md(by_op, runs)
+    args.out_md.write_text(md)
+    args.out_html.write_text(render_html(md, by_op))
+    n = sum(len(v) for v in by_op.values())
+    print(f"wrote {args.out_md} and {args.out_html}: {n} rows, {len(latest)} measured records, {len(runs)} runs")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
