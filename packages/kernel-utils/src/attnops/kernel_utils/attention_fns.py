@@ -116,6 +116,27 @@ def clamp_range(x, a, b):
 
 
 @triton.jit
+def mma(a, b, acc, EXACT_F32: tl.constexpr):
+    """``acc + a @ b`` with fp32 accumulation (``acc`` may be None: ``a @ b``).
+
+    ``EXACT_F32`` (set it when ``runtime.interpreting()``): upcast the 16-bit / fp8 operands to fp32 and
+    multiply in IEEE fp32. The products are the same (16-bit and fp8 products are exact in fp32), but the
+    interpreter then runs the matmul through BLAS instead of numpy's f16 loop (~30× faster). On a GPU keep
+    it False: the tensor-core path."""
+    if EXACT_F32:
+        if acc is None:
+            return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+        else:
+            return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    else:
+        if acc is None:
+            return tl.dot(a, b)
+        else:
+            return tl.dot(a, b, acc)
+
+
+
+@triton.jit
 def tanh_f32(x):
     """tanh from exp2 (portable: the interpreter and every GPU); exact limits ±1 for large |x|."""
     return 1.0 - 2.0 / (tl.math.exp2(x * 2.8853900817779268) + 1.0)  # 2·log2(e)

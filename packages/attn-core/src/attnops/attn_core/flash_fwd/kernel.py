@@ -23,6 +23,7 @@ from attnops.kernel_utils.attention_fns import (
     clamp_range,
     kv_block_range,
     merge_partial,
+    mma,
     normalize_rows,
     online_softmax_step,
     rope_pairing,
@@ -61,6 +62,7 @@ def _attn_tiles(
     cos_ptr, sin_ptr, stride_rope, partner, col, sign, rotated,
     BLOCK_N: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr, SOFTCAP: tl.constexpr,
     ROPE: tl.constexpr, UPCAST_K: tl.constexpr, UPCAST_V: tl.constexpr, COMPUTE_BF16: tl.constexpr,
+    EXACT_DOT: tl.constexpr,
 ):
     """Keys ``[lo, hi)`` (``lo`` a multiple of BLOCK_N) into the running ``(acc, m, l)``. Unmasked calls
     only get ranges where every key is < kv_len and visible from every row."""
@@ -81,7 +83,7 @@ def _attn_tiles(
             k = _to_compute(rope_rotate(k, k_partner, c, s, sign), COMPUTE_BF16)
         elif UPCAST_K:
             k = _to_compute(k, COMPUTE_BF16)
-        qk = tl.dot(q, tl.trans(k))
+        qk = mma(q, tl.trans(k), None, EXACT_DOT)
         if SOFTCAP:
             qk = softcap_scores(qk, cap_scale, cap_log2)
         if MASKED:
@@ -90,7 +92,7 @@ def _attn_tiles(
         v = _load_tile(v_base + k_rows[:, None] * stride_vt + offs_d[None, :], kv_mask, NEED_MASK)
         if UPCAST_V:
             v = _to_compute(v, COMPUTE_BF16)
-        acc = acc * alpha[:, None] + tl.dot(_to_compute(p, COMPUTE_BF16), v)
+        acc = mma(_to_compute(p, COMPUTE_BF16), v, acc * alpha[:, None], EXACT_DOT)
     return acc, m_i, l_i
 
 
@@ -108,13 +110,14 @@ def gqa_fwd_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     VARLEN: tl.constexpr, SPLIT: tl.constexpr, IS_FP8: tl.constexpr, FP8_DOT: tl.constexpr,
     COMPUTE_BF16: tl.constexpr, SOFTCAP: tl.constexpr, HAS_SINK: tl.constexpr,
-    ROPE: tl.constexpr, ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr,
+    ROPE: tl.constexpr, ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr, EXACT_DOT: tl.constexpr,
 ):
     """Grid ``(num_m_blocks, H_kv, B · num_splits)``; m-blocks run last-first (causal: longest first).
 
     Dense: lengths ``S_q / S_kv``, batch strides. Varlen (``VARLEN``): lengths from ``cu_q / cu_kv``,
     batch strides 0. Output ``o_ptr`` (out dtype, strides ``stride_o*``) or, with ``SPLIT``, the fp32
-    workspace ``[num_splits, T_total, H, HEAD_DIM]`` with ``lse_ptr`` ``[num_splits, T_total, H]``."""
+    workspace ``[num_splits, T_total, H, HEAD_DIM]`` with ``lse_ptr`` ``[num_splits, T_total, H]``.
+    ``EXACT_DOT``: interpreter only (fp32 operands, same products, BLAS speed)."""
     pid_m = num_m_blocks - 1 - tl.program_id(0)
     kv_head = tl.program_id(1)
     pid_z = tl.program_id(2)
@@ -201,19 +204,19 @@ def gqa_fwd_kernel(
         acc, m_i, l_i, q, q_pos, k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
         kv_len, WL, WR, n_lo, full_lo, step_scale, cap_scale, cap_log2,
         cos_ptr, sin_ptr, stride_rope, partner, col, sign, rotated,
-        BLOCK_N, EVEN_D, True, SOFTCAP, ROPE, UPCAST_K, UPCAST_V, COMPUTE_BF16,
+        BLOCK_N, EVEN_D, True, SOFTCAP, ROPE, UPCAST_K, UPCAST_V, COMPUTE_BF16, EXACT_DOT,
     )
     acc, m_i, l_i = _attn_tiles(
         acc, m_i, l_i, q, q_pos, k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
         kv_len, WL, WR, full_lo, full_hi, step_scale, cap_scale, cap_log2,
         cos_ptr, sin_ptr, stride_rope, partner, col, sign, rotated,
-        BLOCK_N, EVEN_D, False, SOFTCAP, ROPE, UPCAST_K, UPCAST_V, COMPUTE_BF16,
+        BLOCK_N, EVEN_D, False, SOFTCAP, ROPE, UPCAST_K, UPCAST_V, COMPUTE_BF16, EXACT_DOT,
     )
     acc, m_i, l_i = _attn_tiles(
         acc, m_i, l_i, q, q_pos, k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
         kv_len, WL, WR, full_hi, n_hi, step_scale, cap_scale, cap_log2,
         cos_ptr, sin_ptr, stride_rope, partner, col, sign, rotated,
-        BLOCK_N, EVEN_D, True, SOFTCAP, ROPE, UPCAST_K, UPCAST_V, COMPUTE_BF16,
+        BLOCK_N, EVEN_D, True, SOFTCAP, ROPE, UPCAST_K, UPCAST_V, COMPUTE_BF16, EXACT_DOT,
     )
 
     # ---- epilogue

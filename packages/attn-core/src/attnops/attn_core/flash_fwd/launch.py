@@ -191,6 +191,7 @@ def launch(p: Problem) -> None:
         VARLEN=p.varlen, SPLIT=split, IS_FP8=fp8, FP8_DOT=fp8 and cfg.fp8_dot,
         COMPUTE_BF16=o.dtype == torch.bfloat16, SOFTCAP=softcap > 0, HAS_SINK=p.sinks is not None and not split,
         ROPE=p.rope_cos is not None, ROTARY_DIM=p.rotary_dim or D, INTERLEAVED=p.interleaved,
+        EXACT_DOT=runtime.interpreting(),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split:
