@@ -1,0 +1,281 @@
+"""Paged attention forward (shared by the three paged ops of attn-core) and its split-KV combine.
+
+One program = one work item of the host plan (request b, block of BLOCK_M packed query rows, KV split) ×
+one KV head. Packed row r of a request is (token r // GROUP, query head h_kv·GROUP + r % GROUP): the G query
+heads of a KV head share every K/V tile a program loads, so a page is read once for all of them.
+
+Keys come from up to two sources, visited in order:
+  * the paged pool: logical keys [0, pool_len) through the block table (4-D pages or flat rows: both are
+    given as page / token / head strides); optional RoPE as keys are read (GQAPagedFwd) and fp8 pools
+    (raw e4m3 -> 16-bit is exact; the dequant scales are folded into the softmax scale and the output);
+  * new rows (GQAPrefillPagedWithKVCacheFwd): the request's k_new / v_new rows, keys
+    [pool_len, pool_len + q_len), optionally rotated at their positions.
+Query i of a request with kv_len keys in total sits at position kv_len − q_len + i (bottom-right).
+
+Each source's key range is cut into a masked head, an unmasked middle and a masked tail
+(``kv_block_range``), so only boundary tiles pay for the mask. Splits of the pool range write normalized
+partial outputs and base-2 lse to a workspace; ``paged_attention_combine_kernel`` merges them.
+"""
+
+import triton
+import triton.language as tl
+
+from attnops.kernel_utils.attention_fns import (
+    LOG2E,
+    add_sink,
+    clamp_range,
+    kv_block_range,
+    merge_partial,
+    normalize_rows,
+    online_softmax_step,
+    rope_pairing,
+    rope_rotate,
+    rope_tables,
+    row_lse2,
+    softcap_scores,
+    split_kv_range,
+    visible,
+)
+
+
+@triton.jit
+def _attend_range(
+    acc, m_i, l_i, q, q_pos, start, stop, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
+    k_base, v_base, table_row, num_pages, stride_kp, stride_kt, stride_vp, stride_vt,
+    cos_ptr, sin_ptr, stride_cos, key_pos_shift,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, ROPE_K: tl.constexpr, ROTARY_DIM: tl.constexpr,
+    INTERLEAVED: tl.constexpr, MASKED: tl.constexpr, SOFTCAP: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """Fold keys [start, stop) (tile-aligned start) of one source into (acc, m_i, l_i).
+
+    PAGED: key j lives in page table_row[j // PAGE_SIZE] at slot j % PAGE_SIZE (pages outside [0, num_pages)
+    read as zeros, so a bad table never reads outside the pool); else key j is row j of k_base / v_base.
+    ``key_pos_shift`` turns a key index into its RoPE position."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    if ROPE_K:
+        partner, col, sign, rotated = rope_pairing(offs_d, ROTARY_DIM, INTERLEAVED)
+    for n0 in range(start, stop, BLOCK_N):
+        k_pos = n0 + offs_n
+        ok = k_pos < stop
+        if PAGED:
+            page = tl.load(table_row + k_pos // PAGE_SIZE, mask=ok, other=0)
+            ok = ok & (page >= 0) & (page < num_pages)
+            page = page.to(tl.int64)
+            slot = (k_pos % PAGE_SIZE).to(tl.int64)
+            k_row = page * stride_kp + slot * stride_kt
+            v_row = page * stride_vp + slot * stride_vt
+        else:
+            k_row = k_pos.to(tl.int64) * stride_kt
+            v_row = k_pos.to(tl.int64) * stride_vt
+        k = tl.load(k_base + k_row[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
+        if ROPE_K:
+            k_partner = tl.load(k_base + k_row[:, None] + partner[None, :], mask=ok[:, None], other=0.0)
+            cos, sin = rope_tables(cos_ptr, sin_ptr, k_pos + key_pos_shift, col, rotated, ok, stride_cos)
+            k = rope_rotate(k, k_partner, cos, sin, sign)
+        qk = tl.dot(q, tl.trans(k.to(q.dtype)))
+        if SOFTCAP:
+            qk = softcap_scores(qk, cap_scale, cap_log2)
+        if MASKED:
+            qk = tl.where(visible(q_pos, k_pos, kv_len, WL, WR), qk, float("-inf"))
+        p, alpha, m_i, l_i = online_softmax_step(qk, m_i, l_i, step_scale)
+        v = tl.load(v_base + v_row[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _attend_source(
+    acc, m_i, l_i, q, q_pos, pos_lo, pos_hi, split_lo, split_hi, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
+    k_base, v_base, table_row, num_pages, stride_kp, stride_kt, stride_vp, stride_vt,
+    cos_ptr, sin_ptr, stride_cos, key_pos_shift,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, ROPE_K: tl.constexpr, ROTARY_DIM: tl.constexpr,
+    INTERLEAVED: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """Visit the keys of one source that rows at positions [pos_lo, pos_hi] see, restricted to
+    [split_lo, split_hi): masked head, unmasked middle, masked tail."""
+    n_lo, full_lo, full_hi, n_hi = kv_block_range(pos_lo, pos_hi, kv_len, WL, WR, BLOCK_N)
+    a = clamp_range(n_lo, split_lo, split_hi)
+    b = clamp_range(n_hi, split_lo, split_hi)
+    f_lo = clamp_range(full_lo, a, b)
+    f_hi = clamp_range(full_hi, f_lo, b)
+    acc, m_i, l_i = _attend_range(
+        acc, m_i, l_i, q, q_pos, a, f_lo, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
+        k_base, v_base, table_row, num_pages, stride_kp, stride_kt, stride_vp, stride_vt,
+        cos_ptr, sin_ptr, stride_cos, key_pos_shift,
+        PAGED, PAGE_SIZE, ROPE_K, ROTARY_DIM, INTERLEAVED, True, SOFTCAP, BLOCK_N, BLOCK_D)
+    acc, m_i, l_i = _attend_range(
+        acc, m_i, l_i, q, q_pos, f_lo, f_hi, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
+        k_base, v_base, table_row, num_pages, stride_kp, stride_kt, stride_vp, stride_vt,
+        cos_ptr, sin_ptr, stride_cos, key_pos_shift,
+        PAGED, PAGE_SIZE, ROPE_K, ROTARY_DIM, INTERLEAVED, False, SOFTCAP, BLOCK_N, BLOCK_D)
+    acc, m_i, l_i = _attend_range(
+        acc, m_i, l_i, q, q_pos, f_hi, b, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
+        k_base, v_base, table_row, num_pages, stride_kp, stride_kt, stride_vp, stride_vt,
+        cos_ptr, sin_ptr, stride_cos, key_pos_shift,
+        PAGED, PAGE_SIZE, ROPE_K, ROTARY_DIM, INTERLEAVED, True, SOFTCAP, BLOCK_N, BLOCK_D)
+    return acc, m_i, l_i
+
+
+@triton.jit
+def paged_attention_kernel(
+    q_ptr, k_ptr, v_ptr, kn_ptr, vn_ptr, o_ptr,
+    table_ptr, cache_len_ptr, cu_q_ptr, items_ptr, part_o_ptr, part_lse_ptr,
+    q_scale_ptr, k_scale_ptr, v_scale_ptr, sinks_ptr, cos_ptr, sin_ptr,
+    qk_scale, cap_scale, cap_log2, WL, WR, num_pages, num_kv_heads,
+    stride_qt, stride_qh, stride_ot, stride_oh,
+    stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh,
+    stride_knt, stride_knh, stride_vnt, stride_vnh,
+    stride_tb, stride_cos, stride_qs_b, stride_ks_b, stride_ks_h,
+    GROUP: tl.constexpr, PAGE_SIZE: tl.constexpr, Q_UNIFORM: tl.constexpr, HAS_NEW: tl.constexpr,
+    Q_FP8: tl.constexpr, KV_FP8: tl.constexpr, ROPE_Q: tl.constexpr, ROPE_POOL_K: tl.constexpr,
+    ROPE_NEW_K: tl.constexpr, ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr,
+    SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """Grid: (n_items · H_kv,); program → item pid // H_kv, KV head pid % H_kv (heavy items first).
+
+    items[i] = (b, m_block, split, num_splits, slot). Query rows of request b: cu_q[b]..cu_q[b+1] (or
+    b·Q_UNIFORM.. when Q_UNIFORM > 0). cache_len[b]: pool keys; kv_len = cache_len (+ q_len with HAS_NEW).
+    A split item (num_splits > 1) writes normalized partials to slot; otherwise the output."""
+    pid = tl.program_id(0)
+    item = pid // num_kv_heads
+    h_kv = pid % num_kv_heads
+    b = tl.load(items_ptr + item * 5 + 0)
+    m_block = tl.load(items_ptr + item * 5 + 1)
+    split = tl.load(items_ptr + item * 5 + 2)
+    num_splits = tl.load(items_ptr + item * 5 + 3)
+    slot = tl.load(items_ptr + item * 5 + 4)
+    if Q_UNIFORM > 0:
+        q_start = b * Q_UNIFORM
+        q_len = Q_UNIFORM
+    else:
+        q_start = tl.load(cu_q_ptr + b)
+        q_len = tl.load(cu_q_ptr + b + 1) - q_start
+    pool_len = tl.load(cache_len_ptr + b)
+    kv_len = pool_len
+    if HAS_NEW:
+        kv_len = pool_len + q_len
+    offset = kv_len - q_len  # position of query 0
+
+    rows = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    tok = rows // GROUP
+    head = h_kv * GROUP + rows % GROUP
+    row_ok = tok < q_len
+    q_pos = offset + tok
+    t_lo = (m_block * BLOCK_M) // GROUP
+    t_hi = tl.minimum(q_len, (m_block * BLOCK_M + BLOCK_M + GROUP - 1) // GROUP) - 1
+    offs_d = tl.arange(0, BLOCK_D)
+
+    # ---- the query tile (RoPE at the query positions; fp8 stays raw: its scale is folded below)
+    q_row = (q_start + tok).to(tl.int64) * stride_qt + head.to(tl.int64) * stride_qh
+    q = tl.load(q_ptr + q_row[:, None] + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    if ROPE_Q:
+        partner, col, sign, rotated = rope_pairing(offs_d, ROTARY_DIM, INTERLEAVED)
+        q_partner = tl.load(q_ptr + q_row[:, None] + partner[None, :], mask=row_ok[:, None], other=0.0)
+        cos, sin = rope_tables(cos_ptr, sin_ptr, q_pos, col, rotated, row_ok, stride_cos)
+        q = rope_rotate(q, q_partner, cos, sin, sign)
+    q = q.to(o_ptr.dtype.element_ty)
+
+    # ---- scales: sm_scale·log2(e) with fp8 dequant multipliers folded in
+    dq = 1.0
+    if Q_FP8:
+        dq = tl.load(q_scale_ptr + b * stride_qs_b + h_kv)
+    dk_pool = 1.0
+    dv_pool = 1.0
+    if KV_FP8:
+        dk_pool = tl.load(k_scale_ptr + b * stride_ks_b + h_kv * stride_ks_h)
+        dv_pool = tl.load(v_scale_ptr + b * stride_ks_b + h_kv * stride_ks_h)
+    step_pool = qk_scale * dq * dk_pool
+    cap_pool = cap_scale * dq * dk_pool
+    if SOFTCAP:
+        step_pool = 1.0
+
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+
+    # ---- source 1: the paged pool, keys [0, pool_len); splits cut this range
+    big = 1 << 30
+    lo0, _f0, _f1, hi0 = kv_block_range(offset + t_lo, offset + t_hi, pool_len, WL, WR, BLOCK_N)
+    s_lo, s_hi = split_kv_range(lo0, hi0, split, num_splits, BLOCK_N)
+    if t_hi >= t_lo:
+        acc, m_i, l_i = _attend_source(
+            acc, m_i, l_i, q, q_pos, offset + t_lo, offset + t_hi, s_lo, s_hi, pool_len, WL, WR,
+            step_pool, cap_pool, cap_log2,
+            k_ptr + h_kv * stride_kh, v_ptr + h_kv * stride_vh, table_ptr + b.to(tl.int64) * stride_tb, num_pages,
+            stride_kp, stride_kt, stride_vp, stride_vt, cos_ptr, sin_ptr, stride_cos, 0,
+            True, PAGE_SIZE, ROPE_POOL_K, ROTARY_DIM, INTERLEAVED, SOFTCAP, BLOCK_N, BLOCK_D)
+    if KV_FP8:
+        acc = acc * dv_pool  # pool values were raw e4m3: scale the pool's contribution once
+    # ---- source 2: this request's new rows, keys [pool_len, kv_len) (relative index i = key − pool_len)
+    if HAS_NEW:
+        if (split == num_splits - 1) & (t_hi >= t_lo):
+            step_new = qk_scale * dq
+            if SOFTCAP:
+                step_new = 1.0
+            acc, m_i, l_i = _attend_source(
+                acc, m_i, l_i, q, tok, t_lo, t_hi, 0, big, q_len, WL, WR, step_new, cap_scale * dq, cap_log2,
+                kn_ptr + q_start.to(tl.int64) * stride_knt + h_kv * stride_knh,
+                vn_ptr + q_start.to(tl.int64) * stride_vnt + h_kv * stride_vnh, table_ptr, num_pages,
+                0, stride_knt, 0, stride_vnt, cos_ptr, sin_ptr, stride_cos, pool_len,
+                False, PAGE_SIZE, ROPE_NEW_K, ROTARY_DIM, INTERLEAVED, SOFTCAP, BLOCK_N, BLOCK_D)
+
+    # ---- epilogue
+    if num_splits == 1:
+        if HAS_SINKS:
+            sink2 = tl.load(sinks_ptr + head, mask=row_ok, other=0.0) * LOG2E
+            acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)
+        o = normalize_rows(acc, l_i)
+        o_row = (q_start + tok).to(tl.int64) * stride_ot + head.to(tl.int64) * stride_oh
+        tl.store(o_ptr + o_row[:, None] + offs_d[None, :], o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+    else:
+        o = normalize_rows(acc, l_i)
+        lse2 = row_lse2(m_i, l_i)
+        part = (slot.to(tl.int64) * num_kv_heads + h_kv) * BLOCK_M + tl.arange(0, BLOCK_M)
+        tl.store(part_o_ptr + part[:, None] * BLOCK_D + offs_d[None, :], o, mask=row_ok[:, None])
+        tl.store(part_lse_ptr + part, lse2, mask=row_ok)
+
+
+@triton.jit
+def paged_attention_combine_kernel(
+    o_ptr, cu_q_ptr, combine_ptr, part_o_ptr, part_lse_ptr, sinks_ptr,
+    num_kv_heads, stride_ot, stride_oh,
+    GROUP: tl.constexpr, Q_UNIFORM: tl.constexpr, HAS_SINKS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """Grid: (n_combine · H_kv,). combine[i] = (b, m_block, first slot, num_splits): merge the splits'
+    normalized partials by their base-2 lse, add the sink, normalize, store."""
+    pid = tl.program_id(0)
+    item = pid // num_kv_heads
+    h_kv = pid % num_kv_heads
+    b = tl.load(combine_ptr + item * 4 + 0)
+    m_block = tl.load(combine_ptr + item * 4 + 1)
+    slot0 = tl.load(combine_ptr + item * 4 + 2)
+    num_splits = tl.load(combine_ptr + item * 4 + 3)
+    if Q_UNIFORM > 0:
+        q_start = b * Q_UNIFORM
+        q_len = Q_UNIFORM
+    else:
+        q_start = tl.load(cu_q_ptr + b)
+        q_len = tl.load(cu_q_ptr + b + 1) - q_start
+    rows = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    tok = rows // GROUP
+    head = h_kv * GROUP + rows % GROUP
+    row_ok = tok < q_len
+    offs_d = tl.arange(0, BLOCK_D)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for s in range(0, num_splits):
+        part = ((slot0 + s).to(tl.int64) * num_kv_heads + h_kv) * BLOCK_M + tl.arange(0, BLOCK_M)
+        o_part = tl.load(part_o_ptr + part[:, None] * BLOCK_D + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+        lse2 = tl.load(part_lse_ptr + part, mask=row_ok, other=float("-inf"))
+        acc, m_i, l_i = merge_partial(acc, m_i, l_i, o_part, lse2)
+    if HAS_SINKS:
+        sink2 = tl.load(sinks_ptr + head, mask=row_ok, other=0.0) * LOG2E
+        acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)
+    o = normalize_rows(acc, l_i)
+    o_row = (q_start + tok).to(tl.int64) * stride_ot + head.to(tl.int64) * stride_oh
+    tl.store(o_ptr + o_row[:, None] + offs_d[None, :], o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])

@@ -1,0 +1,333 @@
+"""GQAPagedFwd: checks, planning, launch, torch custom-op registration.
+
+``run_plan`` (the launch of a plan's kernels) is shared with MHADecodePagedWithKVCacheFwd and
+GQAPrefillPagedWithKVCacheFwd.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnops.kernel_utils import checks, runtime
+from attnops.kernel_utils.attention_fns import LOG2E, window_bounds
+from attnops.kernel_utils.fp8 import E4M3
+
+from .kernel import paged_attention_combine_kernel, paged_attention_kernel
+from .plan import PagedAttentionPlan, plan_paged_attention
+
+_16BIT = (torch.float16, torch.bfloat16)
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared by the three paged ops
+
+
+def check_head_dim(name: str, d: int):
+    if d < 16 or d > 256 or d & (d - 1):
+        raise ValueError(f"{name}: head dim must be a power of two in [16, 256], got {d}")
+
+
+def check_softcap(softcap):
+    if softcap is not None and softcap < 0:
+        raise ValueError(f"softcap: must be None, 0 (off) or positive, got {softcap}")
+
+
+def check_window(name: str, w: int):
+    if not isinstance(w, int) or w < -1:
+        raise ValueError(f"{name}: must be an int >= -1 (-1 = unbounded), got {w!r}")
+
+
+def check_table_values(name: str, table: torch.Tensor, lengths: list[int], page_size: int, num_pages: int,
+                       what: str = "tokens"):
+    """The table is wide enough for every length, and the entries the lengths reach name existing pages."""
+    width = table.shape[1]
+    for b, n in enumerate(lengths):
+        need = -(-n // page_size)
+        if need > width:
+            raise ValueError(f"{name}: too narrow: request {b} has {n} {what} = {need} pages of {page_size}, "
+                             f"the table has {width} columns")
+        if need:
+            row = table[b, :need]
+            bad = row[(row < 0) | (row >= num_pages)]
+            if bad.numel():
+                raise ValueError(f"{name}: entry of request {b} names page {int(bad[0])}, the pool has pages "
+                                 f"[0, {num_pages})")
+
+
+def scale_strides(t: torch.Tensor | None) -> tuple[int, int]:
+    if t is None or t.numel() == 1:
+        return 0, 0
+    return t.stride(0), t.stride(1)
+
+
+def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_lens, cu_q, pool_strides,
+             page_size: int, num_pages: int, sm_scale: float, softcap=None, k_new=None, v_new=None, q_scale=None,
+             k_scale=None, v_scale=None, sinks=None, cos=None, sin=None, q_uniform: int = 0, rope_q=False,
+             rope_pool_k=False, rope_new_k=False, rotary_dim: int = 0, interleaved: bool = False):
+    """Launch the attention (and combine) kernels of every launch of ``plan``. No host sync."""
+    num_heads, d = q.shape[-2], q.shape[-1]
+    num_kv = plan.num_kv_heads
+    group = num_heads // num_kv
+    kp, kt, kh, vp, vt, vh = pool_strides
+    wl, wr = plan.window
+    dummy = cache_lens
+    kn = k_new if k_new is not None else k_pool
+    vn = v_new if v_new is not None else v_pool
+    ks_b, ks_h = scale_strides(k_scale)
+    cap = float(softcap) if softcap else 0.0
+    for ln in plan.launches:
+        cfg = ln.cfg
+        if ln.n_items == 0:
+            continue
+        paged_attention_kernel[(ln.n_items * num_kv,)](
+            q, k_pool, v_pool, kn, vn, o,
+            table, cache_lens, cu_q if cu_q is not None else dummy, ln.items, ln.part_o, ln.part_lse,
+            q_scale if q_scale is not None else dummy, k_scale if k_scale is not None else dummy,
+            v_scale if v_scale is not None else dummy, sinks if sinks is not None else dummy,
+            cos if cos is not None else dummy, sin if sin is not None else dummy,
+            sm_scale * LOG2E, sm_scale / cap if cap else 0.0, cap * LOG2E, wl, wr, num_pages, num_kv,
+            q.stride(-3), q.stride(-2), o.stride(-3), o.stride(-2),
+            kp, kt, kh, vp, vt, vh,
+            kn.stride(0), kn.stride(1), vn.stride(0), vn.stride(1),
+            table.stride(0), cos.stride(0) if cos is not None else 0,
+            q_scale.stride(0) if q_scale is not None else 0, ks_b, ks_h,
+            GROUP=group, PAGE_SIZE=page_size, Q_UNIFORM=q_uniform, HAS_NEW=k_new is not None,
+            Q_FP8=q.dtype == E4M3, KV_FP8=k_pool.dtype == E4M3, ROPE_Q=rope_q, ROPE_POOL_K=rope_pool_k,
+            ROPE_NEW_K=rope_new_k, ROTARY_DIM=rotary_dim or d, INTERLEAVED=interleaved,
+            SOFTCAP=bool(cap), HAS_SINKS=sinks is not None,
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=d,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+        if ln.n_combine:
+            paged_attention_combine_kernel[(ln.n_combine * num_kv,)](
+                o, cu_q if cu_q is not None else dummy, ln.combine, ln.part_o, ln.part_lse,
+                sinks if sinks is not None else dummy,
+                num_kv, o.stride(-3), o.stride(-2),
+                GROUP=group, Q_UNIFORM=q_uniform, HAS_SINKS=sinks is not None,
+                BLOCK_M=cfg.block_m, BLOCK_D=d, num_warps=4,
+            )
+
+
+# --------------------------------------------------------------------------------------------------
+# GQAPagedFwd
+
+
+def gqa_paged_plan(cu_seqlens_q, cache_seqlens, num_heads: int, num_kv_heads: int, head_dim: int, *,
+                   is_causal: bool = True, window_size_left: int = -1, window_size_right: int = -1,
+                   num_splits: int | None = None, device=None) -> PagedAttentionPlan:
+    """Schedule ``gqa_paged_fwd`` for one batch layout (host lists or tensors; tensors are read once).
+
+    Reuse the plan across calls whose query lengths are the same (the KV lengths may change: kernels read
+    them from ``cache_seqlens`` at run time). ``num_splits`` forces the split-KV count (tuning / tests)."""
+    cu = cu_seqlens_q.tolist() if isinstance(cu_seqlens_q, torch.Tensor) else list(cu_seqlens_q)
+    lens = cache_seqlens.tolist() if isinstance(cache_seqlens, torch.Tensor) else list(cache_seqlens)
+    if device is None and isinstance(cache_seqlens, torch.Tensor):
+        device = cache_seqlens.device
+    q_lens = [cu[i + 1] - cu[i] for i in range(len(cu) - 1)]
+    return plan_paged_attention(q_lens, lens, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                                is_causal=is_causal, window_size_left=window_size_left,
+                                window_size_right=window_size_right, device=device, num_splits=num_splits)
+
+
+def _check(q, k_pages, v_pages, page_table, cache_seqlens, cu_seqlens_q, q_scale, k_scale, v_scale, rope_cos,
+           rope_sin, sinks, window_size_left, window_size_right, softcap, pos_encoding_mode, rotary_dim,
+           rope_layout, out_dtype, validate_inputs):
+    dev = runtime.device()
+    checks.check_tensor("q", q, dtype=(*_16BIT, E4M3), ndim=3, device=dev, inner_contiguous=1)
+    t_q, num_heads, d = q.shape
+    check_head_dim("q", d)
+    kv_dtypes = (E4M3,) if q.dtype == E4M3 else (q.dtype, E4M3)
+    checks.check_tensor("k_pages", k_pages, dtype=kv_dtypes, ndim=4, device=dev, inner_contiguous=1)
+    num_pages, page_size, num_kv, _ = k_pages.shape
+    checks.check_tensor("k_pages", k_pages, shape=(None, None, None, d))
+    checks.check_tensor("v_pages", v_pages, dtype=k_pages.dtype, shape=tuple(k_pages.shape), device=dev,
+                        inner_contiguous=1)
+    if num_kv == 0 or num_heads % num_kv:
+        raise ValueError(f"q: {num_heads} query heads is not a multiple of the {num_kv} KV heads of k_pages")
+    checks.check_tensor("page_table", page_table, dtype=torch.int32, ndim=2, device=dev, inner_contiguous=1)
+    batch = page_table.shape[0]
+    checks.check_tensor("cache_seqlens", cache_seqlens, dtype=torch.int32, shape=(batch,), device=dev,
+                        inner_contiguous=1)
+    checks.check_tensor("cu_seqlens_q", cu_seqlens_q, dtype=torch.int32, shape=(batch + 1,), device=dev,
+                        inner_contiguous=1)
+    if q.dtype == E4M3:
+        if out_dtype not in _16BIT:
+            raise ValueError(f"out_dtype: an fp8 q needs float16 or bfloat16, got {out_dtype}")
+        if q_scale is None:
+            raise ValueError("q_scale: required ([B, H_kv] f32) when q is float8_e4m3fn")
+        checks.check_tensor("q_scale", q_scale, dtype=torch.float32, shape=(batch, num_kv), device=dev,
+                            inner_contiguous=1)
+    else:
+        if out_dtype not in (None, q.dtype):
+            raise ValueError(f"out_dtype: must be None or q's dtype {q.dtype} for 16-bit q, got {out_dtype}")
+        if q_scale is not None:
+            raise ValueError("q_scale: only for a float8_e4m3fn q")
+    if k_pages.dtype == E4M3:
+        for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if s is None:
+                raise ValueError(f"{name}: required ([1] or [B, H_kv] f32) when the pools are float8_e4m3fn")
+            checks.check_tensor(name, s, dtype=torch.float32, device=dev)
+            if s.numel() != 1:
+                checks.check_tensor(name, s, shape=(batch, num_kv), inner_contiguous=1)
+        if k_scale.numel() != v_scale.numel():
+            raise ValueError(f"k_scale, v_scale: must have the same shape, got {tuple(k_scale.shape)} and "
+                             f"{tuple(v_scale.shape)}")
+    elif k_scale is not None or v_scale is not None:
+        raise ValueError(f"k_scale, v_scale: only for float8_e4m3fn pools, got pools of {k_pages.dtype}")
+    out_dtype = out_dtype or q.dtype
+    check_window("window_size_left", window_size_left)
+    check_window("window_size_right", window_size_right)
+    check_softcap(softcap)
+    if sinks is not None:
+        checks.check_tensor("sinks", sinks, dtype=torch.float32, shape=(num_heads,), device=dev, inner_contiguous=1)
+    if pos_encoding_mode not in ("none", "rope"):
+        raise ValueError(f"pos_encoding_mode: expected 'none' or 'rope', got {pos_encoding_mode!r}")
+    rope = pos_encoding_mode == "rope"
+    r = rotary_dim or d
+    if rope:
+        if r % 2 or r > d or r < 2:
+            raise ValueError(f"rotary_dim: must be even and <= head dim {d}, got {rotary_dim}")
+        if rope_layout not in ("neox", "interleaved"):
+            raise ValueError(f"rope_layout: expected 'neox' or 'interleaved', got {rope_layout!r}")
+        for name, t in (("rope_cos", rope_cos), ("rope_sin", rope_sin)):
+            if t is None:
+                raise ValueError(f"{name}: required ([P, rotary_dim/2] {out_dtype}) with pos_encoding_mode='rope'")
+            checks.check_tensor(name, t, dtype=out_dtype, shape=(None, r // 2), device=dev, inner_contiguous=1)
+        checks.check_tensor("rope_sin", rope_sin, shape=tuple(rope_cos.shape))
+    elif rope_cos is not None or rope_sin is not None:
+        raise ValueError("rope_cos, rope_sin: only with pos_encoding_mode='rope'")
+    if validate_inputs or checks.validate_values(page_table, cache_seqlens, cu_seqlens_q):
+        checks.check_cu_seqlens("cu_seqlens_q", cu_seqlens_q.cpu(), total=t_q)
+        cu = cu_seqlens_q.tolist()
+        lens = cache_seqlens.tolist()
+        for b, c in enumerate(lens):
+            q_len = cu[b + 1] - cu[b]
+            if c < q_len:
+                raise ValueError(f"cache_seqlens: request {b} has {q_len} query tokens (cu_seqlens_q) but "
+                                 f"cache_seqlens[{b}] = {c}; cache_seqlens includes the query tokens")
+        check_table_values("page_table", page_table.cpu(), lens, page_size, num_pages)
+        if rope and lens and max(lens) > rope_cos.shape[0]:
+            raise ValueError(f"rope_cos: {rope_cos.shape[0]} positions, cache_seqlens reaches {max(lens)}")
+    return out_dtype
+
+
+@torch.library.custom_op("attnops::gqa_paged_fwd", mutates_args=())
+def _gqa_paged(
+    q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, page_table: torch.Tensor,
+    cache_seqlens: torch.Tensor, cu_seqlens_q: torch.Tensor, q_scale: torch.Tensor | None,
+    k_scale: torch.Tensor | None, v_scale: torch.Tensor | None, rope_cos: torch.Tensor | None,
+    rope_sin: torch.Tensor | None, sinks: torch.Tensor | None, is_causal: bool, window_size_left: int,
+    window_size_right: int, sm_scale: float, softcap: float, rope: bool, rotary_dim: int, interleaved: bool,
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
+    plan = gqa_paged_plan(cu_seqlens_q, cache_seqlens, q.shape[1], k_pages.shape[2], q.shape[2],
+                          is_causal=is_causal, window_size_left=window_size_left,
+                          window_size_right=window_size_right)
+    return _run(plan, q, k_pages, v_pages, page_table, cache_seqlens, cu_seqlens_q, q_scale, k_scale, v_scale,
+                rope_cos, rope_sin, sinks, sm_scale, softcap, rope, rotary_dim, interleaved, out_dtype)
+
+
+@_gqa_paged.register_fake
+def _(q, k_pages, v_pages, page_table, cache_seqlens, cu_seqlens_q, q_scale, k_scale, v_scale, rope_cos, rope_sin,
+      sinks, is_causal, window_size_left, window_size_right, sm_scale, softcap, rope, rotary_dim, interleaved,
+      out_dtype):
+    return q.new_empty(q.shape, dtype=out_dtype)
+
+
+def _run(plan, q, k_pages, v_pages, page_table, cache_seqlens, cu_seqlens_q, q_scale, k_scale, v_scale, rope_cos,
+         rope_sin, sinks, sm_scale, softcap, rope, rotary_dim, interleaved, out_dtype):
+    o = torch.empty(q.shape, dtype=out_dtype, device=q.device)
+    if q.shape[0] == 0:
+        return o
+    run_plan(plan, q=q, k_pool=k_pages, v_pool=v_pages, o=o, table=page_table, cache_lens=cache_seqlens,
+             cu_q=cu_seqlens_q,
+             pool_strides=(k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
+                           v_pages.stride(0), v_pages.stride(1), v_pages.stride(2)),
+             page_size=k_pages.shape[1], num_pages=k_pages.shape[0], sm_scale=sm_scale, softcap=softcap,
+             q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, sinks=sinks, cos=rope_cos, sin=rope_sin,
+             rope_q=rope, rope_pool_k=rope, rotary_dim=rotary_dim, interleaved=interleaved)
+    return o
+
+
+def gqa_paged_fwd(
+    q: torch.Tensor,
+    k_pages: torch.Tensor,
+    v_pages: torch.Tensor,
+    page_table: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    *,
+    q_scale: torch.Tensor | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
+    rope_cos: torch.Tensor | None = None,
+    rope_sin: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None,
+    is_causal: bool = True,
+    window_size_left: int = -1,
+    window_size_right: int = -1,
+    sm_scale: float | None = None,
+    softcap: float | None = None,
+    pos_encoding_mode: str = "none",
+    rotary_dim: int | None = None,
+    rope_layout: str = "neox",
+    out_dtype: torch.dtype | None = None,
+    validate_inputs: bool = False,
+    plan: PagedAttentionPlan | None = None,
+) -> torch.Tensor:
+    """Read-only attention of packed queries over a caller-owned 4-D paged KV cache (GQAPagedFwd).
+
+    Request b owns query rows ``[cu_seqlens_q[b], cu_seqlens_q[b+1])``; its keys are logical tokens
+    ``0..cache_seqlens[b]−1`` read through ``page_table[b]``; its q query tokens are the last q tokens of
+    the cache (query i at position ``c − q + i``, bottom-right causal). Only the first
+    ``ceil(c / PS)`` table entries of a request are read.
+
+    Args:
+        q: ``[T_q, H, D]`` f16 / bf16 / fp8 e4m3; last dim contiguous. D a power of two in [16, 256].
+        k_pages, v_pages: ``[NP, PS, H_kv, D]`` q's dtype (16-bit q) or fp8 e4m3; never written; any page /
+            slot / head strides, last dim contiguous. Any page size.
+        page_table: ``[B, W]`` int32, logical page -> physical page; requests may share pages.
+        cache_seqlens: ``[B]`` int32, keys of each request **including** its query tokens (q_b <= c_b).
+        cu_seqlens_q: ``[B+1]`` int32 prefix sums of the query lengths (0-length requests allowed).
+        q_scale: ``[B, H_kv]`` f32 iff q is fp8. k_scale, v_scale: ``[1]`` or ``[B, H_kv]`` f32 iff the pools
+            are fp8 (dequantize = multiply).
+        rope_cos, rope_sin: ``[P, R/2]`` in the output dtype, iff ``pos_encoding_mode='rope'``: q and the
+            cached keys are rotated as they are read, at their positions (P >= max c).
+        sinks: ``[H]`` f32 attention-sink logits (extra denominator term), optional.
+        is_causal, window_size_left, window_size_right: bottom-right causal mask and FA3-style windows
+            (-1 = unbounded). sm_scale: default ``1/sqrt(D)``. softcap: None / 0 = off.
+        rotary_dim: R (even, <= D; default D). rope_layout: 'neox' | 'interleaved'.
+        out_dtype: output dtype; required (f16/bf16) for an fp8 q, else None or q's dtype.
+        validate_inputs: run the value checks (lengths, page ids) on the host even for GPU tensors (syncs).
+        plan: from ``gqa_paged_plan`` for this batch layout: skips planning (no host sync; graph-safe).
+
+    Returns:
+        o: ``[T_q, H, D]`` in the output dtype; rows with no visible key are 0.
+
+    Example::
+
+        plan = gqa_paged_plan(cu_seqlens_q, cache_seqlens, 32, 8, 128)      # once per batch layout
+        o = gqa_paged_fwd(q, k_pages, v_pages, page_table, cache_seqlens, cu_seqlens_q, plan=plan)
+    """
+    out_dtype = _check(q, k_pages, v_pages, page_table, cache_seqlens, cu_seqlens_q, q_scale, k_scale, v_scale,
+                       rope_cos, rope_sin, sinks, window_size_left, window_size_right, softcap, pos_encoding_mode,
+                       rotary_dim, rope_layout, out_dtype, validate_inputs)
+    d = q.shape[2]
+    scale = float(sm_scale) if sm_scale is not None else 1.0 / math.sqrt(d)
+    rope = pos_encoding_mode == "rope"
+    args = (q_scale, k_scale, v_scale, rope_cos, rope_sin, sinks)
+    if plan is None:
+        return _gqa_paged(q, k_pages, v_pages, page_table, cache_seqlens, cu_seqlens_q, *args, is_causal,
+                          window_size_left, window_size_right, scale, float(softcap or 0.0), rope, rotary_dim or d,
+                          rope_layout == "interleaved", out_dtype)
+    readable = validate_inputs or checks.validate_values(cu_seqlens_q)
+    q_lens = None
+    if readable:
+        cu = cu_seqlens_q.tolist()
+        q_lens = [cu[i + 1] - cu[i] for i in range(len(cu) - 1)]
+    plan.check_matches(q_lens, q.shape[1], k_pages.shape[2], d,
+                       window_bounds(is_causal, window_size_left, window_size_right), False)
+    return _run(plan, q, k_pages, v_pages, page_table, cache_seqlens, cu_seqlens_q, *args, scale,
+                float(softcap or 0.0), rope, rotary_dim or d, rope_layout == "interleaved", out_dtype)

@@ -1,0 +1,176 @@
+"""Host-side schedule of the paged attention kernels: computed once per batch layout, reused by every run.
+
+A plan lists the work items of each launch (request, block of packed query rows, KV split) heaviest
+first, sizes the split-KV workspace and holds the combine list. It depends on the query lengths (how many
+row blocks each request has) and, for the split decision only, on the KV lengths it was built with:
+kernels read the actual lengths from the device at run time, so a plan stays *correct* while KV lengths
+change (decode steps) as long as the query lengths do not; it may only become less balanced. Running with
+a plan never syncs with the host and allocates only the output: CUDA-graph safe.
+
+Two tile classes: requests with at most ``SMALL_ROWS`` packed rows (q_len·G, decode and short
+speculative chunks) use a 16-row tile and are memory-bound; longer ones use the large tile (flash forward,
+compute-bound). Each class is one launch (+ one combine launch when some of its items are split).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import triton
+
+from attnops.kernel_utils import runtime
+from attnops.kernel_utils.attention_fns import window_bounds
+
+SMALL_ROWS = 16
+# Programs per SM the split heuristic aims for (memory-bound class): enough resident tiles per SM to keep
+# loads in flight, and enough items that the last wave is short.
+TARGET_PROGRAMS_PER_SM = 4
+MIN_SPLIT_KEYS = {"small": 256, "large": 1024}
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+# (class, head dim) -> tile config. Every entry is exercised by tests/test_gqa_paged_fwd.py::test_every_config
+# on the GPU; the CPU tests run them through the interpreter on shrunk shapes.
+CONFIGS: dict[tuple[str, int], TileConfig] = {
+    ("small", 64): TileConfig(16, 128, 4, 3),
+    ("small", 128): TileConfig(16, 64, 4, 3),
+    ("small", 256): TileConfig(16, 32, 4, 3),
+    ("large", 64): TileConfig(128, 64, 4, 3),
+    ("large", 128): TileConfig(128, 64, 8, 3),
+    ("large", 256): TileConfig(64, 64, 8, 2),
+}
+
+
+def config_key(kind: str, head_dim: int) -> tuple[str, int]:
+    """D = 16 / 32 use the D = 64 tiles."""
+    return kind, max(64, head_dim)
+
+
+@dataclass
+class Launch:
+    kind: str  # "small" | "large"
+    cfg: TileConfig
+    items: torch.Tensor  # [n, 5] int32: b, m_block, split, num_splits, slot
+    combine: torch.Tensor  # [n_c, 4] int32: b, m_block, first slot, num_splits
+    part_o: torch.Tensor  # [n_slots, H_kv, BLOCK_M, D] f32 (may be empty)
+    part_lse: torch.Tensor  # [n_slots, H_kv, BLOCK_M] f32
+
+    @property
+    def n_items(self) -> int:
+        return self.items.shape[0]
+
+    @property
+    def n_combine(self) -> int:
+        return self.combine.shape[0]
+
+
+@dataclass
+class PagedAttentionPlan:
+    """What ``plan_paged_attention`` computed; pass it as ``plan=`` to the op to skip planning."""
+
+    q_lens: tuple[int, ...]
+    kv_lens: tuple[int, ...]
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    window: tuple[int, int]  # (WL, WR) of attention_fns.window_bounds
+    new_keys: bool
+    device: torch.device
+    launches: list[Launch] = field(default_factory=list)
+
+    def describe(self) -> str:
+        parts = []
+        for ln in self.launches:
+            splits = int(ln.items[:, 3].max()) if ln.n_items else 0
+            parts.append(f"{ln.kind}: {ln.n_items} items (max {splits} splits, {ln.n_combine} combined), "
+                         f"BM={ln.cfg.block_m} BN={ln.cfg.block_n} w={ln.cfg.num_warps} s={ln.cfg.num_stages}")
+        return "; ".join(parts)
+
+    def check_matches(self, q_lens, num_heads: int, num_kv_heads: int, head_dim: int, window, new_keys: bool):
+        """Raise ValueError if the plan was built for another layout (host values: no device sync)."""
+        if (num_heads, num_kv_heads, head_dim) != (self.num_heads, self.num_kv_heads, self.head_dim):
+            raise ValueError(f"plan: built for H={self.num_heads}, H_kv={self.num_kv_heads}, D={self.head_dim}, "
+                             f"got H={num_heads}, H_kv={num_kv_heads}, D={head_dim}")
+        if tuple(window) != self.window or new_keys != self.new_keys:
+            raise ValueError("plan: built for another mask (is_causal / window sizes)")
+        if q_lens is not None and tuple(q_lens) != self.q_lens:
+            raise ValueError(f"plan: built for query lengths {list(self.q_lens)[:8]}, got {list(q_lens)[:8]}")
+
+
+def _key_span(q_len: int, kv_len: int, t_lo: int, t_hi: int, wl: int, wr: int) -> int:
+    """Keys rows of tokens [t_lo, t_hi] visit (all sources together)."""
+    off = kv_len - q_len
+    lo = max(0, off + t_lo - wl)
+    hi = min(kv_len, off + t_hi + wr + 1)
+    return max(0, hi - lo)
+
+
+def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, head_dim: int,
+                         is_causal: bool = True, window_size_left: int = -1, window_size_right: int = -1,
+                         new_keys: bool = False, device=None, num_splits: int | None = None,
+                         configs: dict | None = None) -> PagedAttentionPlan:
+    """Schedule one batch layout. ``q_lens`` / ``kv_lens``: per-request host ints (``kv_lens`` = pool keys;
+    with ``new_keys`` the request also has its q_len new keys). ``num_splits`` forces the KV split count of
+    every item (tests / tuning); ``configs`` overrides ``CONFIGS`` entries."""
+    device = torch.device(device) if device is not None else runtime.device()
+    group = num_heads // num_kv_heads
+    wl, wr = window_bounds(is_causal, window_size_left, window_size_right)
+    table = {**CONFIGS, **(configs or {})}
+    q_lens = tuple(int(x) for x in q_lens)
+    kv_lens = tuple(int(x) for x in kv_lens)
+    plan = PagedAttentionPlan(q_lens, kv_lens, num_heads, num_kv_heads, head_dim, (wl, wr), new_keys, device)
+    sms = runtime.num_sms()
+    for kind in ("large", "small"):
+        cfg = table[config_key(kind, head_dim)]
+        bm = cfg.block_m
+        blocks = []  # (b, m_block, pool key span, cost)
+        for b, (q, c) in enumerate(zip(q_lens, kv_lens)):
+            if q == 0 or (q * group <= SMALL_ROWS) != (kind == "small"):
+                continue
+            total = c + q if new_keys else c
+            for m in range(math.ceil(q * group / bm)):
+                t_lo = m * bm // group
+                t_hi = min(q, -(-(m * bm + bm) // group)) - 1
+                span = _key_span(q, total, t_lo, t_hi, wl, wr)
+                pool_span = min(span, c) if new_keys else span
+                rows = min(bm, q * group - m * bm)
+                cost = span * (1.0 + (rows / 16.0 if kind == "large" else 0.0))
+                blocks.append((b, m, pool_span, cost))
+        if not blocks:
+            continue
+        n0 = len(blocks) * num_kv_heads
+        if num_splits is not None:
+            want = max(1, num_splits)
+        elif kind == "small":
+            want = max(1, math.ceil(TARGET_PROGRAMS_PER_SM * sms / n0))
+        else:
+            want = max(1, math.ceil(sms / n0)) if n0 < sms else 1
+        items, combine, slot = [], [], 0
+        min_keys = MIN_SPLIT_KEYS[kind]
+        for b, m, pool_span, cost in blocks:
+            tiles = max(1, triton.cdiv(pool_span, cfg.block_n))
+            # forced: exactly num_splits (some may be empty); else at most one split per min_keys keys
+            s = want if num_splits is not None else max(1, min(want, tiles, pool_span // min_keys))
+            if s == 1:
+                items.append((cost, (b, m, 0, 1, -1)))
+            else:
+                combine.append((b, m, slot, s))
+                for i in range(s):
+                    items.append((cost / s, (b, m, i, s, slot + i)))
+                slot += s
+        items.sort(key=lambda x: -x[0])  # heaviest first: the block scheduler fills the tail with light ones
+        item_t = torch.tensor([it for _, it in items], dtype=torch.int32).reshape(-1, 5).to(device)
+        comb_t = torch.tensor(combine, dtype=torch.int32).reshape(-1, 4).to(device)
+        part_o = torch.empty((slot, num_kv_heads, bm, head_dim), dtype=torch.float32, device=device)
+        part_lse = torch.empty((slot, num_kv_heads, bm), dtype=torch.float32, device=device)
+        plan.launches.append(Launch(kind, cfg, item_t, comb_t, part_o, part_lse))
+    return plan

@@ -1,0 +1,275 @@
+"""GQAPagedFwd against its fp32 reference: every seed row (shrunk on CPU; bf16 rows also re-run in f16 so
+their features are checked on CPU), split-KV, plan reuse, fp8 pools, shared pages, strided inputs,
+edge cases, every tile config (GPU), bad input."""
+
+import dataclasses
+import zlib
+
+import pytest
+import torch
+
+from attnops.attn_core import gqa_paged_fwd, gqa_paged_plan
+from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, SMALL_ROWS, plan_paged_attention
+from attnops.attn_core.gqa_paged_fwd.spec import SPEC, build_case, make_case
+from attnops.kernel_utils import runtime, testing
+from attnops.kernel_utils.fp8 import E4M3
+
+DEV = runtime.device()
+ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
+
+
+def _check(case, **plan_kw):
+    """Run ours (with an explicit plan when ``plan_kw`` is given) and compare with the reference."""
+    if plan_kw:
+        a = case.inputs
+        plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], a["q"].shape[1], a["k_pages"].shape[2],
+                              a["q"].shape[2], is_causal=a.get("is_causal", True),
+                              window_size_left=a.get("window_size_left", -1),
+                              window_size_right=a.get("window_size_right", -1), **plan_kw)
+        ours = case.fresh()
+        ours.inputs["plan"] = plan
+        out = ours.run(SPEC.fn)
+        SPEC.compare(out, case.fresh().run(SPEC.reference), case)
+        return out, plan
+    return SPEC.check(case), None
+
+
+@pytest.mark.parametrize(
+    "w", [w if SPEC.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in SPEC.workloads],
+    ids=lambda w: w.id,
+)
+def test_seed_row_shrunk(w):
+    """Every seed row at interpreter size: its page size, length pattern, window, softcap, RoPE, sinks."""
+    SPEC.check(make_case(w, DEV, shrink=True, seed=zlib.crc32(w.id.encode()) % 1000))
+
+
+@pytest.mark.parametrize("w", [w for w in SPEC.workloads if "bf16" in w.dtype and
+                               w.name not in ("llama-8b-rope-decode", "llama-8b-rope-prefill", "qwen-ragged-rope")],
+                         ids=lambda w: w.id)
+def test_bf16_row_features_in_f16(w):
+    """bf16-only rows (gpt-oss sinks / window 128, PS 48 ragged) in f16, which the interpreter computes right."""
+    SPEC.check(make_case(dataclasses.replace(w, dtype="f16/f16"), DEV, shrink=True, seed=5))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("w", SPEC.workloads, ids=lambda w: w.id)
+def test_seed_row_full_size(w):
+    SPEC.check(make_case(w, DEV, shrink=False, seed=7))
+
+
+SPLIT_CASES = {
+    "decode-window-sinks": dict(q_lens=[1, 1, 1], cache_lens=[150, 77, 200], num_heads=8, num_kv=2, d=64,
+                                page_size=16, window_size_left=60, sinks=True),
+    "decode-softcap-cut": dict(q_lens=[1, 0, 1], cache_lens=[133, 0, 49], num_heads=4, num_kv=1, d=128,
+                               page_size=48, softcap=3.0),
+    "prefill-mixed": dict(q_lens=[20, 1, 3], cache_lens=[140, 90, 3], num_heads=8, num_kv=2, d=64, page_size=16,
+                          sinks=True),
+    "rope-interleaved": dict(q_lens=[5, 1], cache_lens=[120, 70], num_heads=4, num_kv=1, d=64, page_size=16,
+                             rope=True, rotary_dim=32, rope_layout="interleaved"),
+}
+
+
+@pytest.mark.parametrize("splits", [2, 5])
+@pytest.mark.parametrize("name", SPLIT_CASES)
+def test_forced_kv_splits(name, splits):
+    """Split-KV + combine (the interpreter has 1 SM, so the heuristic never splits): more splits than tiles
+    leave empty splits; sinks are added once, in the combine."""
+    kw = dict(SPLIT_CASES[name])
+    case = build_case(device=DEV, q_dtype=torch.float16, kv_dtype=torch.float16, seed=splits, **kw)
+    _, plan = _check(case, num_splits=splits)
+    assert any(ln.n_combine for ln in plan.launches), plan.describe()
+
+
+def test_plan_is_reused_while_kv_lengths_grow():
+    """A decode plan stays correct when every cache grows by a token (kernels read lengths at run time)."""
+    kw = dict(num_heads=8, num_kv=2, d=64, page_size=16, seed=3)
+    case = build_case([1, 1, 1], [40, 77, 63], device=DEV, q_dtype=torch.float16, kv_dtype=torch.float16,
+                      width=8, **kw)
+    a = case.inputs
+    plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, 64, num_splits=2)
+    grown = build_case([1, 1, 1], [41, 78, 64], device=DEV, q_dtype=torch.float16, kv_dtype=torch.float16,
+                       width=8, **kw)
+    for c in (case, grown):
+        out = c.fresh().run(lambda **kw_: gqa_paged_fwd(**kw_, plan=plan))
+        SPEC.compare(out, c.fresh().run(SPEC.reference), c)
+
+
+def test_plan_for_other_query_lengths_is_rejected():
+    case = build_case([2, 1], [40, 30], 4, 1, 64, 16, torch.float16, torch.float16, DEV)
+    a = case.inputs
+    plan = gqa_paged_plan([0, 1, 2], [40, 30], 4, 1, 64)
+    with pytest.raises(ValueError, match="plan: built for query lengths"):
+        gqa_paged_fwd(**a, plan=plan)
+    plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 4, 1, 64, window_size_left=3)
+    with pytest.raises(ValueError, match="plan: built for another mask"):
+        gqa_paged_fwd(**a, plan=plan)
+
+
+def test_tile_classes():
+    """Requests with q_len·G <= 16 rows go to the small (decode) tile, longer ones to the large tile."""
+    plan = plan_paged_attention([1, 4, 5, 0], [100, 100, 100, 0], num_heads=8, num_kv_heads=2, head_dim=128)
+    kinds = {ln.kind: ln.items[:, 0].tolist() for ln in plan.launches}
+    assert sorted(kinds["small"]) == [0, 1] and kinds["large"] == [2]
+    assert 4 * 4 <= SMALL_ROWS < 5 * 4
+
+
+@pytest.mark.parametrize("q_dtype,kv_dtype,per_head", [
+    (torch.float16, E4M3, False),
+    (torch.float16, E4M3, True),
+    (E4M3, E4M3, True),
+    pytest.param(torch.bfloat16, E4M3, False, marks=pytest.mark.gpu),
+])
+def test_fp8_pools(q_dtype, kv_dtype, per_head):
+    """fp8 pools (per-tensor [1] or per-request-and-head [B, H_kv] scales) and fp8 q (-> f16 output)."""
+    case = build_case([6, 1, 0, 2], [70, 33, 0, 18], 8, 2, 64, 16, q_dtype, kv_dtype, DEV, seed=4,
+                      per_head_scales=per_head, softcap=20.0)
+    _check(case)
+
+
+def test_shared_pages():
+    """Two requests may name the same physical pages (read-only op)."""
+    case = build_case([3, 1, 2], [50, 47, 40], 8, 2, 64, 16, torch.float16, torch.float16, DEV, seed=8,
+                      share_pages=True)
+    tab = case.inputs["page_table"]
+    assert len(set(tab[0, :3].tolist()) & set(tab[1, :3].tolist()) | set(tab[1, :3].tolist()) &
+               set(tab[2, :3].tolist())) > 0
+    _check(case)
+
+
+@pytest.mark.parametrize("causal,wl,wr", [(False, -1, -1), (False, 7, 5), (True, 0, -1), (False, -1, 0)])
+def test_masks(causal, wl, wr):
+    """Non-causal, two-sided windows, a 1-key window (wl = 0) and right-only windows."""
+    case = build_case([9, 1, 4], [60, 21, 33], 6, 2, 64, 16, torch.float16, torch.float16, DEV, seed=9,
+                      is_causal=causal, window_size_left=wl, window_size_right=wr)
+    _check(case)
+
+
+@pytest.mark.parametrize("layout,rotary_dim", [("neox", 32), ("neox", 64), ("interleaved", 64)])
+def test_rope_layouts(layout, rotary_dim):
+    case = build_case([7, 1], [50, 37], 8, 2, 64, 16, torch.float16, torch.float16, DEV, seed=10, rope=True,
+                      rotary_dim=rotary_dim, rope_layout=layout)
+    _check(case)
+
+
+def test_strong_softcap_and_custom_scale():
+    case = build_case([5, 1], [40, 30], 4, 1, 64, 16, torch.float16, torch.float16, DEV, seed=12, softcap=1.5)
+    case.inputs["sm_scale"] = 0.3
+    _check(case)
+
+
+def test_head_dim_256_and_group_of_16():
+    case = build_case([1, 2], [70, 50], 16, 1, 256, 64, torch.float16, torch.float16, DEV, seed=13, sinks=True)
+    _check(case)
+
+
+def test_empty_requests_and_empty_batch():
+    """0-length requests (also with a 0-length cache) write nothing; a batch with no query rows is a no-op."""
+    case = build_case([0, 3, 0], [0, 20, 35], 4, 2, 64, 16, torch.float16, torch.float16, DEV, seed=14)
+    _check(case)
+    empty = build_case([0, 0], [0, 12], 4, 2, 64, 16, torch.float16, torch.float16, DEV, seed=15)
+    out = empty.fresh().run(SPEC.fn)["o"]
+    assert out.shape == (0, 4, 64)
+
+
+def test_strided_inputs():
+    """q as a head slice of a fused qkv tensor; pools as the two halves of a [NP, 2, PS, H_kv, D] cache."""
+    case = build_case([4, 1], [40, 22], 8, 2, 64, 16, torch.float16, torch.float16, DEV, seed=16)
+    a = case.inputs
+    qkv = testing.randn((a["q"].shape[0], 12, 64), torch.float16, DEV, testing.generator(2))
+    qkv[:, :8] = a["q"]
+    kv = torch.stack([a["k_pages"], a["v_pages"]], dim=1)
+    a["q"], a["k_pages"], a["v_pages"] = qkv[:, :8], kv[:, 0], kv[:, 1]
+    assert not a["q"].is_contiguous() and not a["k_pages"].is_contiguous()
+    _check(case)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("key", sorted(CONFIGS), ids=lambda k: f"{k[0]}-d{k[1]}")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_every_config(key, dtype):
+    """Every tile config of the table, compiled and checked on the GPU (with and without splits, RoPE and
+    fp8 pools so every constexpr path of each config is built)."""
+    kind, d = key
+    q_lens = [1, 1, 1] if kind == "small" else [300, 1, 77]
+    group = 4
+    base = dict(num_heads=8, num_kv=2, d=d, page_size=64, q_dtype=dtype, device=DEV, seed=17)
+    cases = [
+        build_case(q_lens, [3000, 1500, 777], kv_dtype=dtype, sinks=True, softcap=30.0, **base),
+        build_case(q_lens, [3000, 1500, 777], kv_dtype=E4M3, rope=True, rotary_dim=d // 2, window_size_left=500,
+                   **base),
+    ]
+    assert (q_lens[0] * group <= SMALL_ROWS) == (kind == "small")
+    for case in cases:
+        for splits in (None, 3):
+            _check(case, num_splits=splits) if splits else _check(case)
+
+
+# --------------------------------------------------------------------------------------------------
+# Bad input: rejected before any launch, with the argument named
+
+
+def _base(**changes):
+    case = build_case([3, 1], [40, 20], 8, 2, 64, 16, torch.float16, torch.float16, DEV, seed=1, width=4)
+    case.inputs.update(changes)
+    return case.inputs
+
+
+def _f16(*shape):
+    return torch.randn(shape, device=DEV).half()
+
+
+def _i32(values):
+    return torch.tensor(values, dtype=torch.int32, device=DEV)
+
+
+BAD_INPUTS = {
+    "q dtype": (lambda: _base(q=_f16(4, 8, 64).float()), TypeError, "q: expected dtype"),
+    "q 4-D": (lambda: _base(q=_f16(1, 4, 8, 64)), ValueError, "q: expected 3 dims"),
+    "head dim": (lambda: _base(q=_f16(4, 8, 48)), ValueError, "q: head dim must be a power of two"),
+    "pool head dim": (lambda: _base(k_pages=_f16(8, 16, 2, 32)), ValueError, "k_pages: expected shape"),
+    "pools differ": (lambda: _base(v_pages=_f16(9, 16, 2, 64)), ValueError, "v_pages: expected shape"),
+    "heads not a multiple": (lambda: _base(q=_f16(4, 7, 64)), ValueError, "not a multiple of the 2 KV heads"),
+    "table dtype": (lambda: _base(page_table=torch.zeros(2, 4, dtype=torch.int64, device=DEV)), TypeError,
+                    "page_table: expected dtype int32"),
+    "cache_seqlens shape": (lambda: _base(cache_seqlens=_i32([40, 20, 3])), ValueError,
+                            "cache_seqlens: expected shape"),
+    "cu_seqlens not ending at T_q": (lambda: _base(cu_seqlens_q=_i32([0, 3, 5])), ValueError,
+                                     "cu_seqlens_q: last entry must equal the packed length 4"),
+    "cu_seqlens decreasing": (lambda: _base(cu_seqlens_q=_i32([0, 5, 4])), ValueError,
+                              "cu_seqlens_q: must be non-decreasing"),
+    "cache shorter than queries": (lambda: _base(cache_seqlens=_i32([2, 20])), ValueError,
+                                   r"cache_seqlens: request 0 has 3 query tokens"),
+    "table too narrow": (lambda: _base(cache_seqlens=_i32([40, 70])), ValueError,
+                         "page_table: too narrow: request 1 has 70 tokens = 5 pages"),
+    "page id out of range": (lambda: _base(page_table=_i32([[0, 1, 99, -5], [3, 4, -5, -5]])), ValueError,
+                             r"page_table: entry of request 0 names page 99, the pool has pages \[0, "),
+    "negative page id": (lambda: _base(page_table=_i32([[0, 1, 2, -5], [-1, 4, -5, -5]])), ValueError,
+                         "page_table: entry of request 1 names page -1"),
+    "fp8 pool without scale": (lambda: _base(k_pages=torch.zeros(8, 16, 2, 64, dtype=E4M3, device=DEV),
+                                             v_pages=torch.zeros(8, 16, 2, 64, dtype=E4M3, device=DEV)),
+                               ValueError, "k_scale: required"),
+    "scale for 16-bit pool": (lambda: _base(k_scale=torch.ones(1, device=DEV), v_scale=torch.ones(1, device=DEV)),
+                              ValueError, "only for float8_e4m3fn pools"),
+    "fp8 q without out_dtype": (lambda: _base(q=torch.zeros(4, 8, 64, dtype=E4M3, device=DEV)), TypeError,
+                                "k_pages: expected dtype float8_e4m3fn"),
+    "out_dtype mismatch": (lambda: _base(out_dtype=torch.bfloat16), ValueError, "out_dtype: must be None"),
+    "negative softcap": (lambda: _base(softcap=-1.0), ValueError, "softcap: must be None"),
+    "bad window": (lambda: _base(window_size_left=-3), ValueError, "window_size_left: must be an int >= -1"),
+    "sinks shape": (lambda: _base(sinks=torch.zeros(4, device=DEV)), ValueError, "sinks: expected shape"),
+    "rope without tables": (lambda: _base(pos_encoding_mode="rope"), ValueError, "rope_cos: required"),
+    "rope odd rotary_dim": (lambda: _base(pos_encoding_mode="rope", rotary_dim=7), ValueError,
+                            "rotary_dim: must be even"),
+    "rope table too short": (lambda: _base(pos_encoding_mode="rope", rope_cos=_f16(30, 32), rope_sin=_f16(30, 32)),
+                             ValueError, "rope_cos: 30 positions, cache_seqlens reaches 40"),
+    "tables without rope": (lambda: _base(rope_cos=_f16(50, 32), rope_sin=_f16(50, 32)), ValueError,
+                            "only with pos_encoding_mode='rope'"),
+    "bad layout": (lambda: _base(pos_encoding_mode="rope", rope_cos=_f16(50, 32), rope_sin=_f16(50, 32),
+                                 rope_layout="gptj"), ValueError, "rope_layout: expected"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_INPUTS)
+def test_bad_input_is_rejected_before_launch(name):
+    make_inputs, error, message = BAD_INPUTS[name]
+    with pytest.raises(error, match=message):
+        gqa_paged_fwd(**make_inputs())
