@@ -1,0 +1,217 @@
+"""GQAVarlenFwd against its reference: every seed row (shrunk on CPU, full size on the GPU), the cost model
+against the page, edge cases (empty requests and rows, q_len > kv_len, windows, sinks, RoPE, fp8,
+GQA ratios, D = 512, split-KV, no-sync path, strided views), the split heuristic, bad input."""
+
+import zlib
+
+import pytest
+import torch
+
+from attnops.attn_core import gqa_varlen_fwd
+from attnops.attn_core.flash_fwd import launch as fwd
+from attnops.attn_core.gqa_varlen_fwd.spec import SPEC, make_case
+from attnops.kernel_utils import runtime, testing
+
+DEV = runtime.device()
+ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
+UNIFORM = ROWS["llama-8b-uniform/f16"]
+SINKS = ROWS["gpt-oss-sink-mixed/f16"]
+FP8 = ROWS["llama-8b-fp8-sink/fp8e4m3/bf16"]
+ROPE = ROWS["llama-8b-rope-partial/f16"]
+
+
+def seed_of(name: str) -> int:
+    return zlib.crc32(name.encode()) % 1000
+
+
+@pytest.mark.parametrize(
+    "w",
+    [w if SPEC.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in SPEC.workloads],
+    ids=lambda w: w.id,
+)
+def test_seed_row_shrunk(w):
+    """Kernel path of each seed row at interpreter size (bf16 and fp8->bf16 rows: GPU only)."""
+    SPEC.check(make_case(w, DEV, shrink=True, seed=seed_of(w.id)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("w", SPEC.workloads, ids=lambda w: w.id)
+def test_seed_row_full_size(w):
+    SPEC.check(make_case(w, DEV, shrink=False, seed=7))
+
+
+@pytest.mark.parametrize("w", SPEC.workloads, ids=lambda w: w.id)
+def test_cost_reproduces_the_published_sol(w):
+    """FLOPs/bytes at full size (meta tensors) give the page's SOL and bound at the page's TileOPs time."""
+    cost = SPEC.cost(make_case(w, torch.device("meta")))
+    t = w.published.tileops_ms * 1e-3
+    assert abs(cost.sol(t) - w.published.sol) <= 0.006, (cost.sol(t), w.published.sol)
+    assert cost.bound(t) == w.published.bound
+
+
+# --- edge cases -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("is_causal", [True, False], ids=["causal", "full"])
+def test_zero_lengths_and_more_queries_than_keys(is_causal):
+    """q_len = 0, kv_len = 0 (rows -> 0), both 0, and q_len > kv_len (causal: the first rows are empty)."""
+    SPEC.check(make_case(UNIFORM, DEV, shrink=True, seed=1, q_lens=[0, 5, 0, 9, 30, 1, 3],
+                         kv_lens=[4, 0, 0, 20, 12, 1, 40], head_dim=64, is_causal=is_causal))
+
+
+def test_all_requests_empty():
+    SPEC.check(make_case(UNIFORM, DEV, shrink=True, seed=2, q_lens=[0, 0], kv_lens=[0, 5], head_dim=64))
+
+
+@pytest.mark.parametrize("num_splits", [1, 4])
+def test_sinks_with_empty_rows_and_windows(num_splits):
+    """Sinks enlarge the denominator only; rows with no visible key stay 0 (q_len > kv_len, kv_len = 0,
+    a window that empties nothing but shortens rows); the combine kernel adds the sink after splitting."""
+    with fwd.forced(num_splits=num_splits):
+        SPEC.check(make_case(SINKS, DEV, shrink=True, seed=3, q_lens=[20, 1, 0, 6, 4], kv_lens=[20, 45, 0, 2, 0],
+                             window_size_left=6))
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"window_size_left": 3, "window_size_right": 5, "is_causal": False},
+     {"window_size_left": 0},
+     {"window_size_right": 2, "is_causal": False, "softcap": 3.0}],
+    ids=["wl3-wr5", "causal-wl0", "wr2-softcap"],
+)
+def test_windows_ragged(params):
+    SPEC.check(make_case(UNIFORM, DEV, shrink=True, seed=4, q_lens=[7, 25, 1], kv_lens=[30, 25, 9], head_dim=64,
+                         **params))
+
+
+@pytest.mark.parametrize("layout,rotary_dim", [("neox", 64), ("interleaved", 32), ("interleaved", None)])
+def test_rope_ragged(layout, rotary_dim):
+    """RoPE at per-request positions (query i at kv_len − q_len + i), partial rotary dims, both layouts."""
+    SPEC.check(make_case(ROPE, DEV, shrink=True, seed=5, rope_layout=layout, rotary_dim=rotary_dim,
+                         q_lens=[1, 0, 13, 5], kv_lens=[30, 0, 13, 20], heads=(4, 1)))
+
+
+@pytest.mark.parametrize("heads", [(2, 2), (6, 3), (71, 1)], ids=["G1", "G2", "G71"])
+def test_gqa_ratios_ragged(heads):
+    SPEC.check(make_case(UNIFORM, DEV, shrink=True, seed=6, q_lens=[3, 1, 11], kv_lens=[20, 7, 11], heads=heads,
+                         head_dim=64))
+
+
+def test_head_dim_512_ragged():
+    """gemma4's D = 512 (GQA 8:1) with ragged lengths."""
+    SPEC.check(make_case(ROWS["gemma4-26b-a4b-ragged/f16"], DEV, shrink=True, seed=7, q_lens=[5, 17],
+                         kv_lens=[9, 17], heads=(8, 1)))
+
+
+@pytest.mark.parametrize("with_sinks", [False, True])
+def test_fp8_to_f16(with_sinks):
+    """fp8 inputs with per-[B, H_kv] scales (each request its own row), window and sinks, f16 output (the
+    seed fp8 rows produce bf16, which only the GPU computes right)."""
+    case = make_case(FP8, DEV, shrink=True, seed=8, q_lens=[9, 0, 14], kv_lens=[20, 3, 14], head_dim=64,
+                     with_sinks=with_sinks, window_size_left=8 if with_sinks else -1)
+    case.inputs["out_dtype"] = torch.float16
+    SPEC.check(case)
+
+
+def test_split_kv_ragged():
+    """Forced splits over ragged requests: short requests leave whole splits empty."""
+    with fwd.forced(num_splits=5):
+        SPEC.check(make_case(UNIFORM, DEV, shrink=True, seed=9, q_lens=[1, 2, 0, 1], kv_lens=[47, 3, 9, 0],
+                             head_dim=128))
+
+
+def test_host_bounds_skip_the_sync():
+    """With max_seqlen_q / max_seqlen_kv given the call reads no lengths on the host (larger bounds are
+    fine: they only enlarge the grid)."""
+    case = make_case(UNIFORM, DEV, shrink=True, seed=10, q_lens=[5, 12], kv_lens=[5, 30], head_dim=64)
+    case.inputs.update(max_seqlen_q=40, max_seqlen_kv=64)
+    SPEC.check(case)
+
+
+def test_strided_views():
+    """q/k/v as head-sliced views of a fused qkv tensor (only the last dim contiguous)."""
+    case = make_case(UNIFORM, DEV, shrink=True, seed=11, q_lens=[6, 10], kv_lens=[6, 10], heads=(4, 2),
+                     head_dim=64)
+    qkv = testing.randn((16, 9, 64), torch.float16, DEV, testing.generator(3))
+    case.inputs.update(q=qkv[:, 0:4], k=qkv[:, 4:6], v=qkv[:, 7:9])
+    SPEC.check(case)
+
+
+def test_split_heuristic_on_132_sms():
+    """Decode-sized grids get KV splits (>= 256 keys each), full grids none."""
+    assert fwd.choose_splits(programs=4, max_kv=262144, sms=132) == 66  # qwen3-30b-256k: B·H_kv = 4
+    assert fwd.choose_splits(programs=4, max_kv=1024, sms=132) == 4
+    assert fwd.choose_splits(programs=32, max_kv=2048, sms=132) == 8  # falcon: 32 requests, 1 KV head
+    assert fwd.choose_splits(programs=128, max_kv=4096, sms=132) == 1  # llama-70b-4k: 16 × 8
+    assert fwd.choose_splits(programs=512, max_kv=512, sms=132) == 1
+    assert fwd.choose_splits(programs=8, max_kv=300, sms=132) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "fp8"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256, 512])
+def test_every_config_ragged_gpu(dtype, head_dim):
+    """Every prefill config on a ragged causal batch with q_len > kv_len, empty requests, sinks and a window."""
+    w = {"f16": UNIFORM, "bf16": ROWS["llama-8b-uniform/bf16"], "fp8": FP8}[dtype]
+    q_lens, kv_lens = [300, 1, 0, 77, 500], [700, 1000, 50, 77, 200]
+    for cfg in fwd.configs_for(head_dim, 1200, fp8=dtype == "fp8"):
+        for params in ({}, {"window_size_left": 128, "softcap": 30.0}):
+            with fwd.forced(config=cfg):
+                case = make_case(w, DEV, seed=12, q_lens=q_lens, kv_lens=kv_lens, heads=(16, 4), head_dim=head_dim,
+                                 with_sinks=True, **params)
+                try:
+                    SPEC.check(case)
+                except AssertionError as e:
+                    raise AssertionError(f"config {cfg.name}, {params}: {e}") from None
+
+
+# --- bad input --------------------------------------------------------------------------------------
+
+
+def _bad(row=UNIFORM, **changes):
+    case = make_case(row, DEV, shrink=True, q_lens=[4, 6], kv_lens=[8, 8], head_dim=64, heads=(4, 2),
+                     with_sinks=True)
+    case.inputs.update(changes)
+    return case.inputs
+
+
+def _t(shape, dtype=torch.float16):
+    return torch.randn(shape, device=DEV).to(dtype)
+
+
+def _i32(values):
+    return torch.tensor(values, dtype=torch.int32, device=DEV)
+
+
+BAD_INPUTS = {
+    "q 4 dims": (lambda: _bad(q=_t((1, 10, 4, 64))), ValueError, "q: expected 3 dims"),
+    "k heads": (lambda: _bad(k=_t((16, 3, 64)), v=_t((16, 3, 64))), ValueError, "k: H_kv=3 must divide"),
+    "v shape": (lambda: _bad(v=_t((16, 2, 32))), ValueError, "v: expected shape"),
+    "cu dtype": (lambda: _bad(cu_seqlens_q=torch.tensor([0, 4, 10], device=DEV)), TypeError,
+                 "cu_seqlens_q: expected dtype int32"),
+    "cu lengths differ": (lambda: _bad(cu_seqlens_kv=_i32([0, 16])), ValueError,
+                          r"cu_seqlens_kv: expected shape \(3,\)"),
+    "cu start": (lambda: _bad(cu_seqlens_q=_i32([1, 4, 10])), ValueError, "cu_seqlens_q: must start at 0"),
+    "cu decreasing": (lambda: _bad(cu_seqlens_kv=_i32([0, 12, 8])), ValueError,
+                      "cu_seqlens_kv: must be non-decreasing"),
+    "cu total": (lambda: _bad(cu_seqlens_q=_i32([0, 4, 9])), ValueError,
+                 "cu_seqlens_q: last entry must equal the packed length 10"),
+    "sinks shape": (lambda: _bad(sinks=torch.zeros(2, device=DEV)), ValueError, "sinks: expected shape"),
+    "sinks dtype": (lambda: _bad(sinks=torch.zeros(4, device=DEV).half()), TypeError, "sinks: expected dtype float32"),
+    "fp8 scale rows": (lambda: _bad(FP8, q_scale=torch.ones(3, 2, device=DEV)), ValueError, "q_scale: expected shape"),
+    "fp8 without out_dtype": (lambda: _bad(FP8, out_dtype=None), TypeError, "out_dtype: fp8 inputs need"),
+    "max_seqlen_q too small": (lambda: _bad(max_seqlen_q=3, max_seqlen_kv=8), ValueError,
+                               "max_seqlen_q: 3 is below the longest query length 6"),
+    "rope table short": (lambda: _bad(pos_encoding_mode="rope", rope_cos=_t((7, 32)), rope_sin=_t((7, 32))),
+                         ValueError, "rope_cos: 7 rows cannot cover key positions up to 7"),
+    "negative softcap": (lambda: _bad(softcap=-2.0), ValueError, "softcap: must be None or >= 0"),
+    "window not int": (lambda: _bad(window_size_right=1.5), ValueError, "window_size_right: must be an int"),
+    "is_causal not bool": (lambda: _bad(is_causal=1), TypeError, "is_causal: expected a bool"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_INPUTS)
+def test_bad_input_is_rejected(name):
+    make_inputs, error, message = BAD_INPUTS[name]
+    with pytest.raises(error, match=message):
+        gqa_varlen_fwd(**make_inputs())
