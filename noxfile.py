@@ -85,6 +85,6 @@ def build(session: nox.Session):
 
 @nox.session
 def lint(session: nox.Session):
-    session.install("ruff")
+    session.install("ruff==0.17.6")
     session.run("ruff", "check", ".")
     session.run("python", "tools/check_layout.py")

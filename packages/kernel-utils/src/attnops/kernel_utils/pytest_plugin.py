@@ -10,6 +10,9 @@ from . import runtime
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (bf16, full size, TMA, warp specialization)")
+    # Triton 3.6's interpreter converts 1-element arrays to scalars, deprecated in NumPy (pinned < 2.4).
+    message = "Conversion of an array with ndim > 0 to a scalar"
+    config.addinivalue_line("filterwarnings", f"ignore:{message}:DeprecationWarning")
 
 
 def pytest_collection_modifyitems(config, items):
