@@ -1,0 +1,341 @@
+"""Peers of the attn-core family.
+
+Each adapter translates our call faithfully (bottom-right causal alignment, windows, softcap, sinks,
+fp8 scales, RoPE tables) or raises ``Unsupported`` naming what it cannot express. Plans, index tensors and
+compilation happen in the adapter (outside the timed call); the runner only launches.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from attnops.kernel_utils.fp8 import E4M3
+from attnops.kernel_utils.opspec import Case
+
+from . import Runner, Unsupported, adapter, require
+
+# =====================================================================================================
+# GQADenseFwd / GQAVarlenFwd (dense BSHD and packed THD forward)
+# =====================================================================================================
+
+DENSE, VARLEN = "GQADenseFwd", "GQAVarlenFwd"
+_WORKSPACE: dict[str, torch.Tensor] = {}
+
+
+@dataclass
+class _Call:
+    """One dense or varlen call in packed (THD) terms, with host-side lengths."""
+
+    dense: bool
+    q: torch.Tensor  # [T_q, H, D] (dense: a view of [B, S_q, H, D])
+    k: torch.Tensor
+    v: torch.Tensor
+    out_shape: tuple[int, ...]
+    q_lens: list[int]
+    kv_lens: list[int]
+    cu_q: torch.Tensor
+    cu_kv: torch.Tensor
+    H: int
+    H_kv: int
+    D: int
+    causal: bool
+    wl: int
+    wr: int
+    softcap: float
+    sm_scale: float
+    rope: bool
+    rotary_dim: int
+    interleaved: bool
+    sinks: torch.Tensor | None
+    fp8: bool
+    out_dtype: torch.dtype
+
+    @property
+    def group(self) -> int:
+        return self.H // self.H_kv
+
+
+def _call(case: Case) -> _Call:
+    a = case.inputs
+    q, k, v = a["q"], a["k"], a["v"]
+    dense = q.dim() == 4
+    dev = q.device
+    if dense:
+        B, S_q, H, D = q.shape
+        S_kv, H_kv = k.shape[1], k.shape[2]
+        q_lens, kv_lens = [S_q] * B, [S_kv] * B
+        qp, kp, vp = q.reshape(B * S_q, H, D), k.reshape(B * S_kv, H_kv, D), v.reshape(B * S_kv, H_kv, D)
+        cu_q = torch.arange(B + 1, dtype=torch.int32, device=dev) * S_q
+        cu_kv = torch.arange(B + 1, dtype=torch.int32, device=dev) * S_kv
+    else:
+        _, H, D = q.shape
+        H_kv = k.shape[1]
+        q_lens, kv_lens = list(case.meta["q_lens"]), list(case.meta["kv_lens"])
+        qp, kp, vp = q, k, v
+        cu_q, cu_kv = a["cu_seqlens_q"], a["cu_seqlens_kv"]
+    rope = a.get("pos_encoding_mode", "none") == "rope"
+    return _Call(
+        dense=dense, q=qp, k=kp, v=vp, out_shape=tuple(q.shape), q_lens=q_lens, kv_lens=kv_lens, cu_q=cu_q,
+        cu_kv=cu_kv, H=H, H_kv=H_kv, D=D, causal=a.get("is_causal", True), wl=a.get("window_size_left", -1),
+        wr=a.get("window_size_right", -1), softcap=float(a.get("softcap") or 0.0),
+        sm_scale=a.get("sm_scale") or 1.0 / math.sqrt(D), rope=rope,
+        rotary_dim=(a.get("rotary_dim") or D) if rope else 0, interleaved=a.get("rope_layout") == "interleaved",
+        sinks=a.get("sinks"), fp8=q.dtype == E4M3, out_dtype=a.get("out_dtype") or q.dtype,
+    )
+
+
+def _standard_rope_tables(c: _Call, case: Case, theta: float = 1e4) -> bool:
+    """Whether the caller's tables are ``pos · theta^(−2m/R)`` (what a peer's built-in RoPE computes)."""
+    cos = case.inputs["rope_cos"]
+    n = cos.shape[0]
+    inv = theta ** (-torch.arange(0, c.rotary_dim, 2, dtype=torch.float64, device=cos.device) / c.rotary_dim)
+    ang = torch.arange(n, dtype=torch.float64, device=cos.device)[:, None] * inv[None, :]
+    return bool(torch.allclose(cos.double(), ang.cos(), atol=1e-2)
+                and torch.allclose(case.inputs["rope_sin"].double(), ang.sin(), atol=1e-2))
+
+
+def _runner(run, c: _Call, note: str = "", setup_s: float = 0.0, post=None) -> Runner:
+    """A Runner whose output is reshaped back to the op's layout (a view, no copy in the timed call)."""
+    last: dict[str, torch.Tensor] = {}
+
+    def go():
+        last["o"] = run()
+
+    def outputs():
+        o = last["o"]
+        if post is not None:
+            o = post(o)
+        return {"o": o.reshape(c.out_shape)}
+
+    return Runner(go, outputs, note=note, setup_s=setup_s)
+
+
+def _workspace(dev) -> torch.Tensor:
+    if "fi" not in _WORKSPACE:
+        _WORKSPACE["fi"] = torch.zeros(256 << 20, dtype=torch.uint8, device=dev)
+    return _WORKSPACE["fi"]
+
+
+# --- vLLM FA3 ---------------------------------------------------------------------------------------
+
+
+def _fa3(case: Case) -> Runner:
+    fa = require("vllm_flash_attn")
+    c = _call(case)
+    if c.rope:
+        raise Unsupported("vLLM FA3 varlen has no RoPE (its rotary path is flash_attn_with_kvcache, not in this build)")
+    if c.D > 256:
+        raise Unsupported(f"FA3 head dim <= 256, got {c.D}")
+    if c.fp8 and c.out_dtype != torch.bfloat16:
+        raise Unsupported("FA3 fp8 attention outputs bf16 only")
+    kwargs = {}
+    if c.fp8:
+        a = case.inputs
+        kwargs.update(q_descale=a["q_scale"], k_descale=a["k_scale"], v_descale=a["v_scale"])  # [B, H_kv]
+    note = ""
+    if c.sinks is not None:
+        if c.H > 64:
+            raise Unsupported("FA3 s_aux (sinks) supports at most 64 query heads")
+        kwargs["s_aux"] = c.sinks.to(torch.bfloat16)
+        note = "sinks rounded to bf16 (FA3 s_aux)"
+    window = [c.wl, 0 if c.causal else c.wr]
+    max_q, max_kv = max(c.q_lens, default=0), max(c.kv_lens, default=0)
+
+    def run():
+        return fa.flash_attn_varlen_func(c.q, c.k, c.v, max_q, c.cu_q, max_kv, cu_seqlens_k=c.cu_kv,
+                                         softmax_scale=c.sm_scale, causal=c.causal, window_size=window,
+                                         softcap=c.softcap, fa_version=3, **kwargs)
+
+    return _runner(run, c, note=("dense rows packed as uniform varlen; " if c.dense else "") + note)
+
+
+adapter("fa3", DENSE)(_fa3)
+adapter("fa3", VARLEN)(_fa3)
+
+
+# --- FlashInfer -------------------------------------------------------------------------------------
+
+
+def _fi_common(c: _Call, case: Case) -> dict:
+    if c.fp8:
+        raise Unsupported("FlashInfer fp8 prefill/decode take per-tensor scales, not per-[B, H_kv]")
+    if c.sinks is not None:
+        raise Unsupported("sinks need FlashInfer's attention-sink wrapper (not in the shipped build)")
+    if c.D not in (64, 128, 256):
+        raise Unsupported(f"FlashInfer head dim 64/128/256, got {c.D}")
+    if c.wr >= 0 and not c.causal:
+        raise Unsupported("FlashInfer has no right window")
+    kw = {"window_left": c.wl, "logits_soft_cap": c.softcap or None, "sm_scale": c.sm_scale}
+    if c.rope:
+        if c.interleaved or c.rotary_dim != c.D or not _standard_rope_tables(c, case):
+            raise Unsupported("FlashInfer ROPE_LLAMA rotates all of D (NeoX) with its own tables")
+        kw.update(pos_encoding_mode="ROPE_LLAMA", rope_theta=1e4, rope_scale=1.0)
+    return kw
+
+
+def _flashinfer(case: Case) -> Runner:
+    fi = require("flashinfer")
+    c = _call(case)
+    kw = _fi_common(c, case)
+    dt = c.q.dtype
+    ws = _workspace(c.q.device)
+    t0 = time.perf_counter()
+    decode = c.dense and c.out_shape[1] == 1
+    if decode:
+        # Dense K/V [B, S_kv, H_kv, D] is a paged NHD cache of B pages of S_kv tokens: no copy.
+        B, S_kv = len(c.kv_lens), c.kv_lens[0] if c.kv_lens else 0
+        dev = c.q.device
+        w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=c.group > 8)
+        w.plan(torch.arange(B + 1, dtype=torch.int32, device=dev), torch.arange(B, dtype=torch.int32, device=dev),
+               torch.full((B,), S_kv, dtype=torch.int32, device=dev), c.H, c.H_kv, c.D, S_kv,
+               q_data_type=dt, kv_data_type=dt, **kw)
+        k_cache = case.inputs["k"]
+        v_cache = case.inputs["v"]
+        q = c.q.reshape(B, c.H, c.D)
+        run = lambda: w.run(q, (k_cache, v_cache))
+        note = "dense decode as one page of S_kv tokens per request"
+    else:
+        w = fi.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD", backend="auto")
+        w.plan(c.cu_q, c.cu_kv, c.H, c.H_kv, c.D, causal=c.causal, q_data_type=dt, kv_data_type=dt, **kw)
+        run = lambda: w.run(c.q, c.k, c.v)
+        note = "ragged prefill" + (" (dense rows packed)" if c.dense else "")
+    run()  # JIT / first-use setup outside the timing
+    torch.cuda.synchronize()
+    return _runner(run, c, note=note, setup_s=time.perf_counter() - t0)
+
+
+adapter("flashinfer", DENSE)(_flashinfer)
+adapter("flashinfer", VARLEN)(_flashinfer)
+
+
+# --- torch SDPA (cuDNN / flash backends), dense only ------------------------------------------------
+
+
+def _sdpa(case: Case, backend_name: str) -> Runner:
+    c = _call(case)
+    if not c.dense:
+        raise Unsupported("SDPA has no packed varlen entry point")
+    if c.fp8 or c.rope or c.softcap or c.sinks is not None or c.wl >= 0 or c.wr >= 0:
+        raise Unsupported("SDPA: no fp8 scales / RoPE / softcap / sinks / windows")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, backend_name)
+    B, S_q, H, D = c.out_shape
+    S_kv = c.kv_lens[0] if c.kv_lens else 0
+    if c.causal and S_q not in (1, S_kv):
+        raise Unsupported("SDPA is_causal is top-left aligned; bottom-right needs S_q == S_kv (or S_q == 1)")
+    is_causal = c.causal and S_q == S_kv and S_q > 1  # S_q == 1 bottom-right: every key visible
+    a = case.inputs
+    q, k, v = a["q"].transpose(1, 2), a["k"].transpose(1, 2), a["v"].transpose(1, 2)
+    note = ""
+
+    def call(kk, vv, gqa):
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(q, kk, vv, is_causal=is_causal, scale=c.sm_scale,
+                                                                    enable_gqa=gqa)
+
+    try:
+        call(k, v, c.group > 1)
+        run = lambda: call(k, v, c.group > 1)
+    except RuntimeError as e:
+        if c.group == 1:
+            raise Unsupported(f"SDPA {backend_name}: {str(e).splitlines()[0][:200]}") from None
+        ke, ve = k.repeat_interleave(c.group, 1), v.repeat_interleave(c.group, 1)
+        try:
+            call(ke, ve, False)
+        except RuntimeError as e2:
+            raise Unsupported(f"SDPA {backend_name}: {str(e2).splitlines()[0][:200]}") from None
+        run = lambda: call(ke, ve, False)
+        note = "KV heads expanded before the call (no enable_gqa on this backend)"
+    if q.is_cuda:
+        torch.cuda.synchronize()
+    return _runner(run, c, note=note, post=lambda o: o.transpose(1, 2))
+
+
+adapter("sdpa-cudnn", DENSE)(lambda case: _sdpa(case, "CUDNN_ATTENTION"))
+adapter("sdpa-flash", DENSE)(lambda case: _sdpa(case, "FLASH_ATTENTION"))
+
+
+# --- flex_attention ----------------------------------------------------------------------------------
+
+
+def _flex(case: Case) -> Runner:
+    c = _call(case)
+    if c.fp8 or c.rope or c.sinks is not None:
+        raise Unsupported("flex_attention: no fp8 scales / RoPE tables / sinks")
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    dev = c.q.device
+    big = 1 << 30
+    wl = c.wl if c.wl >= 0 else big
+    wr = min(0 if c.causal else big, c.wr if c.wr >= 0 else big)
+    if c.dense:
+        a = case.inputs
+        B, S_q = c.out_shape[0], c.out_shape[1]
+        S_kv = c.kv_lens[0] if c.kv_lens else 0
+        shift = S_kv - S_q
+        q, k, v = a["q"].transpose(1, 2), a["k"].transpose(1, 2), a["v"].transpose(1, 2)
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            p = q_idx + shift
+            return (kv_idx <= p + wr) & (kv_idx >= p - wl)
+
+        q_len, kv_len, batch = S_q, S_kv, B
+    else:
+        # Packed requests as one sequence with per-token request ids (document masking).
+        lens_q = torch.tensor(c.q_lens, device=dev)
+        lens_kv = torch.tensor(c.kv_lens, device=dev)
+        req_q = torch.repeat_interleave(torch.arange(len(c.q_lens), device=dev), lens_q)
+        req_kv = torch.repeat_interleave(torch.arange(len(c.kv_lens), device=dev), lens_kv)
+        pos_q = torch.arange(req_q.numel(), device=dev) - c.cu_q.long()[req_q] + (lens_kv - lens_q)[req_q]
+        pos_kv = torch.arange(req_kv.numel(), device=dev) - c.cu_kv.long()[req_kv]
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            p = pos_q[q_idx]
+            j = pos_kv[kv_idx]
+            return (req_q[q_idx] == req_kv[kv_idx]) & (j <= p + wr) & (j >= p - wl)
+
+        q, k, v = c.q.transpose(0, 1)[None], c.k.transpose(0, 1)[None], c.v.transpose(0, 1)[None]
+        q_len, kv_len, batch = c.q.shape[0], c.k.shape[0], 1
+    score_mod = None
+    if c.softcap:
+        cap = c.softcap
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return cap * torch.tanh(score / cap)
+
+    t0 = time.perf_counter()
+    block_mask = create_block_mask(mask_mod, batch, None, q_len, kv_len, device=dev)
+    flex = torch.compile(flex_attention, dynamic=False)
+    run = lambda: flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=c.sm_scale, enable_gqa=c.group > 1)
+    run()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    post = (lambda o: o.transpose(1, 2)) if c.dense else (lambda o: o[0].transpose(0, 1))
+    return _runner(run, c, note="block mask built outside the timing", setup_s=time.perf_counter() - t0, post=post)
+
+
+adapter("flex", DENSE)(_flex)
+adapter("flex", VARLEN)(_flex)
+
+
+# --- eager torch ---------------------------------------------------------------------------------------
+
+
+def _torch_ref(case: Case) -> Runner:
+    """The plain-torch reference computed in the 16-bit output dtype (per request, all heads batched)."""
+    from attnops.attn_core.gqa_dense_fwd.reference import gqa_dense_fwd_ref
+    from attnops.attn_core.gqa_varlen_fwd.reference import gqa_varlen_fwd_ref
+
+    c = _call(case)
+    ref = gqa_dense_fwd_ref if c.dense else gqa_varlen_fwd_ref
+    run = lambda: ref(**case.inputs, compute_dtype=c.out_dtype)
+    return _runner(run, c, note="eager, loops over requests and KV heads")
+
+
+adapter("torch-ref", DENSE)(_torch_ref)
+adapter("torch-ref", VARLEN)(_torch_ref)
