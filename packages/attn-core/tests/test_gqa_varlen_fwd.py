@@ -120,12 +120,35 @@ def test_split_kv_ragged():
                              head_dim=128))
 
 
-def test_host_bounds_skip_the_sync():
-    """With max_seqlen_q / max_seqlen_kv given the call reads no lengths on the host (larger bounds are
-    fine: they only enlarge the grid)."""
+@pytest.mark.parametrize("bounds", [(None, None), (40, 64)], ids=["read-lengths", "loose-bounds"])
+def test_host_length_bounds(bounds):
+    """Without max_seqlen_q / max_seqlen_kv the call reads cu_seqlens on the host; given bounds (the seed
+    cases pass the exact maxima, as serving engines do) may be loose: they only enlarge the grid."""
     case = make_case(UNIFORM, DEV, shrink=True, seed=10, q_lens=[5, 12], kv_lens=[5, 30], head_dim=64)
-    case.inputs.update(max_seqlen_q=40, max_seqlen_kv=64)
+    case.inputs.update(max_seqlen_q=bounds[0], max_seqlen_kv=bounds[1])
     SPEC.check(case)
+
+
+def test_config_that_does_not_fit_falls_through(monkeypatch):
+    """A config the GPU cannot hold (OutOfResources, raised before anything runs) hands over to the next."""
+    import triton
+
+    tried = []
+    real = fwd._launch
+
+    def fake(p, cfg):
+        tried.append(cfg)
+        if len(tried) == 1:
+            raise triton.runtime.errors.OutOfResources(300000, 232448, "shared memory")
+        real(p, cfg)
+
+    monkeypatch.setattr(fwd, "_launch", fake)
+    monkeypatch.setattr(fwd, "_FITS", {})
+    case = make_case(UNIFORM, DEV, shrink=True, seed=13, q_lens=[40, 50], kv_lens=[40, 50], head_dim=64)
+    SPEC.check(case)
+    SPEC.check(case)
+    assert tried == [fwd.PREFILL_CONFIGS[64][0], fwd.PREFILL_CONFIGS[64][1], fwd.PREFILL_CONFIGS[64][1]]
+    assert fwd._FITS == {(64, False, False): 1}
 
 
 def test_strided_views():

@@ -79,9 +79,10 @@ def configs_for(head_dim: int, rows_per_request: int, fp8: bool = False) -> tupl
     d = _dim_class(head_dim)
     if is_decode(rows_per_request):
         bm = max(16, triton.next_power_of_2(max(rows_per_request, 1)))
-        cs = tuple(FwdConfig(bm, c.block_n, c.num_warps, c.num_stages) for c in DECODE_CONFIGS[d])
+        # fp8 decode is memory-bound: upcasting Q/K costs nothing, so the fp8-MMA variant comes last
+        cs = tuple(FwdConfig(bm, c.block_n, c.num_warps, c.num_stages, fp8_dot=not fp8) for c in DECODE_CONFIGS[d])
         if fp8:
-            cs += tuple(FwdConfig(c.block_m, c.block_n, c.num_warps, c.num_stages, fp8_dot=False) for c in cs[:1])
+            cs += (FwdConfig(bm, cs[0].block_n, cs[0].num_warps, cs[0].num_stages, fp8_dot=True),)
         return cs
     return (FP8_PREFILL_CONFIGS if fp8 else PREFILL_CONFIGS)[d]
 
@@ -146,17 +147,46 @@ def _bsh_strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
     return (0, t.stride(0), t.stride(1)) if varlen else (t.stride(0), t.stride(1), t.stride(2))
 
 
+# (head-dim class, decode?, fp8?) -> index of the first config that compiled within the GPU's resources
+_FITS: dict[tuple[int, bool, bool], int] = {}
+
+
 def launch(p: Problem) -> None:
+    """Launch the forward (and the combine when split). Without a forced config, the first config of
+    ``configs_for`` is used; one that exceeds the GPU's shared memory / registers (``OutOfResources``,
+    raised before anything runs) falls through to the next, and the choice is remembered."""
+    q, k = p.q, p.k
+    total_tokens = q.shape[0] if p.varlen else q.shape[0] * q.shape[1]
+    if total_tokens == 0 or p.batch == 0:
+        return
+    D, G = q.shape[-1], q.shape[-2] // k.shape[-2]
+    fp8 = q.dtype == E4M3
+    rows = max(p.max_q, 0) * G
+    if _FORCED.get("config") is not None:
+        _launch(p, _FORCED["config"])
+        return
+    cands = configs_for(D, rows, fp8)
+    key = (_dim_class(D), is_decode(rows), fp8)
+    first = _FITS.get(key, 0)
+    for i in range(first, len(cands)):
+        try:
+            _launch(p, cands[i])
+        except triton.runtime.errors.OutOfResources:
+            if i == len(cands) - 1:
+                raise
+            continue
+        _FITS[key] = i
+        return
+
+
+def _launch(p: Problem, cfg: FwdConfig) -> None:
     q, k, v, o = p.q, p.k, p.v, p.out
     H, D = q.shape[-2], q.shape[-1]
     H_kv = k.shape[-2]
     G = H // H_kv
     total_tokens = q.shape[0] if p.varlen else q.shape[0] * q.shape[1]
-    if total_tokens == 0 or p.batch == 0:
-        return
     fp8 = q.dtype == E4M3
     rows = max(p.max_q, 0) * G
-    cfg = _FORCED.get("config") or configs_for(D, rows, fp8)[0]
     num_m_blocks = max(1, triton.cdiv(rows, cfg.block_m))
     # programs that do work: a varlen batch holds at most cdiv(T_q·G, BLOCK_M) + B non-empty blocks
     programs = min(p.batch * num_m_blocks, triton.cdiv(total_tokens * G, cfg.block_m) + p.batch) * H_kv

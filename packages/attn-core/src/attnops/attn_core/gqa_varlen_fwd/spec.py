@@ -72,6 +72,9 @@ def make_case(
     inputs.update(p)
     if out_dtype is not None:
         inputs["out_dtype"] = out_dtype
+    # host bounds, as a serving engine passes them: the call reads no lengths back from the device
+    inputs.setdefault("max_seqlen_q", max(ql, default=0))
+    inputs.setdefault("max_seqlen_kv", max(kl, default=0))
     return Case(inputs, outputs=("o",), label=w.id, meta={"q_lens": ql, "kv_lens": kl})
 
 
