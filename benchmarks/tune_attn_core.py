@@ -1,0 +1,99 @@
+"""Sweep the tile configs and split-KV counts of the GQADenseFwd / GQAVarlenFwd kernel on the GPU: every
+config's output is checked against the reference, then timed like the benchmark (device time, cold L2).
+Prints, per seed row, the default choice and its time and the best (config, splits) found; writes JSON.
+
+    python -m benchmarks.tune_attn_core --filter GQADense --out /tmp/tune-attn-core.json
+    python -m benchmarks.tune_attn_core --filter llama-8b-uniform/bf16 --iters 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+import triton
+
+from attnops.attn_core.flash_fwd import launch as fwd
+from attnops.attn_core.specs import SPECS
+from attnops.kernel_utils import runtime
+from attnops.kernel_utils.fp8 import E4M3
+
+from .timing import L2Flusher, profile_iterations
+
+OPS = ("GQADenseFwd", "GQAVarlenFwd")
+
+
+def _shape(case):
+    a = case.inputs
+    q, k = a["q"], a["k"]
+    D, G = q.shape[-1], q.shape[-2] // k.shape[-2]
+    max_q = max(case.meta["q_lens"], default=0)
+    max_kv = max(case.meta["kv_lens"], default=0)
+    return D, G, max_q, max_kv, q.dtype == E4M3
+
+
+def _split_options(case, cfg) -> tuple[int, list[int]]:
+    D, G, max_q, max_kv, _ = _shape(case)
+    a = case.inputs
+    batch = len(case.meta["q_lens"])
+    total = a["q"].shape[0] if a["q"].dim() == 3 else a["q"].shape[0] * a["q"].shape[1]
+    h_kv = a["k"].shape[-2]
+    m_blocks = max(1, triton.cdiv(max_q * G, cfg.block_m))
+    programs = min(batch * m_blocks, triton.cdiv(total * G, cfg.block_m) + batch) * h_kv
+    default = fwd.choose_splits(programs, max_kv, runtime.num_sms())
+    opts = {default, 1}
+    if default > 1:
+        opts |= {max(1, default // 2), min(fwd.MAX_SPLITS, default * 2)}
+    return default, sorted(opts)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--filter", default="", help="only rows whose id contains this")
+    p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--out", default="tune-attn-core.json")
+    args = p.parse_args()
+    flush = L2Flusher()
+    results = []
+    for spec in SPECS:
+        if spec.name not in OPS:
+            continue
+        for w in spec.workloads:
+            if args.filter not in w.id:
+                continue
+            case = spec.make_case(w, torch.device("cuda"), False, 0)
+            expected = case.fresh().run(spec.reference)
+            D, G, max_q, _, fp8 = _shape(case)
+            cands = fwd.configs_for(D, max_q * G, fp8)
+            timed, failed = {}, {}
+            for cfg in cands:
+                for splits in _split_options(case, cfg)[1]:
+                    key = f"{cfg.name}/s{splits}"
+                    try:
+                        with fwd.forced(config=cfg, num_splits=splits):
+                            spec.compare(case.fresh().run(spec.fn), expected, case)
+                            fn = lambda: spec.fn(**case.inputs)  # noqa: B023
+                            fn()
+                            timed[key] = statistics.median(profile_iterations(fn, args.iters, flush))
+                    except Exception as e:  # a config that does not compile or fails the check is reported
+                        failed[key] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            default = f"{cands[0].name}/s{_split_options(case, cands[0])[0]}"  # unless it did not fit
+            fn = lambda: spec.fn(**case.inputs)  # noqa: B023
+            fn()
+            default_ms = statistics.median(profile_iterations(fn, args.iters, flush))
+            best = min(timed, key=timed.get) if timed else None
+            rec = {"id": w.id, "default_ms": default_ms, "best": best, "best_ms": timed.get(best), "all": timed,
+                   "failed": failed, "first_candidate": default}
+            results.append(rec)
+            print(f"{w.id:58s} default {default_ms * 1e3:8.1f} us   best {best} "
+                  f"{(timed.get(best) or float('nan')) * 1e3:8.1f} us   failed {len(failed)}", flush=True)
+            for key, why in failed.items():
+                print(f"    FAILED {key}: {why}", flush=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
