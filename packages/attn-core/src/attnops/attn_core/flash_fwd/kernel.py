@@ -111,13 +111,15 @@ def gqa_fwd_kernel(
     VARLEN: tl.constexpr, SPLIT: tl.constexpr, IS_FP8: tl.constexpr, FP8_DOT: tl.constexpr,
     COMPUTE_BF16: tl.constexpr, SOFTCAP: tl.constexpr, HAS_SINK: tl.constexpr,
     ROPE: tl.constexpr, ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr, EXACT_DOT: tl.constexpr,
+    WRITE_LSE: tl.constexpr = False,
 ):
     """Grid ``(num_m_blocks, H_kv, B · num_splits)``; m-blocks run last-first (causal: longest first).
 
     Dense: lengths ``S_q / S_kv``, batch strides. Varlen (``VARLEN``): lengths from ``cu_q / cu_kv``,
     batch strides 0. Output ``o_ptr`` (out dtype, strides ``stride_o*``) or, with ``SPLIT``, the fp32
     workspace ``[num_splits, T_total, H, HEAD_DIM]`` with ``lse_ptr`` ``[num_splits, T_total, H]``.
-    ``EXACT_DOT``: interpreter only (fp32 operands, same products, BLAS speed)."""
+    ``EXACT_DOT``: interpreter only (fp32 operands, same products, BLAS speed). ``WRITE_LSE`` (not with
+    ``SPLIT``): also store each row's base-2 lse (``-inf`` for empty rows) at ``lse_ptr``."""
     pid_m = num_m_blocks - 1 - tl.program_id(0)
     kv_head = tl.program_id(1)
     pid_z = tl.program_id(2)
@@ -229,6 +231,12 @@ def gqa_fwd_kernel(
         if HAS_SINK:
             sink2 = tl.load(sink_ptr + head, mask=row_mask, other=0.0) * LOG2E_C
             acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)
+        if WRITE_LSE:  # base-2 lse for the backward (GQABwd): dense [B, H, S_q], varlen [H, T_total]
+            if VARLEN:
+                lse_rows = head.to(tl.int64) * T_total + tok0 + t
+            else:
+                lse_rows = (b64 * H + head) * S_q + t
+            tl.store(lse_ptr + lse_rows, row_lse2(m_i, l_i), mask=row_mask)
         o = normalize_rows(acc, l_i) * v_scale
         o_rows = b64 * stride_ob + (q_start + t).to(tl.int64) * stride_ot + head.to(tl.int64) * stride_oh
         tl.store(o_ptr + o_rows[:, None] + offs_d[None, :], o.to(o_ptr.dtype.element_ty), mask=q_mask)

@@ -141,6 +141,7 @@ class Problem:
     wr: int = 1 << 30
     sm_scale: float = 1.0
     softcap: float = 0.0
+    lse: torch.Tensor | None = None  # optional f32 base-2 lse output (dense [B, H, S_q]); forces one split
 
 
 def _bsh_strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
@@ -192,6 +193,8 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
     programs = min(p.batch * num_m_blocks, triton.cdiv(total_tokens * G, cfg.block_m) + p.batch) * H_kv
     kv_span = p.max_kv if p.wl >= p.max_kv else min(p.max_kv, p.wl + p.max_q + 1)
     num_splits = _FORCED.get("num_splits") or choose_splits(programs, kv_span, runtime.num_sms())
+    if p.lse is not None:
+        num_splits = 1
     split = num_splits > 1
     block_d = triton.next_power_of_2(D)
 
@@ -208,7 +211,7 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
     S_kv = 0 if p.varlen else k.shape[1]
     grid = (num_m_blocks, H_kv, p.batch * num_splits)
     gqa_fwd_kernel[grid](
-        q, k, v, dst, ws_lse if split else dummy,
+        q, k, v, dst, ws_lse if split else (p.lse if p.lse is not None else dummy),
         p.cu_q if p.varlen else dummy, p.cu_kv if p.varlen else dummy,
         p.q_scale if fp8 else dummy, p.k_scale if fp8 else dummy, p.v_scale if fp8 else dummy,
         p.rope_cos if p.rope_cos is not None else dummy, p.rope_sin if p.rope_sin is not None else dummy,
@@ -221,7 +224,7 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
         VARLEN=p.varlen, SPLIT=split, IS_FP8=fp8, FP8_DOT=fp8 and cfg.fp8_dot,
         COMPUTE_BF16=o.dtype == torch.bfloat16, SOFTCAP=softcap > 0, HAS_SINK=p.sinks is not None and not split,
         ROPE=p.rope_cos is not None, ROTARY_DIM=p.rotary_dim or D, INTERLEAVED=p.interleaved,
-        EXACT_DOT=runtime.interpreting(),
+        EXACT_DOT=runtime.interpreting(), WRITE_LSE=p.lse is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split:
