@@ -3,5 +3,6 @@
 import attnops.kernel_utils  # noqa: F401  (first: selects the interpreter on CPU-only machines)
 
 from .__about__ import __version__
+from .topk_select_fwd import topk_select_fwd
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "topk_select_fwd"]

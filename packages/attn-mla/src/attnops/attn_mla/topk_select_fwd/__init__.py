@@ -1,0 +1,3 @@
+from .op import topk_select_fwd
+
+__all__ = ["topk_select_fwd"]

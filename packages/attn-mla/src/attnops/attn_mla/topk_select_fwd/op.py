@@ -1,0 +1,121 @@
+"""TopKSelectFwd: checks, launch configuration, torch custom-op registration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from attnops.kernel_utils import checks, runtime
+
+from .kernel import topk_select_kernel
+
+
+@dataclass(frozen=True)
+class TopKConfig:
+    block: int  # positions per step of a pass over a row
+    samples: int  # sampled keys per long row (power of two, multiple of 8)
+    slack: tuple[int, int]  # the sample threshold aims at slack[0] / slack[1] × topk survivors
+    cap_factor: int  # candidate slots = cap_factor × next_pow2(topk) (at most max_cap)
+    max_cap: int
+    num_warps: int
+    programs_per_sm: int  # persistent programs launched per SM
+
+    def cap(self, topk: int) -> int:
+        return min(max(256, self.cap_factor * triton.next_power_of_2(topk)), self.max_cap)
+
+    def full_only(self, topk: int) -> bool:
+        """topk too large for the register path: rows longer than topk are selected in memory."""
+        return 2 * topk > self.cap(topk)
+
+
+# Every config the op can pick; tests run each (GPU: full-size rows; CPU: shrunk rows).
+CONFIGS = {
+    "h200": TopKConfig(block=8192, samples=1024, slack=(3, 2), cap_factor=4, max_cap=16384, num_warps=16,
+                       programs_per_sm=2),
+    # Small steps so that shrunk rows still take several steps per pass (interpreter).
+    "interpreter": TopKConfig(block=256, samples=64, slack=(3, 2), cap_factor=4, max_cap=16384, num_warps=4,
+                              programs_per_sm=1),
+    # A threshold aimed below topk: the sample misses on most rows, so the in-memory fallback runs.
+    "fallback": TopKConfig(block=512, samples=128, slack=(1, 4), cap_factor=4, max_cap=16384, num_warps=4,
+                           programs_per_sm=1),
+}
+
+
+def pick_config() -> TopKConfig:
+    return CONFIGS["interpreter" if runtime.interpreting() else "h200"]
+
+
+def launch(index_score, starts, ends, topk: int, out: torch.Tensor, config: TopKConfig) -> torch.Tensor:
+    """Fill ``out`` ([B, S, G, topk] int32, contiguous) with ``config``; inputs already checked."""
+    b, s, s_kv, g = index_score.shape
+    num_rows = b * s * g
+    if num_rows == 0:
+        return out
+    cap = config.cap(topk)
+    nprog = min(num_rows, runtime.num_sms() * config.programs_per_sm)
+    scratch = torch.empty((2, nprog, cap), dtype=torch.int32, device=index_score.device)
+    topk_select_kernel[(nprog,)](
+        index_score, starts, ends, out, scratch[0], scratch[1],
+        num_rows, s, g, s_kv, topk,
+        *index_score.stride()[:2], index_score.stride(2), index_score.stride(3),
+        *starts.stride(), *ends.stride(),
+        BLOCK=config.block, CAP=cap, SAMPLES=config.samples,
+        SLACK_NUM=config.slack[0], SLACK_DEN=config.slack[1], FULL_ONLY=config.full_only(topk),
+        num_warps=config.num_warps,
+    )
+    return out
+
+
+@torch.library.custom_op("attnops::topk_select_fwd", mutates_args=())
+def _topk_select(index_score: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, topk: int) -> torch.Tensor:
+    b, s, _, g = index_score.shape
+    out = torch.empty((b, s, g, topk), dtype=torch.int32, device=index_score.device)
+    return launch(index_score, starts, ends, topk, out, pick_config())
+
+
+@_topk_select.register_fake
+def _(index_score, starts, ends, topk):
+    b, s, _, g = index_score.shape
+    return index_score.new_empty((b, s, g, topk), dtype=torch.int32)
+
+
+def check_inputs(index_score, starts, ends, topk) -> None:
+    dev = runtime.device()
+    checks.check_tensor("index_score", index_score, dtype=torch.float32, ndim=4, device=dev)
+    b, s, s_kv, _ = index_score.shape
+    checks.check_tensor("starts", starts, dtype=torch.int32, shape=(b, s), device=dev)
+    checks.check_tensor("ends", ends, dtype=torch.int32, shape=(b, s), device=dev)
+    if isinstance(topk, bool) or not isinstance(topk, int):
+        raise TypeError(f"topk: expected an int, got {type(topk).__name__}")
+    if not 0 < topk <= s_kv:
+        raise ValueError(f"topk: must satisfy 0 < topk <= S_kv = {s_kv}, got {topk}")
+    if s_kv >= 2**31 - 1:
+        raise ValueError(f"index_score: S_kv = {s_kv} does not fit int32 positions")
+
+
+def topk_select_fwd(index_score: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, topk: int) -> torch.Tensor:
+    """Positions of the ``topk`` largest scores inside each row's window (DeepSeek-V3.2 index top-k).
+
+    Args:
+        index_score: ``[B, S, S_kv, G]`` float32, any strides (e.g. indexer logits).
+        starts, ends: ``[B, S]`` int32: row (b, s) considers positions ``t`` with
+            ``max(starts, 0) <= t < min(ends, S_kv)`` for each of its G groups; an empty window is legal.
+        topk: ``0 < topk <= S_kv``.
+
+    Returns:
+        ``[B, S, G, topk]`` int32 absolute key positions (group axis before topk). A window with fewer
+        than ``topk`` positions is padded with ``S_kv``. Order inside a row is unspecified (this kernel
+        writes ascending positions); ties go to the lower position; in-window −inf scores are eligible;
+        NaN scores are unspecified (a positive NaN ranks above +inf here).
+
+    Example::
+
+        scores = torch.randn(1, 4096, 65536, 1, device="cuda")
+        starts = torch.zeros(1, 4096, dtype=torch.int32, device="cuda")
+        ends = torch.full((1, 4096), 65536, dtype=torch.int32, device="cuda")
+        idx = topk_select_fwd(scores, starts, ends, 2048)  # [1, 4096, 1, 2048]
+    """
+    check_inputs(index_score, starts, ends, topk)
+    return _topk_select(index_score, starts, ends, topk)

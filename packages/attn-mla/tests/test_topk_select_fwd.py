@@ -1,0 +1,153 @@
+"""TopKSelectFwd against its reference: every seed row (shrunk on CPU), each launch config, windows, ties,
+strided and grouped scores, bad input."""
+
+import pytest
+import torch
+
+from attnops.attn_mla import topk_select_fwd
+from attnops.attn_mla.topk_select_fwd import op as topk_op
+from attnops.attn_mla.topk_select_fwd.spec import SPEC, make_case
+from attnops.kernel_utils import runtime, testing
+from attnops.kernel_utils.opspec import Case
+
+DEV = runtime.device()
+ROWS = {w.name: w for w in SPEC.workloads}
+
+
+@pytest.mark.parametrize(
+    "w",
+    [w if SPEC.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in SPEC.workloads],
+    ids=lambda w: w.id,
+)
+def test_seed_row_shrunk(w):
+    """Kernel path per seed row: 3 rows × 3001 keys, topk scaled down with the row (sample path)."""
+    SPEC.check(make_case(w, DEV, shrink=True, seed=hash(w.id) % 1000))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("w", SPEC.workloads, ids=lambda w: w.id)
+def test_seed_row_full_size(w):
+    """Full 32768 × 65536 rows (8.6 GB of scores): the reference loops over rows on the GPU."""
+    SPEC.check(make_case(w, DEV, shrink=False, seed=7))
+
+
+def _with_config(config):
+    def run(index_score, starts, ends, topk):
+        topk_op.check_inputs(index_score, starts, ends, topk)
+        b, s, _, g = index_score.shape
+        out = testing.poisoned((b, s, g, topk), torch.int32, index_score.device)
+        return topk_op.launch(index_score, starts, ends, topk, out, config)
+
+    return run
+
+
+def _check_with(case: Case, config) -> torch.Tensor:
+    ours = case.fresh().run(_with_config(config))
+    SPEC.compare(ours, case.fresh().run(SPEC.reference), case)
+    return ours["indexes"]
+
+
+@pytest.mark.parametrize("name", sorted(topk_op.CONFIGS))
+def test_every_config_shrunk(name):
+    """Each launch config (the H200 one included) on a shrunk row."""
+    _check_with(make_case(ROWS["ds-v32-topk-decode-b1"], DEV, shrink=True, seed=5), topk_op.CONFIGS[name])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(topk_op.CONFIGS))
+@pytest.mark.parametrize("w", SPEC.workloads, ids=lambda w: w.id)
+def test_every_config_full_size(w, name):
+    _check_with(make_case(w, DEV, shrink=False, seed=11), topk_op.CONFIGS[name])
+
+
+def _case(scores: torch.Tensor, starts, ends, topk: int) -> Case:
+    b, s = scores.shape[:2]
+    as_tensor = lambda v: torch.tensor(v, dtype=torch.int32).reshape(b, s).to(DEV)
+    return Case({"index_score": scores.to(DEV), "starts": as_tensor(starts), "ends": as_tensor(ends), "topk": topk},
+                outputs=("indexes",))
+
+
+def _scores(b, s, s_kv, g=1, seed=0):
+    return testing.randn((b, s, s_kv, g), torch.float32, DEV, testing.generator(seed))
+
+
+def test_windows_of_every_kind():
+    """Empty (ends <= starts), clipped at both ends, shorter than topk (padding), exactly topk, long enough
+    for registers only, and long enough for the sample path, in one call with two requests."""
+    s_kv, topk = 1500, 40
+    starts = [[0, 10, 900, -50, 0, 3], [700, 0, 0, 1200, 5, 100]]
+    ends = [[0, 5, 940, 30, 1500, 3000], [1800, 40, 150, 1439, 1400, 101]]
+    case = _case(_scores(2, 6, s_kv, seed=1), starts, ends, topk)
+    for config in (topk_op.pick_config(), topk_op.CONFIGS["fallback"]):
+        got = _check_with(case, config).cpu()
+        assert bool((got[0, 0] == s_kv).all()) and bool((got[0, 1] == s_kv).all()), "empty window pads fully"
+        assert int((got[1, 5] != s_kv).sum()) == 1, "a one-key window selects exactly that key"
+
+
+def test_ties_go_to_the_lower_position():
+    """Scores with 5 distinct values (-inf, -0.0 and +0.0 among them): the tie at the threshold is broken
+    by position, so the set equals the reference's exactly, in the register select (default config) and
+    in the in-memory select (fallback config)."""
+    gen = testing.generator(3)
+    levels = torch.tensor([float("-inf"), -0.0, 0.0, 1.0, 2.0])
+    scores = levels[torch.randint(0, 5, (1, 3, 1800, 1), generator=gen)]
+    case = _case(scores, [[0, 100, 0]], [[1800, 1700, 50]], 300)
+    expected = case.fresh().run(SPEC.reference)["indexes"].cpu()
+    for config in (topk_op.pick_config(), topk_op.CONFIGS["fallback"]):
+        got = _check_with(case, config).cpu()
+        assert torch.equal(got.sort(-1).values, expected.sort(-1).values)
+
+
+def test_all_minus_inf_row_is_still_selected():
+    """In-window −inf scores are eligible: a row of only −inf returns the first topk positions."""
+    scores = torch.full((1, 1, 2000, 1), float("-inf"))
+    case = _case(scores, [[0]], [[2000]], 64)
+    got = _check_with(case, topk_op.pick_config()).cpu()
+    assert torch.equal(got.reshape(-1).sort().values, torch.arange(64, dtype=torch.int32))
+
+
+def test_groups_and_strided_scores():
+    """G = 3 groups sharing one window per row; scores a transposed view of a [B, S, G, S_kv] tensor."""
+    base = testing.randn((2, 3, 3, 1300), torch.float32, DEV, testing.generator(4))
+    case = _case(base.transpose(2, 3), [[0, 100, 7], [0, 0, 1200]], [[1300, 1290, 60], [1, 1300, 1300]], 77)
+    assert not case.inputs["index_score"].is_contiguous()
+    SPEC.check(case)
+
+
+def test_topk_equal_to_s_kv():
+    case = _case(_scores(1, 2, 300, seed=6), [[0, 20]], [[300, 300]], 300)
+    SPEC.check(case)
+
+
+def test_zero_rows():
+    case = _case(torch.empty(1, 0, 50, 1), [], [], 4)
+    case.inputs["starts"] = torch.empty(1, 0, dtype=torch.int32, device=DEV)
+    case.inputs["ends"] = torch.empty(1, 0, dtype=torch.int32, device=DEV)
+    assert topk_select_fwd(**case.inputs).shape == (1, 0, 1, 4)
+
+
+def _bad(**changes):
+    inputs = dict(_case(_scores(1, 2, 100), [[0, 0]], [[100, 100]], 8).inputs)
+    inputs.update(changes)
+    return inputs
+
+
+_i32 = lambda *shape: torch.zeros(shape, dtype=torch.int32, device=DEV)
+
+BAD_INPUTS = {
+    "score dtype": (lambda: _bad(index_score=_scores(1, 2, 100).half()), TypeError, "index_score: expected dtype"),
+    "score dims": (lambda: _bad(index_score=_scores(1, 2, 100)[..., 0]), ValueError, "index_score: expected 4 dims"),
+    "starts dtype": (lambda: _bad(starts=_i32(1, 2).long()), TypeError, "starts: expected dtype int32"),
+    "ends shape": (lambda: _bad(ends=_i32(2, 1)), ValueError, "ends: expected shape"),
+    "topk zero": (lambda: _bad(topk=0), ValueError, "topk: must satisfy 0 < topk <= S_kv = 100"),
+    "topk too large": (lambda: _bad(topk=101), ValueError, "topk: must satisfy"),
+    "topk not int": (lambda: _bad(topk=8.0), TypeError, "topk: expected an int"),
+    "score not a tensor": (lambda: _bad(index_score=[1.0]), TypeError, "index_score: expected a torch.Tensor"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_INPUTS)
+def test_bad_input_is_rejected_before_launch(name):
+    make_inputs, error, message = BAD_INPUTS[name]
+    with pytest.raises(error, match=message):
+        topk_select_fwd(**make_inputs())
