@@ -2,6 +2,7 @@
 
     nox -s tests [-- kvcache-ops ...]       CPU tests (Triton interpreter), all packages by default
     nox -s gpu_tests [-- attn-core]         GPU-marked tests (needs CUDA)
+    nox -s fuzz [-- kvcache-ops]            many seeded fuzz cases per op (ATTNOPS_FUZZ_CASES)
     nox -s bench [-- kvcache-ops]           benchmark + report (GPU), or interpreter smoke + report (CPU)
     nox -s main                              the main job: bench of every family, then the report
     nox -s report                            docs/benchmarks.md + .html from committed results
@@ -10,6 +11,9 @@
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import nox
 
@@ -44,6 +48,16 @@ def tests(session: nox.Session):
     paths = [f"packages/{p}/tests" for p in _chosen(session)]
     session.run("python", "-m", "pytest", "-q", "-n", "2", "--durations=15", *paths,
                 env={"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
+
+
+@nox.session
+def fuzz(session: nox.Session):
+    """Many more seeded fuzz cases per op than CI runs (ATTNOPS_FUZZ_CASES, default 500)."""
+    _install(session, *TEST)
+    paths = [f"packages/{p}/tests/test_reliability.py" for p in _chosen(session, FAMILIES)]
+    paths = [p for p in paths if Path(p).exists()]
+    cases = os.environ.get("ATTNOPS_FUZZ_CASES", "500")
+    session.run("python", "-m", "pytest", "-q", "-n", "2", "-k", "fuzz", *paths, env={"ATTNOPS_FUZZ_CASES": cases})
 
 
 @nox.session

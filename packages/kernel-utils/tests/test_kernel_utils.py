@@ -65,12 +65,13 @@ def test_fp8_quantize_saturates_and_dequantize_multiplies():
 
 
 def test_to_e4m3_device_function_is_bit_exact():
-    """Every representable value, every midpoint (ties to even), saturation, signed zero, subnormals."""
+    """Every representable value, every midpoint (ties to even), saturation, signed zero, subnormals;
+    ±inf saturate and NaN stays NaN, as the torch reference's clamp-then-cast does."""
     codes = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
     mids = (codes[1:] + codes[:-1]) / 2
     gen = testing.generator(0)
     x = torch.cat([codes, mids, -mids, torch.randn(4096, generator=gen) * 100,
-                   torch.tensor([0.0, -0.0, 449.0, 465.0, -1e9, 1e-30])])
+                   torch.tensor([0.0, -0.0, 449.0, 465.0, -1e9, 1e-30, math.inf, -math.inf, math.nan])])
     y = torch.empty(x.numel(), dtype=torch.float8_e4m3fn, device=DEV)
     to_e4m3_kernel[(triton.cdiv(x.numel(), 1024),)](x.to(DEV), y, x.numel(), BLOCK=1024)
     testing.assert_bitwise("to_e4m3", y, x.clamp(-448, 448).to(torch.float8_e4m3fn).to(DEV))

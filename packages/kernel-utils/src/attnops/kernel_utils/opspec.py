@@ -60,6 +60,11 @@ class OpSpec:
     # Whether Triton's CPU interpreter computes this row correctly: it rounds bf16 arithmetic and casts
     # wrongly, so by default bf16 rows run on the GPU only (a bit copy of bf16 is fine: ops say so).
     interpreter_ok: Callable[[Workload], bool] = lambda w: "bf16" not in w.dtype
+    # A seeded generator of valid calls nobody hand-picked (random sizes, lengths 0 and 1, odd pages, shared
+    # pages, scales near saturation ...): ``fuzz(seed, device) -> Case``, checked like any case.
+    fuzz: Callable[[int, torch.device], Case] | None = None
+    # Whether two identical calls give bitwise-identical outputs (False for ops that accumulate with atomics).
+    deterministic: bool = True
 
     @property
     def func_name(self) -> str:

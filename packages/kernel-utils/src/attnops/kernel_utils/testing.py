@@ -67,9 +67,11 @@ def block_table(
     table = torch.full((len(lengths), width), UNUSED_PAGE, dtype=torch.int32)
     cursor = 0
     for b, n in enumerate(needed):
-        if share or cursor + n > num_pages:
-            start = int(torch.randint(0, max(num_pages - n, 0) + 1, (1,), generator=gen))
-            table[b, :n] = perm[start : start + n].to(torch.int32) if n else table[b, :0]
+        if n > num_pages:  # more pages than the pool holds: a read-only request may name a page twice
+            table[b, :n] = torch.randint(num_pages, (n,), generator=gen, dtype=torch.int32)
+        elif share or cursor + n > num_pages:
+            start = int(torch.randint(0, num_pages - n + 1, (1,), generator=gen))
+            table[b, :n] = perm[start : start + n].to(torch.int32)
         else:
             table[b, :n] = perm[cursor : cursor + n].to(torch.int32)
             cursor += n

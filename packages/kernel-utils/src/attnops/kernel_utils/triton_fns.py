@@ -30,6 +30,7 @@ def to_e4m3(x):
     units = ((scaled + 8388608.0) - 8388608.0).to(tl.int32)  # + 2^23 rounds to nearest even
     bits = (exponent + 6) * 8 + units  # a carry out of the mantissa lands in the exponent
     bits = tl.where(x.to(tl.int32, bitcast=True) < 0, bits | 0x80, bits)  # sign bit: keeps -0.0
+    bits = tl.where(x != x, 0x7F, bits)  # NaN stays NaN (±inf saturates to ±448, like the torch clamp)
     return bits.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
 
 

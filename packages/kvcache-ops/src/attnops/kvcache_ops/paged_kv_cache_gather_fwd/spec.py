@@ -6,10 +6,11 @@ import math
 
 import torch
 
-from attnops.kernel_utils import testing
+from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.cost import Cost
 from attnops.kernel_utils.fp8 import E4M3
 from attnops.kernel_utils.opspec import Case, OpSpec
+from attnops.kernel_utils.reliability import random_choice, random_int
 from attnops.kernel_utils.workloads import Workload, workloads_for
 
 from .op import paged_kv_cache_gather_fwd
@@ -48,6 +49,36 @@ def make_case(w: Workload, device, shrink: bool = False, seed: int = 0) -> Case:
         inputs["scale"] = torch.tensor([0.0173], device=device)
         inputs["out_dtype"] = dst_dtype
     return Case(inputs, outputs=("dst",), inplace=True, label=w.id)
+
+
+def fuzz(seed: int, device) -> Case:
+    """A random valid call: 1..6 requests with lengths 0, 1 and more, unaligned starts, odd page sizes,
+    shared pages, any trailing shape, fp8 caches, strided caches."""
+    gen = testing.generator(seed)
+    sixteen = [torch.float16] if runtime.interpreting() else [torch.float16, torch.bfloat16]
+    cache_dtype = random_choice(gen, [*sixteen, E4M3])
+    dst_dtype = random_choice(gen, sixteen) if cache_dtype == E4M3 else cache_dtype
+    elem = random_choice(gen, [(64,), (576,), (100,), (2, 64), (3, 5)])
+    page_size = random_choice(gen, [1, 5, 16, 64])
+    batch = random_int(gen, 1, 6)
+    lens = [random_choice(gen, [0, 1, random_int(gen, 2, 40)]) for _ in range(batch)]
+    starts = [random_int(gen, 0, 2 * page_size) for _ in range(batch)]
+    spans = [s + n for s, n in zip(starts, lens)]
+    width = max(math.ceil(s / page_size) for s in spans) + 1
+    least = sum(math.ceil(s / page_size) for s in spans) // 2 + 1  # fewer than the ranges need: pages shared
+    num_pages = random_int(gen, least, max(least, 40))
+    fused = testing.randn((num_pages, 2, page_size, *elem), cache_dtype, device, gen, scale=100.0)
+    inputs = {
+        "dst": testing.poisoned((sum(lens), *elem), dst_dtype, device),
+        "cache": fused[:, random_int(gen, 0, 1)],
+        "block_table": testing.block_table(spans, page_size, num_pages, width, gen, device, share=True),
+        "cu_seq_lens": testing.cu_seqlens(lens, device),
+        "seq_starts": torch.tensor(starts, dtype=torch.int32, device=device),
+    }
+    if cache_dtype == E4M3:
+        inputs["scale"] = torch.rand(1, generator=gen).to(device) * 0.05 + 0.001
+        inputs["out_dtype"] = dst_dtype
+    return Case(inputs, outputs=("dst",), inplace=True, label=f"fuzz-{seed}")
 
 
 def cost(case: Case) -> Cost:
@@ -90,4 +121,5 @@ SPEC = OpSpec(
     compare=compare,
     # Copies are bit copies in any dtype; only the fp8 -> bf16 rounding is wrong in the interpreter.
     interpreter_ok=lambda w: w.dtype != "fp8e4m3/bf16",
+    fuzz=fuzz,
 )

@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 import triton
 
-from attnops.kernel_utils import testing
+from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.cost import Cost
 from attnops.kernel_utils.fp8 import E4M3
 from attnops.kernel_utils.opspec import Case, OpSpec
+from attnops.kernel_utils.reliability import random_choice, random_int
 from attnops.kernel_utils.workloads import Workload, workloads_for
 
 from .op import paged_kv_cache_write_fwd
@@ -57,6 +58,28 @@ def make_case(
     return Case(inputs, outputs=("k_pages", "v_pages"), inplace=True, label=w.id)
 
 
+def fuzz(seed: int, device) -> Case:
+    """A random valid call: odd page sizes, 0..48 tokens, padding slots, head dims that are not powers of
+    two, fp8 pools with values past saturation, strided pools and token rows."""
+    gen = testing.generator(seed)
+    act = random_choice(gen, [torch.float16] if runtime.interpreting() else [torch.float16, torch.bfloat16])
+    pool_dtype = random_choice(gen, [act, act, E4M3])
+    h_kv, d = random_int(gen, 1, 4), random_choice(gen, [8, 64, 96, 128])
+    page_size, num_pages = random_choice(gen, [1, 3, 7, 16, 64]), random_int(gen, 1, 6)
+    n = random_int(gen, 0, min(num_pages * page_size, 48))
+    slots = torch.randperm(num_pages * page_size, generator=gen)[:n]
+    slots[torch.rand(n, generator=gen) < 0.2] = PADDING
+    spread = 8.0 if pool_dtype == E4M3 else 1.0
+    wide = testing.randn((n, 3 * h_kv, d), act, device, gen, scale=spread)  # k and v as slices of a qkv row
+    pools = testing.poisoned((num_pages, 2, page_size, h_kv, d), pool_dtype, device)  # [NP, 2, PS, H, D]
+    inputs = {"k": wide[:, h_kv : 2 * h_kv], "v": wide[:, 2 * h_kv :], "k_pages": pools[:, 0],
+              "v_pages": pools[:, 1], "slot_mapping": slots.to(device)}
+    if pool_dtype == E4M3:
+        inputs["k_scale"] = torch.rand(1, generator=gen).to(device) * 0.05 + 0.005
+        inputs["v_scale"] = torch.rand(1, generator=gen).to(device) * 0.05 + 0.005
+    return Case(inputs, outputs=("k_pages", "v_pages"), inplace=True, label=f"fuzz-{seed}")
+
+
 def cost(case: Case) -> Cost:
     k, pool = case.inputs["k"], case.inputs["k_pages"]
     n_valid = int((case.inputs["slot_mapping"] >= 0).sum())
@@ -88,4 +111,5 @@ SPEC = OpSpec(
     compare=compare,
     # bf16 inputs are bit-copied or converted to fp32 before any arithmetic: the interpreter gets them right.
     interpreter_ok=lambda w: True,
+    fuzz=fuzz,
 )

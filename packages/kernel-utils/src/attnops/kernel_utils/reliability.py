@@ -1,0 +1,45 @@
+"""Reliability checks every family runs over its ops (``tests/test_reliability.py``): seeded fuzzing against
+the reference and bitwise determinism. ``ATTNOPS_FUZZ_CASES`` raises the number of fuzz cases per op (CI
+runs a few; ``nox -s fuzz`` and the GPU run many)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from . import runtime, testing
+from .opspec import Case, OpSpec
+
+
+def fuzz_cases(default: int) -> int:
+    return int(os.environ.get("ATTNOPS_FUZZ_CASES", default))
+
+
+def fuzz_seeds(spec: OpSpec, count: int, base: int = 0) -> list[int]:
+    """Fixed seeds per op, so a failing case is reproducible from its id."""
+    offset = sum(map(ord, spec.name)) * 1000
+    return [offset + base + i for i in range(count)]
+
+
+def run_fuzz_case(spec: OpSpec, seed: int) -> Case:
+    case = spec.fuzz(seed, runtime.device())
+    spec.check(case)
+    return case
+
+
+def assert_deterministic(spec: OpSpec, case: Case):
+    """Two identical calls on copies of the same inputs give the same bits."""
+    first = case.fresh().run(spec.fn)
+    second = case.fresh().run(spec.fn)
+    for name in first:
+        testing.assert_bitwise(f"{name} (second call)", second[name], first[name])
+
+
+def random_choice(gen: torch.Generator, options):
+    return options[int(torch.randint(len(options), (1,), generator=gen))]
+
+
+def random_int(gen: torch.Generator, low: int, high: int) -> int:
+    """Uniform in [low, high]."""
+    return int(torch.randint(low, high + 1, (1,), generator=gen))
