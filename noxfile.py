@@ -1,6 +1,6 @@
 """Sessions for every package of the monorepo (one noxfile, parametrized by package name via posargs).
 
-    nox -s tests [-- kvcache-ops ...]       CPU tests (Triton interpreter), all packages by default
+    nox -s tests [-- kvcache-ops ...]       CPU tests (Triton interpreter), all packages + examples by default
     nox -s gpu_tests [-- attn-core]         GPU-marked tests (needs CUDA)
     nox -s fuzz [-- kvcache-ops]            many seeded fuzz cases per op (ATTNOPS_FUZZ_CASES)
     nox -s bench [-- kvcache-ops]           benchmark + report (GPU), or interpreter smoke + report (CPU)
@@ -44,8 +44,10 @@ def _install(session: nox.Session, *extra: str):
 @nox.session
 def tests(session: nox.Session):
     """CPU tests of the chosen packages; kernels run through Triton's interpreter."""
-    _install(session, *TEST)
+    _install(session, *TEST, "transformers")
     paths = [f"packages/{p}/tests" for p in _chosen(session)]
+    if not session.posargs:
+        paths.append("examples/tests")  # attnops inside a transformers Llama
     session.run("python", "-m", "pytest", "-q", "-n", "2", "--durations=15", *paths,
                 env={"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
 
