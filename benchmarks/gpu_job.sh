@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One GPU call: unpack the carried peers, make the in-tree packages importable, run the GPU tests and the
-# benchmark of the named families, leave JSONL and logs under $OUT. Usage (on the GPU machine):
-#   ATTNOPS_GIT_SHA=<sha> bash benchmarks/gpu_job.sh kvcache-ops [attn-core ...] [-- extra benchmark args]
+# One GPU call for the named families: unpack the carried peers, make the in-tree packages importable,
+# then per family: every test on the GPU (shrunk cases run on CUDA too; fuzz cases ATTNOPS_FUZZ_CASES),
+# optionally compute-sanitizer memcheck over the shrunk and fuzz cases (SANITIZE=1), and the benchmark.
+# Logs and JSONL land under $OUT; one summary line per step is printed.
+#   ATTNOPS_GIT_SHA=<sha> [SANITIZE=1] [BENCH=0] [TESTS=0] bash benchmarks/gpu_job.sh kvcache-ops attn-core -- [bench args]
 set -u
 families=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do families+=("$1"); shift; done
@@ -10,11 +12,22 @@ OUT=${OUT:-/tmp/attnops-out}
 mkdir -p "$OUT"
 if [ -f .peers/setup.sh ]; then eval "$(bash .peers/setup.sh 2>"$OUT/peers-setup.log")"; fi
 PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONPATH
+export PYTHONPATH ATTNOPS_FUZZ_CASES=${ATTNOPS_FUZZ_CASES:-100}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 for family in "${families[@]}"; do
-  python3 -m pytest -q -m gpu "packages/$family/tests" -p no:cacheprovider >"$OUT/gpu-tests-$family.log" 2>&1
-  echo "gpu tests $family: $(tail -n 1 "$OUT/gpu-tests-$family.log")"
-  python3 -m benchmarks.run --family "$family" --out "$OUT/bench-$family.jsonl" "$@" 2>"$OUT/bench-$family.err"
-  tail -n 3 "$OUT/bench-$family.err"
+  if [ "${TESTS:-1}" = 1 ]; then
+    timeout 900 python3 -m pytest -q -p no:cacheprovider "packages/$family/tests" >"$OUT/tests-$family.log" 2>&1
+    echo "tests $family: $(tail -n 1 "$OUT/tests-$family.log")"
+  fi
+  if [ "${SANITIZE:-0}" = 1 ]; then
+    ATTNOPS_FUZZ_CASES=8 timeout 900 compute-sanitizer --tool memcheck --error-exitcode 3 \
+      python3 -m pytest -q -p no:cacheprovider -x -m "not gpu" -k "seed_row_shrunk or fuzz" \
+      "packages/$family/tests" >"$OUT/memcheck-$family.log" 2>&1
+    echo "memcheck $family: rc=$? $(grep -E 'ERROR SUMMARY|passed|failed' "$OUT/memcheck-$family.log" | tail -n 2 | tr '\n' ' ')"
+  fi
+  if [ "${BENCH:-1}" = 1 ]; then
+    python3 -m benchmarks.run --family "$family" --out "$OUT/bench-$family.jsonl" "$@" >"$OUT/bench-$family.txt" \
+      2>"$OUT/bench-$family.err"
+    echo "bench $family: $(grep -c '"type": "row"' "$OUT/bench-$family.jsonl") rows; $(tail -n 1 "$OUT/bench-$family.err")"
+  fi
 done
