@@ -31,3 +31,6 @@ for family in "${families[@]}"; do
     echo "bench $family: $(grep -c '"type": "row"' "$OUT/bench-$family.jsonl") rows; $(tail -n 1 "$OUT/bench-$family.err")"
   fi
 done
+# At most 8 files come back from $OUT: keep the JSONL, pack the logs.
+(cd "$OUT" && tar czf logs.tgz --remove-files ./*.log ./*.txt ./*.err 2>/dev/null)
+ls "$OUT"
