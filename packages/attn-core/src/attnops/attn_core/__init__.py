@@ -3,6 +3,7 @@
 import attnops.kernel_utils  # noqa: F401  (first: selects the interpreter on CPU-only machines)
 
 from .__about__ import __version__
+from .gqa_bwd import GQAAttention, gqa_attention, gqa_attention_fwd, gqa_bwd  # training pair (issue 5)
 from .gqa_dense_fwd import gqa_dense_fwd
 from .gqa_paged_fwd import PagedAttentionPlan, gqa_paged_fwd, gqa_paged_plan  # paged ops (issue 4)
 from .gqa_varlen_fwd import gqa_varlen_fwd
@@ -10,3 +11,4 @@ from .gqa_varlen_fwd import gqa_varlen_fwd
 __all__ = ["__version__"]
 __all__ += ["gqa_dense_fwd", "gqa_varlen_fwd"]
 __all__ += ["PagedAttentionPlan", "gqa_paged_fwd", "gqa_paged_plan"]
+__all__ += ["GQAAttention", "gqa_attention", "gqa_attention_fwd", "gqa_bwd"]

@@ -1,0 +1,146 @@
+"""Host side of the GQABwd kernels: tile configs, the forced-config hook, launch.
+
+Configs are a small fixed table per head-dim class (no autotuning: the choice is a deterministic function
+of the shapes). ``configs_for`` is public so a GPU test can run every entry and check dq/dk/dv; a config
+that does not fit the GPU's shared memory (``OutOfResources``, raised before anything runs) falls through
+to the next one, and the choice is remembered per class.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from attnops.kernel_utils import runtime
+from attnops.kernel_utils.attention_fns import LOG2E
+
+from .kernel import gqa_bwd_kernel, gqa_bwd_preprocess_kernel
+
+
+@dataclass(frozen=True)
+class BwdConfig:
+    block_m1: int  # dK/dV role: query rows streamed per step
+    block_n1: int  # dK/dV role: keys kept per program
+    block_m2: int  # dQ role: packed query rows kept per program
+    block_n2: int  # dQ role: keys streamed per step
+    num_warps: int
+    num_stages: int
+
+    @property
+    def name(self) -> str:
+        return f"m{self.block_m1}n{self.block_n1}-m{self.block_m2}n{self.block_n2}w{self.num_warps}s{self.num_stages}"
+
+
+# First = default. The fp32 accumulators (dK + dV: 2·BLOCK_N1·D, dQ: BLOCK_M2·D) stay at <= 128 registers
+# per thread; K/V (dK/dV role) and Q/dO (dQ role) tiles are held for the whole program.
+CONFIGS: dict[int, tuple[BwdConfig, ...]] = {
+    64: (BwdConfig(32, 128, 128, 32, 4, 5), BwdConfig(64, 128, 128, 64, 8, 3), BwdConfig(64, 64, 64, 64, 4, 3)),
+    128: (BwdConfig(64, 128, 128, 64, 8, 2), BwdConfig(32, 128, 128, 32, 8, 3), BwdConfig(64, 64, 64, 64, 4, 3)),
+    256: (BwdConfig(32, 64, 64, 32, 8, 2), BwdConfig(32, 32, 32, 32, 4, 2)),
+}
+MAX_HEAD_DIM = 256
+PREPROCESS_ROWS = 64
+
+
+def _dim_class(head_dim: int) -> int:
+    for d in CONFIGS:
+        if head_dim <= d:
+            return d
+    raise ValueError(f"head dim {head_dim} > {MAX_HEAD_DIM} is not supported")
+
+
+def configs_for(head_dim: int) -> tuple[BwdConfig, ...]:
+    """Every config a call with this head dim may run (first = default)."""
+    return CONFIGS[_dim_class(head_dim)]
+
+
+_FORCED: dict[str, BwdConfig] = {}
+_FITS: dict[int, int] = {}  # head-dim class -> index of the first config that compiled within resources
+
+
+@contextlib.contextmanager
+def forced(config: BwdConfig):
+    """Pin the tile config of every backward launch inside the block (tests, sweeps)."""
+    saved = dict(_FORCED)
+    _FORCED["config"] = config
+    try:
+        yield
+    finally:
+        _FORCED.clear()
+        _FORCED.update(saved)
+
+
+@dataclass
+class Problem:
+    """One dense backward call: ``q, o, do [B, S_q, H, D]``, ``k, v [B, S_kv, H_kv, D]``, ``lse [B, H, S_q]``
+    f32 base 2; outputs ``dq, dk, dv`` preallocated (any strides with the last dim contiguous)."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    o: torch.Tensor
+    do: torch.Tensor
+    lse: torch.Tensor
+    dq: torch.Tensor
+    dk: torch.Tensor
+    dv: torch.Tensor
+    wl: int
+    wr: int
+    sm_scale: float
+
+
+def _bsh(t: torch.Tensor) -> tuple[int, int, int]:
+    return t.stride(0), t.stride(1), t.stride(2)
+
+
+def launch(p: Problem) -> None:
+    """Preprocess (Δ) then the backward kernel. Nothing is launched for an empty problem."""
+    B, S_q, H, D = p.q.shape
+    S_kv = p.k.shape[1]
+    if B == 0 or S_q == 0 or S_kv == 0:
+        return
+    block_d = triton.next_power_of_2(D)
+    delta = torch.empty((B, H, S_q), dtype=torch.float32, device=p.q.device)
+    gqa_bwd_preprocess_kernel[(triton.cdiv(S_q, PREPROCESS_ROWS), B * H)](
+        p.o, p.do, delta, S_q, H, *_bsh(p.o), *_bsh(p.do),
+        HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=PREPROCESS_ROWS, num_warps=4,
+    )
+    if _FORCED.get("config") is not None:
+        _launch(p, delta, _FORCED["config"])
+        return
+    key = _dim_class(D)
+    cands = configs_for(D)
+    for i in range(_FITS.get(key, 0), len(cands)):
+        try:
+            _launch(p, delta, cands[i])
+        except triton.runtime.errors.OutOfResources:
+            if i == len(cands) - 1:
+                raise
+            continue
+        _FITS[key] = i
+        return
+
+
+def _launch(p: Problem, delta: torch.Tensor, cfg: BwdConfig) -> None:
+    B, S_q, H, D = p.q.shape
+    S_kv, H_kv = p.k.shape[1], p.k.shape[2]
+    G = H // H_kv
+    bh_kv = B * H_kv
+    num_dkdv = triton.cdiv(S_kv, cfg.block_n1) * bh_kv
+    num_q_blocks = triton.cdiv(S_q * G, cfg.block_m2)
+    grid = (num_dkdv + num_q_blocks * bh_kv,)
+    gqa_bwd_kernel[grid](
+        p.q, p.k, p.v, p.do, p.lse, delta, p.dq, p.dk, p.dv,
+        S_q, S_kv, H, H_kv, G, num_dkdv, num_q_blocks, bh_kv,
+        p.sm_scale * LOG2E, p.sm_scale, p.wl, p.wr,
+        *_bsh(p.q), *_bsh(p.k), *_bsh(p.v), *_bsh(p.do),
+        p.lse.stride(0), p.lse.stride(1),
+        *_bsh(p.dq), *_bsh(p.dk), *_bsh(p.dv),
+        HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D),
+        BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2,
+        EXACT_DOT=runtime.interpreting(),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )

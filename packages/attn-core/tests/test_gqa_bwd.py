@@ -1,0 +1,338 @@
+"""GQABwd against its reference: every seed row (shrunk on CPU, full size and bf16 on the GPU), the cost model
+against the page, the reference itself (fp64 gradcheck, the spec's closed-form gradients), the training
+pair (forward lse, autograd end to end), edge cases (GQA ratios, head dims, S_q != S_kv, tile configs,
+strided views, empty shapes) and bad input."""
+
+import math
+import zlib
+
+import pytest
+import torch
+
+from attnops.attn_core import gqa_attention, gqa_attention_fwd, gqa_bwd
+from attnops.attn_core.gqa_bwd import launch as bwd
+from attnops.attn_core.gqa_bwd.reference import LOG2E, attention_ref, gqa_bwd_ref, visible_mask
+from attnops.attn_core.gqa_bwd.spec import SPEC, make_case
+from attnops.kernel_utils import runtime, testing
+
+DEV = runtime.device()
+ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
+GQA = ROWS["llama-8b-short/f16"]  # 32:8, D 128
+GQA_BF16 = ROWS["llama-8b-short/bf16"]
+MHA = ROWS["llama-8b-short-mha/f16"]
+
+
+def seed_of(name: str) -> int:
+    return zlib.crc32(name.encode()) % 1000
+
+
+# --- seed rows and cost -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "w",
+    [w if SPEC.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in SPEC.workloads],
+    ids=lambda w: w.id,
+)
+def test_seed_row_shrunk(w):
+    """Kernel path of each seed row at interpreter size: B <= 2, S = 40 (ragged tiles), H_kv <= 2 with the
+    row's GQA ratio, D = 128, causal (bf16 rows: the interpreter rounds bf16 wrongly)."""
+    SPEC.check(make_case(w, DEV, shrink=True, seed=seed_of(w.id)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("w", SPEC.workloads, ids=lambda w: w.id)
+def test_seed_row_full_size(w):
+    """The benchmark's exact shapes."""
+    SPEC.check(make_case(w, DEV, shrink=False, seed=7))
+
+
+@pytest.mark.parametrize("w", SPEC.workloads, ids=lambda w: w.id)
+def test_cost_reproduces_the_published_sol(w):
+    """FLOPs/bytes at full size (meta tensors) give the page's SOL and bound at the page's TileOPs time."""
+    t = w.published.tileops_ms * 1e-3
+    cost = SPEC.cost(make_case(w, torch.device("meta")))
+    assert abs(cost.sol(t) - w.published.sol) <= 0.006, (cost.sol(t), w.published.sol)
+    assert cost.bound(t) == w.published.bound
+
+
+def test_cost_worked_example():
+    """spec README §8: GQABwd llama-8b-short-mha f16 -> 21.47 GFLOP, 134.5 MB -> 191 TF/s, 27% mem."""
+    cost = SPEC.cost(make_case(MHA, torch.device("meta")))
+    assert round(cost.flops / 1e9, 2) == 21.47 and round(cost.bytes / 1e6, 1) == 134.5
+    t = MHA.published.tileops_ms * 1e-3
+    assert round(cost.flops / t / 1e12) == 191 and round(cost.sol(t), 2) == 0.27 and cost.bound(t) == "mem"
+    assert SPEC.cost(make_case(GQA_BF16, torch.device("meta"))).roof == "tensor_core.bf16"
+    # non-causal and S_q < S_kv (not page rows): full count / visible pairs
+    nc = SPEC.cost(make_case(MHA, torch.device("meta"), is_causal=False))
+    assert nc.flops == 2 * cost.flops
+    short = SPEC.cost(make_case(MHA, torch.device("meta"), batch=1, heads=(1, 1), head_dim=16, s_q=3, s_kv=5))
+    assert short.flops == 10 * 16 * (3 + 4 + 5)
+
+
+# --- the reference ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("s_q,s_kv,heads,is_causal", [(5, 7, (4, 2), True), (6, 6, (3, 3), True),
+                                                      (7, 4, (4, 1), False)], ids=["causal-sq<skv", "mha", "sq>skv"])
+def test_reference_gradcheck_fp64(s_q, s_kv, heads, is_causal):
+    """torch.autograd.gradcheck of the reference attention (o and its base-2 lse) in fp64: the graph the
+    reference gradients come from matches finite differences."""
+    gen = testing.generator(1)
+    H, H_kv = heads
+    args = [testing.randn(s, torch.float64, "cpu", gen).requires_grad_() for s in
+            ((2, s_q, H, 8), (2, s_kv, H_kv, 8), (2, s_kv, H_kv, 8))]
+    fn = lambda q, k, v: attention_ref(q, k, v, is_causal=is_causal, sm_scale=0.4, compute_dtype=torch.float64)
+    assert torch.autograd.gradcheck(fn, args, eps=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("is_causal", [True, False])
+def test_reference_matches_the_spec_formulas_fp64(is_causal):
+    """The autograd reference equals the spec's closed form in fp64, computed from o and the base-2 lse
+    exactly as the kernels do: P = 2^(s·log2 e − lse2), Δ = rowsum(o·dO), dS = P(dP − Δ), dK/dV summed
+    over the G heads."""
+    B, S_q, S_kv, H, H_kv, D = 2, 6, 9 if is_causal else 4, 6, 2, 16
+    gen = testing.generator(2)
+    q, k, v, do = (testing.randn(s, torch.float64, "cpu", gen) for s in
+                   ((B, S_q, H, D), (B, S_kv, H_kv, D), (B, S_kv, H_kv, D), (B, S_q, H, D)))
+    o, lse2 = attention_ref(q, k, v, is_causal=is_causal, compute_dtype=torch.float64)
+    dq, dk, dv = gqa_bwd_ref(q, k, v, o, do, lse2, is_causal=is_causal, compute_dtype=torch.float64)
+    G, scale = H // H_kv, D**-0.5
+    vis = visible_mask(S_q, S_kv, is_causal, "cpu")
+    ke, ve = k.repeat_interleave(G, 2), v.repeat_interleave(G, 2)
+    s = torch.einsum("bihd,bjhd->bhij", q, ke) * scale
+    p = torch.where(vis, torch.exp2(s * LOG2E - lse2[..., None]), 0.0)
+    delta = (o * do).sum(-1).transpose(1, 2)  # [B, H, S_q]
+    dp = torch.einsum("bihd,bjhd->bhij", do, ve)
+    ds = p * (dp - delta[..., None])
+    want_dq = scale * torch.einsum("bhij,bjhd->bihd", ds, ke)
+    want_dk = scale * torch.einsum("bhij,bihd->bjhd", ds, q).unflatten(2, (H_kv, G)).sum(3)
+    want_dv = torch.einsum("bhij,bihd->bjhd", p, do).unflatten(2, (H_kv, G)).sum(3)
+    for got, want in ((dq, want_dq), (dk, want_dk), (dv, want_dv)):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+# --- the training pair -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 33, 33), (False, 20, 45), (True, 17, 40)],
+                         ids=["causal", "non-causal", "causal-sq<skv"])
+def test_forward_returns_base2_lse(is_causal, s_q, s_kv):
+    """gqa_attention_fwd: o as the reference and lse = log2 Σ exp(s) over the visible scaled scores."""
+    case = make_case(GQA, DEV, shrink=True, seed=3, s_q=s_q, s_kv=s_kv, head_dim=64, is_causal=is_causal)
+    a = case.inputs
+    o, lse = gqa_attention_fwd(a["q"], a["k"], a["v"], is_causal=is_causal)
+    ref_o, ref_lse = attention_ref(a["q"], a["k"], a["v"], is_causal=is_causal)
+    low_o, _ = attention_ref(a["q"], a["k"], a["v"], is_causal=is_causal, compute_dtype=torch.float16)
+    testing.assert_close_dual("o", o, ref_o, low_o.to(torch.float16))
+    assert lse.shape == ref_lse.shape and lse.dtype == torch.float32
+    torch.testing.assert_close(lse, ref_lse, rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize("row,is_causal", [(GQA, True), (MHA, False)], ids=["gqa-causal", "mha-non-causal"])
+def test_autograd_end_to_end(row, is_causal):
+    """gqa_attention forward + backward through torch autograd against the reference's gradients."""
+    case = make_case(row, DEV, shrink=True, seed=4, s_q=29, s_kv=29, head_dim=64, is_causal=is_causal)
+    a = case.inputs
+    q, k, v = (a[n].clone().requires_grad_() for n in ("q", "k", "v"))
+    o = gqa_attention(q, k, v, is_causal=is_causal)
+    o.backward(a["do"])
+    ref = gqa_bwd_ref(**a)
+    low = gqa_bwd_ref(**a, compute_dtype=torch.float16)
+    for name, got, want, lp in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad), ref, low):
+        testing.assert_close_dual(name, got, want, lp)
+
+
+def test_autograd_expanded_gradient_and_scale():
+    """``o.sum().backward()`` hands the backward an expanded (stride-0) dO; a custom sm_scale reaches both
+    kernels."""
+    case = make_case(GQA, DEV, shrink=True, seed=5, batch=1, s_q=12, s_kv=20, head_dim=32, heads=(4, 2))
+    a = case.inputs
+    q, k, v = (a[n].clone().requires_grad_() for n in ("q", "k", "v"))
+    gqa_attention(q, k, v, is_causal=True, sm_scale=0.3).sum().backward()
+    do = torch.ones_like(a["do"])
+    ref = gqa_bwd_ref(a["q"], a["k"], a["v"], None, do, None, is_causal=True, sm_scale=0.3)
+    low = gqa_bwd_ref(a["q"], a["k"], a["v"], None, do, None, is_causal=True, sm_scale=0.3,
+                      compute_dtype=torch.float16)
+    for name, got, want, lp in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad), ref, low):
+        testing.assert_close_dual(name, got, want, lp)
+
+
+# --- edge cases -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("heads", [(4, 4), (6, 3), (8, 1), (16, 2)], ids=lambda h: f"H{h[0]}-Hkv{h[1]}")
+def test_gqa_ratios(heads):
+    """G = 1, 2, 8 (MQA), 8: dK/dV summed over the G heads of a KV head in one program."""
+    SPEC.check(make_case(GQA, DEV, shrink=True, seed=6, heads=heads, head_dim=64, s_q=24, s_kv=24, batch=1))
+
+
+@pytest.mark.parametrize("head_dim", [16, 32, 80, 96, 256])
+def test_head_dims(head_dim):
+    """Head dims off the seed rows (80, 96: padded BLOCK_D with masked columns; 256: its own class)."""
+    SPEC.check(make_case(GQA, DEV, shrink=True, seed=8, head_dim=head_dim, heads=(4, 2), s_q=21, s_kv=21,
+                         batch=1))
+
+
+@pytest.mark.parametrize(
+    "s_q,s_kv,is_causal",
+    [(9, 21, True), (1, 30, True), (30, 11, False), (2, 2, True), (21, 21, False)],
+    ids=["causal-sq<skv", "causal-sq1", "non-causal-sq>skv", "two-tokens", "non-causal"],
+)
+def test_lengths(s_q, s_kv, is_causal):
+    """Bottom-right causal with S_q < S_kv (the first S_kv − S_q keys are seen by every row: an unmasked
+    block for the dK/dV role), a single query, S_q > S_kv without causal, two tokens. (One token and one
+    key has exact zero dq/dk, which a relative error cannot judge.)"""
+    SPEC.check(make_case(GQA, DEV, shrink=True, seed=9, s_q=s_q, s_kv=s_kv, is_causal=is_causal, head_dim=64,
+                         heads=(4, 2)))
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("is_causal", [True, False], ids=["causal", "non-causal"])
+def test_every_config_interpreter(head_dim, is_causal):
+    """Each tile config with several blocks per role (S = 150: masked diagonal, unmasked middle and a
+    ragged tail in both the dK/dV and the dQ loops). The GPU test repeats this for every class and dtype."""
+    case = make_case(GQA, DEV, shrink=True, seed=10, batch=1, s_q=150, s_kv=150, heads=(2, 1),
+                     head_dim=head_dim, is_causal=is_causal)
+    for cfg in bwd.configs_for(head_dim):
+        with bwd.forced(cfg):
+            try:
+                SPEC.check(case)
+            except AssertionError as e:
+                raise AssertionError(f"config {cfg.name}: {e}") from None
+
+
+def test_strided_views_and_determinism():
+    """q/k/v/o/dO as head-sliced views of fused tensors and lse as a slice of a wider tensor (only the last
+    dim contiguous); two calls give bitwise equal gradients (no atomics)."""
+    case = make_case(GQA, DEV, shrink=True, seed=11, batch=2, s_q=13, s_kv=19, head_dim=64, heads=(4, 2))
+    a = case.inputs
+    B, S_q, S_kv = 2, 13, 19
+    gen = testing.generator(3)
+    qkv = testing.randn((B, S_kv, 9, 64), torch.float16, DEV, gen)
+    a["k"], a["v"] = qkv[:, :, 0:2], qkv[:, :, 5:7]
+    fused = testing.randn((B, S_q, 13, 64), torch.float16, DEV, gen)
+    a["q"], a["do"] = fused[:, :, 1:5], fused[:, :, 8:12]
+    o, lse = attention_ref(a["q"], a["k"], a["v"], is_causal=True)
+    wide = torch.zeros((B, 6, S_q + 3), dtype=torch.float32, device=DEV)
+    wide[:, 1:5, 2:2 + S_q] = lse
+    a["lse"] = wide[:, 1:5, 2:2 + S_q]
+    o_wide = torch.zeros((B, S_q, 5, 64), dtype=torch.float16, device=DEV)
+    o_wide[:, :, 1:] = o.to(torch.float16)
+    a["o"] = o_wide[:, :, 1:]
+    first = SPEC.check(case)
+    again = case.fresh().run(SPEC.fn)
+    for name in case.outputs:
+        testing.assert_bitwise(name, first[name], again[name])
+
+
+def test_empty_shapes():
+    """No batch, no query, no key: every gradient is 0 (nothing launched)."""
+    for kw in ({"batch": 0}, {"s_q": 0, "s_kv": 5}, {"s_q": 4, "s_kv": 0, "is_causal": False}):
+        case = make_case(GQA, DEV, shrink=True, seed=12, head_dim=64, heads=(4, 2), **kw)
+        out = case.run(SPEC.fn)
+        for name, t in out.items():
+            assert not bool(t.any()), name
+        SPEC.check(case)
+
+
+# --- GPU-only ---------------------------------------------------------------------------------------
+
+GPU_SWEEP = [(dt, d) for dt in ("f16", "bf16") for d in (64, 128, 256)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,head_dim", GPU_SWEEP, ids=lambda x: str(x))
+def test_every_config_gpu(dtype, head_dim):
+    """Every config of the table on the GPU (compiled paths the interpreter never sees: wgmma, pipelining,
+    register pressure): causal S = 1000 (ragged), causal S_q < S_kv, non-causal; GQA 16:4."""
+    w = GQA if dtype == "f16" else GQA_BF16
+    shapes = ((1000, 1000, True), (300, 1000, True), (700, 900, False))
+    for cfg in bwd.configs_for(head_dim):
+        for s_q, s_kv, causal in shapes:
+            case = make_case(w, DEV, seed=13, batch=2, s_q=s_q, s_kv=s_kv, heads=(16, 4), head_dim=head_dim,
+                             is_causal=causal)
+            with bwd.forced(cfg):
+                try:
+                    SPEC.check(case)
+                except AssertionError as e:
+                    raise AssertionError(f"config {cfg.name}, S_q {s_q}, S_kv {s_kv}, causal {causal}: {e}") from None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("row", [GQA_BF16, ROWS["llama-70b-long-mha/f16"]], ids=lambda w: w.id)
+def test_autograd_end_to_end_gpu(row):
+    """gqa_attention at a seed row's full size, forward (flash kernel + lse) and backward."""
+    case = make_case(row, DEV, seed=14)
+    a = case.inputs
+    q, k, v = (a[n].clone().requires_grad_() for n in ("q", "k", "v"))
+    o = gqa_attention(q, k, v, is_causal=True)
+    ref_o, _ = attention_ref(a["q"], a["k"], a["v"], is_causal=True)
+    low_o, _ = attention_ref(a["q"], a["k"], a["v"], is_causal=True, compute_dtype=a["q"].dtype)
+    testing.assert_close_dual("o", o, ref_o, low_o.to(a["q"].dtype))
+    o.backward(a["do"])
+    ref = gqa_bwd_ref(**a)
+    low = gqa_bwd_ref(**a, compute_dtype=a["q"].dtype)
+    for name, got, want, lp in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad), ref, low):
+        testing.assert_close_dual(name, got, want, lp)
+
+
+# --- bad input --------------------------------------------------------------------------------------
+
+
+def _bad(**changes):
+    case = make_case(GQA, DEV, shrink=True, batch=2, s_q=8, s_kv=8, heads=(4, 2), head_dim=64)
+    case.inputs.update(changes)
+    return case.inputs
+
+
+def _t(shape, dtype=torch.float16):
+    return torch.randn(shape, device=DEV).to(dtype)
+
+
+BAD_INPUTS = {
+    "q f32": (lambda: _bad(q=_t((2, 8, 4, 64), torch.float32)), TypeError, "q: expected dtype"),
+    "q 3 dims": (lambda: _bad(q=_t((8, 4, 64))), ValueError, "q: expected 4 dims"),
+    "k dtype differs": (lambda: _bad(k=_t((2, 8, 2, 64), torch.bfloat16)), TypeError, "k: expected dtype float16"),
+    "k batch": (lambda: _bad(k=_t((1, 8, 2, 64))), ValueError, "k: expected shape"),
+    "v shape": (lambda: _bad(v=_t((2, 7, 2, 64))), ValueError, "v: expected shape"),
+    "H_kv does not divide H": (lambda: _bad(k=_t((2, 8, 3, 64)), v=_t((2, 8, 3, 64))), ValueError,
+                               "k: H_kv=3 must divide"),
+    "head dim 8": (lambda: _bad(q=_t((2, 8, 4, 8)), k=_t((2, 8, 2, 8)), v=_t((2, 8, 2, 8)), o=_t((2, 8, 4, 8)),
+                                do=_t((2, 8, 4, 8))), ValueError, "q: head dim must lie in"),
+    "head dim 512": (lambda: _bad(q=_t((2, 8, 4, 512)), k=_t((2, 8, 2, 512)), v=_t((2, 8, 2, 512))), ValueError,
+                     r"q: head dim must lie in \[16, 256\]"),
+    "q last dim strided": (lambda: _bad(q=_t((2, 8, 64, 4)).transpose(2, 3)), ValueError,
+                           "q: the last 1 dims must be contiguous"),
+    "o shape": (lambda: _bad(o=_t((2, 8, 4, 32))), ValueError, "o: expected shape"),
+    "o dtype": (lambda: _bad(o=_t((2, 8, 4, 64), torch.bfloat16)), TypeError, "o: expected dtype float16"),
+    "do shape": (lambda: _bad(do=_t((2, 9, 4, 64))), ValueError, "do: expected shape"),
+    "do missing": (lambda: _bad(do=None), TypeError, "do: expected a torch.Tensor"),
+    "lse f16": (lambda: _bad(lse=_t((2, 4, 8))), TypeError, "lse: expected dtype float32"),
+    "lse [B, S, H]": (lambda: _bad(lse=_t((2, 8, 4), torch.float32)), ValueError, "lse: expected shape"),
+    "lse strided": (lambda: _bad(lse=_t((2, 8, 4), torch.float32).transpose(1, 2)), ValueError,
+                    "lse: the last 1 dims must be contiguous"),
+    "causal S_q > S_kv": (lambda: _bad(q=_t((2, 9, 4, 64)), o=_t((2, 9, 4, 64)), do=_t((2, 9, 4, 64)),
+                                       lse=_t((2, 4, 9), torch.float32)), ValueError, "q: S_q=9 > S_kv=8"),
+    "is_causal int": (lambda: _bad(is_causal=1), TypeError, "is_causal: expected a bool"),
+    "sm_scale 0": (lambda: _bad(sm_scale=0.0), ValueError, "sm_scale: must be > 0"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_INPUTS)
+def test_bad_input_is_rejected(name):
+    make_inputs, error, message = BAD_INPUTS[name]
+    with pytest.raises(error, match=message):
+        gqa_bwd(**make_inputs())
+
+
+def test_bad_input_training_pair():
+    """The forward and the autograd entry point run the same checks before any launch."""
+    a = _bad()
+    with pytest.raises(ValueError, match="k: H_kv=3 must divide"):
+        gqa_attention_fwd(a["q"], _t((2, 8, 3, 64)), _t((2, 8, 3, 64)))
+    with pytest.raises(ValueError, match=r"q: head dim must lie in \[16, 256\]"):
+        gqa_attention(_t((1, 4, 2, 512)), _t((1, 4, 2, 512)), _t((1, 4, 2, 512)))
+    with pytest.raises(ValueError, match="q: S_q=9 > S_kv=8"):
+        gqa_attention(_t((2, 9, 4, 64)), a["k"], a["v"], is_causal=True)
+    assert math.isfinite(float(a["lse"].sum()))
