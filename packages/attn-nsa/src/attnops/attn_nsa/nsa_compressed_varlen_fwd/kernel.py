@@ -1,0 +1,83 @@
+"""Attention over closed compressed chunks: one program = BT consecutive packed tokens x the G query heads of
+one KV head, i.e. an [BT*GP, D] query tile that shares every k_cmp / v_cmp tile it loads."""
+
+import triton
+import triton.language as tl
+
+# Running-max start: finite so that a row that sees no key keeps alpha = exp2(0) = 1 and p = exp2(-inf) = 0.
+NEG_BIG: tl.constexpr = tl.constexpr(-1.0e30)
+LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
+
+
+@triton.jit
+def nsa_compressed_fwd_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, offsets_ptr, chunk_offsets_ptr, tok_ptr,
+    num_tokens, num_seqs, qk_scale,  # qk_scale = scale * log2(e): scores in base-2 units
+    stride_qt, stride_qh, stride_kc, stride_kh, stride_vc, stride_vh, stride_ot, stride_oh, stride_lt,
+    tune_bucket,  # autotune key only
+    G: tl.constexpr,  # query heads per KV head
+    GP: tl.constexpr,  # G rounded up to a power of two (padding heads are masked)
+    DK: tl.constexpr, DV: tl.constexpr, BDK: tl.constexpr, BDV: tl.constexpr,
+    BS: tl.constexpr,  # compression block size
+    BM: tl.constexpr,  # query rows per program (BT = BM // GP tokens)
+    BC: tl.constexpr,  # compressed chunks per inner iteration
+):
+    BT: tl.constexpr = BM // GP
+    num_tiles = tl.cdiv(num_tokens, BT)
+    tile = num_tiles - 1 - tl.program_id(0)  # late tokens see the most chunks: start them first
+    g = tl.program_id(1)
+
+    rows = tl.arange(0, BM)
+    tok = tile * BT + rows // GP
+    hg = rows % GP
+    row_ok = (tok < num_tokens) & (hg < G)
+    tok64 = tok.to(tl.int64)
+    head = (g * G + hg).to(tl.int64)
+    seq = tl.load(tok_ptr + tok64 * 2, mask=row_ok, other=-1)
+    pos = tl.load(tok_ptr + tok64 * 2 + 1, mask=row_ok, other=0)
+
+    dk = tl.arange(0, BDK)
+    dv = tl.arange(0, BDV)
+    q = tl.load(q_ptr + tok64[:, None] * stride_qt + head[:, None] * stride_qh + dk[None, :],
+                mask=row_ok[:, None] & (dk < DK)[None, :], other=0.0)
+
+    m = tl.full([BM], NEG_BIG, dtype=tl.float32)
+    l = tl.zeros([BM], dtype=tl.float32)
+    acc = tl.zeros([BM, BDV], dtype=tl.float32)
+
+    # The tile's tokens belong to sequences n_first..n_last (usually one); each pass serves its own rows.
+    t_first = tile * BT
+    t_last = tl.minimum(t_first + BT, num_tokens) - 1
+    n_first = tl.maximum(tl.load(tok_ptr + t_first.to(tl.int64) * 2), 0)
+    n_last = tl.minimum(tl.load(tok_ptr + t_last.to(tl.int64) * 2), num_seqs - 1)
+    for n in range(n_first, n_last + 1):
+        boc = tl.load(chunk_offsets_ptr + n).to(tl.int64)
+        rows_n = tl.load(chunk_offsets_ptr + n + 1) - boc  # storage rows of sequence n
+        in_seq = row_ok & (seq == n)
+        nc = tl.where(in_seq, tl.minimum((pos + 1) // BS, rows_n), 0)  # closed chunks per row
+        nc_max = tl.max(nc, axis=0)
+        k_base = k_ptr + boc * stride_kc + g * stride_kh
+        v_base = v_ptr + boc * stride_vc + g * stride_vh
+        for c0 in range(0, nc_max, BC):
+            c = c0 + tl.arange(0, BC)
+            c_ok = c < nc_max
+            kt = tl.load(k_base + c[None, :].to(tl.int64) * stride_kc + dk[:, None],
+                         mask=c_ok[None, :] & (dk < DK)[:, None], other=0.0)
+            s = tl.dot(q, kt) * qk_scale
+            s = tl.where(c[None, :] < nc[:, None], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, axis=1))
+            alpha = tl.math.exp2(m - m_new)
+            p = tl.math.exp2(s - m_new[:, None])
+            l = l * alpha + tl.sum(p, axis=1)
+            vt = tl.load(v_base + c[:, None].to(tl.int64) * stride_vc + dv[None, :],
+                         mask=c_ok[:, None] & (dv < DV)[None, :], other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
+            m = m_new
+
+    seen = l > 0
+    inv = tl.where(seen, 1.0 / tl.where(seen, l, 1.0), 0.0)
+    o = acc * inv[:, None]
+    lse = tl.where(seen, (m + tl.math.log2(tl.where(seen, l, 1.0))) * LN2, 0.0)
+    tl.store(o_ptr + tok64[:, None] * stride_ot + head[:, None] * stride_oh + dv[None, :],
+             o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & (dv < DV)[None, :])
+    tl.store(lse_ptr + tok64 * stride_lt + head, lse.to(lse_ptr.dtype.element_ty), mask=row_ok)

@@ -1,0 +1,72 @@
+"""Selected-block sparse attention: one program = one packed token x the G query heads of one KV head, so
+every selected K/V block is loaded once for the whole group. Each iteration gathers KB selected blocks
+(KB·BS key rows, contiguous inside a block) into one [KB·BS, D] tile: more loads in flight per step and a
+wider QK^T / PV product than one block at a time."""
+
+import triton
+import triton.language as tl
+
+NEG_BIG: tl.constexpr = tl.constexpr(-1.0e30)
+
+
+@triton.jit
+def nsa_varlen_fwd_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, bi_ptr, bc_ptr, offsets_ptr, tok_ptr,
+    num_tokens, qk_scale,  # qk_scale = scale * log2(e)
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
+    stride_bit, stride_bih, stride_bct, stride_bch,
+    tune_bucket,  # autotune key only
+    G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BD: tl.constexpr,
+    BS: tl.constexpr,  # selection block size (power of two)
+    SEL: tl.constexpr,  # slots per (token, KV head)
+    CAUSAL: tl.constexpr,
+    KB: tl.constexpr,  # selected blocks gathered per iteration
+):
+    t = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1).to(tl.int64)
+    seq = tl.load(tok_ptr + t * 2)
+    pos = tl.load(tok_ptr + t * 2 + 1)
+    bos = t - pos  # = offsets[seq] (op.py checks that token_indices agrees with offsets)
+    if CAUSAL:
+        end = pos + 1
+    else:
+        end = tl.load(offsets_ptr + seq + 1) - bos
+    end = tl.minimum(end, num_tokens - bos)  # never read past the packed tensors
+    count = tl.load(bc_ptr + t * stride_bct + g * stride_bch)
+    count = tl.minimum(tl.maximum(count, 0), SEL)
+
+    hg = tl.arange(0, GP)
+    head = g * G + hg
+    h_ok = hg < G
+    d = tl.arange(0, BD)
+    d_ok = d < D
+    q = tl.load(q_ptr + t * stride_qt + head[:, None] * stride_qh + d[None, :],
+                mask=h_ok[:, None] & d_ok[None, :], other=0.0)
+
+    m = tl.full([GP], NEG_BIG, dtype=tl.float32)
+    l = tl.zeros([GP], dtype=tl.float32)
+    acc = tl.zeros([GP, BD], dtype=tl.float32)
+    j = tl.arange(0, KB * BS)
+    bi_row = bi_ptr + t * stride_bit + g * stride_bih
+    k_base = k_ptr + bos * stride_kt + g * stride_kh
+    v_base = v_ptr + bos * stride_vt + g * stride_vh
+    for s0 in range(0, count, KB):
+        slot = s0 + j // BS
+        blk = tl.load(bi_row + slot, mask=slot < count, other=-1).to(tl.int64)
+        r = blk * BS + (j % BS)  # key position inside the sequence
+        ok = (blk >= 0) & (r < end) & (r >= -bos)
+        kt = tl.load(k_base + r[None, :] * stride_kt + d[:, None], mask=ok[None, :] & d_ok[:, None], other=0.0)
+        s = tl.dot(q, kt) * qk_scale
+        s = tl.where(ok[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        alpha = tl.math.exp2(m - m_new)
+        p = tl.math.exp2(s - m_new[:, None])
+        l = l * alpha + tl.sum(p, axis=1)
+        vt = tl.load(v_base + r[:, None] * stride_vt + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
+        m = m_new
+
+    seen = l > 0
+    o = acc * tl.where(seen, 1.0 / tl.where(seen, l, 1.0), 0.0)[:, None]
+    tl.store(o_ptr + t * stride_ot + head[:, None] * stride_oh + d[None, :], o.to(o_ptr.dtype.element_ty),
+             mask=h_ok[:, None] & d_ok[None, :])

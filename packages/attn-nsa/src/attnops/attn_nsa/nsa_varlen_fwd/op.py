@@ -1,0 +1,162 @@
+"""NSAVarlenFwd: checks, launch configs, torch custom-op registration."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+
+from attnops.attn_nsa._tuning import TunedKernel
+from attnops.attn_nsa._varlen import (
+    ACTIVATIONS,
+    alloc_output,
+    check_heads,
+    check_int_param,
+    check_packing,
+    check_scale_param,
+    tune_bucket,
+)
+from attnops.kernel_utils import checks, runtime
+
+from .kernel import nsa_varlen_fwd_kernel
+
+LOG2E = math.log2(math.e)
+
+CONFIGS = (
+    triton.Config({"KB": 1}, num_warps=2, num_stages=2),
+    triton.Config({"KB": 1}, num_warps=4, num_stages=2),
+    triton.Config({"KB": 2}, num_warps=4, num_stages=2),
+    triton.Config({"KB": 4}, num_warps=4, num_stages=2),
+)
+
+
+def _valid(c: triton.Config, a: dict) -> bool:
+    kb = c.kwargs["KB"]
+    keys = kb * a["BS"]
+    # at most 8K elements per K (and V) tile in registers; no more gathered slots than the row has
+    return keys * a["BD"] <= 8192 and (kb == 1 or kb <= triton.next_power_of_2(max(a["SEL"], 1)))
+
+
+def _default(valid: list[triton.Config], a: dict) -> triton.Config:
+    if runtime.interpreting():  # fewest iterations: the interpreter pays per operation, not per element
+        return max(valid, key=lambda c: (c.kwargs["KB"], c.num_warps))
+    ranked = sorted(valid, key=lambda c: (c.kwargs["KB"] != 2, c.num_warps != 4))
+    return ranked[0]
+
+
+_TUNED = TunedKernel(nsa_varlen_fwd_kernel, CONFIGS,
+                     key=["G", "D", "BS", "SEL", "CAUSAL", "tune_bucket"], valid=_valid, default=_default)
+
+
+def _run(q, k, v, block_indices, block_counts, offsets, token_indices, is_causal, scale, block_size, config=None):
+    """Allocate and launch (no argument checks). ``config`` forces one launch config (tests)."""
+    num_tokens, h, d = q.shape
+    h_kv = k.shape[1]
+    o = alloc_output((num_tokens, h, d), q.dtype, q.device)
+    if num_tokens == 0:
+        return o
+    g = h // h_kv
+    args = dict(
+        q_ptr=q, k_ptr=k, v_ptr=v, o_ptr=o, bi_ptr=block_indices, bc_ptr=block_counts, offsets_ptr=offsets,
+        tok_ptr=token_indices, num_tokens=num_tokens, qk_scale=scale * LOG2E,
+        stride_qt=q.stride(0), stride_qh=q.stride(1), stride_kt=k.stride(0), stride_kh=k.stride(1),
+        stride_vt=v.stride(0), stride_vh=v.stride(1), stride_ot=o.stride(0), stride_oh=o.stride(1),
+        stride_bit=block_indices.stride(0), stride_bih=block_indices.stride(1),
+        stride_bct=block_counts.stride(0), stride_bch=block_counts.stride(1),
+        tune_bucket=tune_bucket(num_tokens),
+        G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BD=max(16, triton.next_power_of_2(d)),
+        BS=block_size, SEL=block_indices.shape[2], CAUSAL=bool(is_causal),
+    )
+    _TUNED.launch((num_tokens, h_kv), args, config)
+    return o
+
+
+@torch.library.custom_op("attnops::nsa_varlen_fwd", mutates_args=())
+def _nsa_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    block_indices: torch.Tensor,
+    block_counts: torch.Tensor,
+    offsets: torch.Tensor,
+    token_indices: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    block_size: int,
+) -> torch.Tensor:
+    return _run(q, k, v, block_indices, block_counts, offsets, token_indices, is_causal, scale, block_size)
+
+
+@_nsa_varlen.register_fake
+def _(q, k, v, block_indices, block_counts, offsets, token_indices, is_causal, scale, block_size):
+    return torch.empty_like(q)
+
+
+def check_args(q, k, v, block_indices, block_counts, offsets, token_indices, is_causal, scale, block_size):
+    dev = runtime.device()
+    checks.check_tensor("q", q, dtype=ACTIVATIONS, ndim=3, device=dev, inner_contiguous=1)
+    t, h, d = q.shape
+    checks.check_tensor("k", k, dtype=q.dtype, shape=(t, None, d), device=dev, inner_contiguous=1)
+    h_kv = k.shape[1]
+    checks.check_tensor("v", v, dtype=q.dtype, shape=(t, h_kv, d), device=dev, inner_contiguous=1)
+    g = check_heads(h, h_kv, "k")
+    if not 1 <= d <= 128:
+        raise ValueError(f"q: head dim must lie in [1, 128], got {d}")
+    if g > 128:
+        raise ValueError(f"k: at most 128 query heads per KV head are supported, got G = {g}")
+    checks.check_tensor("block_indices", block_indices, dtype=torch.int32, shape=(t, h_kv, None), device=dev,
+                        inner_contiguous=1)
+    checks.check_tensor("block_counts", block_counts, dtype=torch.int32, shape=(t, h_kv), device=dev)
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal: expected a bool, got {type(is_causal).__name__}")
+    scale = check_scale_param(scale)
+    block_size = check_int_param("block_size", block_size, 16, 128, power_of_two=True)
+    check_packing(offsets, token_indices, t, dev)
+    if checks.validate_values(block_counts):
+        checks.check_index_range("block_counts", block_counts, 0, block_indices.shape[2] + 1)
+    return scale, block_size
+
+
+def nsa_varlen_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    block_indices: torch.Tensor,
+    block_counts: torch.Tensor,
+    offsets: torch.Tensor,
+    token_indices: torch.Tensor,
+    is_causal: bool,
+    scale: float,
+    block_size: int = 32,
+) -> torch.Tensor:
+    """NSA selected-block attention over packed sequences (FLA ``parallel_nsa`` selection branch, no gate).
+
+    For token t of sequence n (length L) and KV group g: ``end = t + 1`` if causal else ``L``. Slot
+    ``i < block_counts[t, g]`` with id ``β = block_indices[t, g, i]`` contributes keys at sequence positions
+    ``[β·bs, (β+1)·bs) ∩ [0, end)`` (packed rows ``offsets[n] + r``); a negative id or ``β·bs >= end`` contributes
+    nothing (padding with −1 or with T_q both work). Each query head h of group g attends with
+    ``softmax(scale·<q_h, k_r>)`` over the collected keys (slots are independent: a repeated id counts twice).
+    No key -> zeros.
+
+    Args:
+        q: ``[T_q, H, D]`` f16/bf16, D <= 128, last dim contiguous.
+        k, v: ``[T_q, H_kv, D]``, q's dtype, packed like q; ``H % H_kv == 0``.
+        block_indices: ``[T_q, H_kv, SEL]`` int32 block ids relative to the sequence start, last dim contiguous.
+        block_counts: ``[T_q, H_kv]`` int32 in ``[0, SEL]``: how many leading slots are used.
+        offsets: ``[N+1]`` int32 token prefix sums.
+        token_indices: ``[T_q, 2]`` int32 contiguous ``(n, t)`` per packed token (must agree with offsets).
+        is_causal: keys up to the token itself, or the whole sequence.
+        scale: softmax scale (> 0).
+        block_size: selection block size, a power of two in [16, 128] (32 or 64).
+
+    Returns:
+        ``o_slc [T_q, H, D]`` in q's dtype.
+
+    Example::
+
+        o = nsa_varlen_fwd(q, k, v, block_indices, block_counts, offsets, token_indices, True, 64**-0.5, 32)
+    """
+    scale, block_size = check_args(q, k, v, block_indices, block_counts, offsets, token_indices, is_causal, scale,
+                                   block_size)
+    return _nsa_varlen(q, k, v, block_indices, block_counts, offsets, token_indices, is_causal, scale, block_size)

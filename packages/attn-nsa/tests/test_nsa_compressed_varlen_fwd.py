@@ -1,0 +1,121 @@
+"""NSACompressedVarlenFwd against its fp32 reference: every seed row (shrunk on CPU), ragged / empty / GQA edge
+cases, every launch config, bad input."""
+
+import pytest
+import torch
+from nsa_testlib import DEV, check_with_config, config_params, f16, i32, run_bad_input, seed_of, seed_params
+
+from attnops.attn_nsa import nsa_compressed_varlen_fwd
+from attnops.attn_nsa.nsa_compressed_varlen_fwd import op
+from attnops.attn_nsa.nsa_compressed_varlen_fwd.spec import SPEC, build_case, make_case
+from attnops.kernel_utils import testing
+
+
+@pytest.mark.parametrize("w", seed_params(SPEC), ids=lambda w: w.id)
+def test_seed_row_shrunk(w):
+    """Kernel path per seed row (<= 3 sequences of <= 3 blocks + ragged tail); bf16 rows run on the GPU."""
+    SPEC.check(make_case(w, DEV, shrink=True, seed=seed_of(w)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("w", SPEC.workloads, ids=lambda w: w.id)
+def test_seed_row_full_size(w):
+    SPEC.check(make_case(w, DEV, shrink=False, seed=7))
+
+
+@pytest.mark.parametrize(
+    "lengths,h,h_kv,dk,dv,bs",
+    [
+        # zero-length sequences first / between / last; shorter than bs (all rows empty); bs-1, bs, bs+1
+        ([0, 31, 32, 0, 33, 95, 0], 16, 1, 64, 64, 32),
+        # bs 64, GQA 32:2, ragged tails
+        ([63, 64, 130], 64, 2, 64, 64, 64),
+        # DV != DK; many short sequences per tile (G = 4: 16 tokens per 64-row tile)
+        ([5, 0, 40, 3, 70], 8, 2, 64, 32, 32),
+        # G not a power of two (padded heads are masked), head dim not a power of two
+        ([50, 47], 6, 2, 48, 48, 16),
+    ],
+    ids=["empty-and-short", "bs64-gqa32", "dv-ne-dk-g4", "g3-d48"],
+)
+def test_edge_shapes(lengths, h, h_kv, dk, dv, bs):
+    SPEC.check(build_case(lengths, h, h_kv, dk, dv, torch.float16, dk**-0.5, bs, DEV, seed=len(lengths)))
+
+
+def test_no_tokens():
+    """T_q = 0 (one empty sequence): empty outputs, no launch."""
+    SPEC.check(build_case([0], 16, 1, 64, 64, torch.float16, 0.125, 32, DEV))
+
+
+def test_strided_query():
+    """q as a head slice of a wider packed tensor (token stride 2·H·D)."""
+    case = build_case([40, 70], 16, 1, 64, 64, torch.float16, 0.125, 32, DEV, seed=3)
+    t = case.inputs["q"].shape[0]
+    wide = testing.randn((t, 32, 64), torch.float16, DEV, testing.generator(4))
+    case.inputs["q"] = wide[:, 16:]
+    SPEC.check(case)
+
+
+def test_large_scores_stay_finite():
+    """scale = 1 with |q|,|k| ~ 4: scores in the hundreds; the base-2 online softmax must not overflow."""
+    case = build_case([100], 16, 1, 64, 64, torch.float16, 1.0, 32, DEV, seed=5)
+    case.inputs["q"] = case.inputs["q"] * 4
+    case.inputs["k_cmp"] = case.inputs["k_cmp"] * 4
+    SPEC.check(case)
+
+
+@pytest.mark.parametrize("config", config_params(op.CONFIGS))
+def test_every_config_small(config):
+    """Each autotune config (constexpr path) on a two-sequence case; bs 8 gives 37 chunks, more than one BC tile."""
+    case = build_case([17, 300], 16, 1, 64, 64, torch.float16, 0.125, 8, DEV, seed=6)
+    check_with_config(SPEC, op._run, case, config)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", config_params(op.CONFIGS))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_every_config_gpu(config, dtype):
+    case = build_case([257, 767, 3000, 5], 32, 2, 128, 128, dtype, 128**-0.5, 32, DEV, seed=8)
+    check_with_config(SPEC, op._run, case, config)
+
+
+def _bad(**changes):
+    case = build_case([40, 70], 32, 2, 64, 64, torch.float16, 0.125, 32, DEV, seed=1)
+    case.inputs.update(changes)
+    return case.inputs
+
+
+BAD_INPUTS = {
+    "q dtype": (lambda: _bad(q=f16((110, 32, 64)).float()), TypeError, "q: expected dtype float16 or bfloat16"),
+    "k_cmp head dim": (lambda: _bad(k_cmp=f16((5, 2, 32))), ValueError, r"k_cmp: expected shape .*got \(5, 2, 32\)"),
+    "v_cmp rows": (lambda: _bad(v_cmp=f16((4, 2, 64))), ValueError, r"v_cmp: expected shape .*got \(4, 2, 64\)"),
+    "heads not divisible": (lambda: _bad(k_cmp=f16((5, 3, 64)), v_cmp=f16((5, 3, 64))), ValueError,
+                            "k_cmp: 3 KV heads must divide the 32 query heads"),
+    "offsets dtype": (lambda: _bad(offsets=torch.tensor([0, 40, 110], device=DEV)), TypeError,
+                      "offsets: expected dtype int32"),
+    "offsets total": (lambda: _bad(offsets=i32([0, 40, 100])), ValueError,
+                      "offsets: last entry must equal the packed length 110"),
+    "offsets decreasing": (lambda: _bad(offsets=i32([0, 120, 110])), ValueError, "offsets: must be non-decreasing"),
+    "chunk_offsets inconsistent": (lambda: _bad(chunk_offsets=i32([0, 1, 5])), ValueError,
+                                   r"chunk_offsets: must be the prefix sums of ceil\(len_n / bs\)"),
+    "chunk_offsets length": (lambda: _bad(chunk_offsets=i32([0, 2])), ValueError,
+                             r"chunk_offsets: expected shape \(3,\)"),
+    "k_cmp rows vs chunk_offsets": (lambda: _bad(k_cmp=f16((6, 2, 64)), v_cmp=f16((6, 2, 64))), ValueError,
+                                    r"k_cmp: has 6 compressed rows, but chunk_offsets\[N\] = 5"),
+    "token_indices inconsistent": (lambda: _bad(token_indices=torch.zeros(110, 2, dtype=torch.int32, device=DEV)),
+                                   ValueError,
+                           r"token_indices: row 1 is \(0, 0\), but offsets place packed token 1 at .*\(0, 1\)"),
+    "token_indices shape": (lambda: _bad(token_indices=torch.zeros(110, 3, dtype=torch.int32, device=DEV)),
+                            ValueError, r"token_indices: expected shape \(110, 2\)"),
+    "scale negative": (lambda: _bad(scale=-0.1), ValueError, "scale: must be finite and > 0"),
+    "scale tensor": (lambda: _bad(scale=torch.tensor(0.1)), TypeError, "scale: expected a Python float"),
+    "bs zero": (lambda: _bad(bs=0), ValueError, r"bs: must lie in \[1, "),
+    "bs float": (lambda: _bad(bs=32.0), TypeError, "bs: expected a Python int"),
+    "q not contiguous": (lambda: _bad(q=f16((110, 64, 32)).transpose(1, 2)), ValueError,
+                         "q: the last 1 dims must be contiguous"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_INPUTS)
+def test_bad_input_is_rejected_before_launch(name):
+    make_inputs, error, message = BAD_INPUTS[name]
+    run_bad_input(nsa_compressed_varlen_fwd, make_inputs(), error, message)

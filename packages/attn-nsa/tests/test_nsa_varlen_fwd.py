@@ -1,0 +1,171 @@
+"""NSAVarlenFwd against its fp32 reference: every seed row (shrunk on CPU), empty selections, padding forms,
+causal edges, GQA / head-dim edge cases, every launch config, bad input."""
+
+import pytest
+import torch
+from nsa_testlib import DEV, check_with_config, config_params, f16, i32, run_bad_input, seed_of, seed_params
+
+from attnops.attn_nsa import nsa_varlen_fwd
+from attnops.attn_nsa.nsa_varlen_fwd import op
+from attnops.attn_nsa.nsa_varlen_fwd.spec import SPEC, build_case, empty_rows, make_case
+from attnops.kernel_utils import testing
+
+ROWS = {w.id.split("/")[1]: w for w in SPEC.workloads}
+
+
+@pytest.mark.parametrize("w", seed_params(SPEC), ids=lambda w: w.id)
+def test_seed_row_shrunk(w):
+    """Kernel path per seed row (<= 3 sequences of <= 3 blocks + ragged tail); the bf16 row runs on the GPU."""
+    SPEC.check(make_case(w, DEV, shrink=True, seed=seed_of(w)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("w", SPEC.workloads, ids=lambda w: w.id)
+def test_seed_row_full_size(w):
+    SPEC.check(make_case(w, DEV, shrink=False, seed=7))
+
+
+def test_ragged_row_in_f16():
+    """The bf16 seed row's shape class (GQA 32:2, D 128, SEL 8, scale 128^-0.5) in f16 on the CPU, on two
+    short ragged sequences."""
+    w = ROWS["prefill-ragged"]
+    _, h, d = w.shape("q")
+    case = build_case([33, 70], h, w.shape("k")[1], d, torch.float16, w.shape("block_indices")[2],
+                      w.params["block_size"], True, w.params["scale"], DEV, seed=11)
+    SPEC.check(case)
+
+
+@pytest.mark.parametrize(
+    "lengths,h,h_kv,d,sel,bs,causal",
+    [
+        # zero-length sequences, shorter than a block, tails; non-causal sees the whole sequence
+        ([0, 20, 0, 77, 0], 16, 1, 64, 3, 32, False),
+        ([0, 20, 0, 77, 0], 16, 1, 64, 3, 32, True),
+        # bs 64, GQA 32:2, D 128
+        ([100, 30], 64, 2, 128, 2, 64, True),
+        # G = 4 (padded to 16 rows), head dim 80 (padded to 128), bs 16
+        ([50, 33], 8, 2, 80, 4, 16, False),
+    ],
+    ids=["noncausal-empty-short", "causal-empty-short", "bs64-gqa32-d128", "g4-d80-bs16"],
+)
+def test_edge_shapes(lengths, h, h_kv, d, sel, bs, causal):
+    SPEC.check(build_case(lengths, h, h_kv, d, torch.float16, sel, bs, causal, d**-0.5, DEV, seed=sum(lengths)))
+
+
+def test_empty_selections_are_zero():
+    """block_counts = 0 on every other (token, KV head): those query heads output exact zeros."""
+    case = build_case([60, 45], 32, 2, 64, torch.float16, 4, 32, True, 0.125, DEV, seed=2)
+    case.inputs["block_counts"][::2, 0] = 0
+    case.inputs["block_counts"][1::3, 1] = 0
+    assert bool(empty_rows(case).any())
+    SPEC.check(case)
+
+
+@pytest.mark.parametrize("pad", ["minus-one", "t-q", "past-the-sequence"])
+def test_padding_forms(pad):
+    """Unused slots may hold −1 (the selector's padding), T_q (the page's) or any block past the sequence;
+    block_counts = SEL so every slot is read."""
+    case = build_case([70, 100], 16, 1, 64, torch.float16, 4, 32, False, 0.125, DEV, seed=3,
+                      pad={"minus-one": -1, "t-q": None, "past-the-sequence": 5}[pad])
+    case.inputs["block_counts"].fill_(4)
+    SPEC.check(case)
+
+
+def test_causal_block_edges():
+    """Causal: the current block contributes only keys <= t; a block starting after t contributes nothing,
+    so a token whose every slot lies in its future outputs zeros."""
+    case = build_case([96], 16, 1, 64, torch.float16, 2, 32, True, 0.125, DEV, seed=4)
+    ids = case.inputs["block_indices"]
+    t = torch.arange(96, device=DEV)
+    ids[:, 0, 0] = (t // 32).to(torch.int32)  # own block: partial
+    ids[:, 0, 1] = (t // 32 + 1).to(torch.int32)  # next block: in the future (past the end for the last)
+    ids[:40, 0, 0] = 2  # tokens 0..39: only future blocks
+    case.inputs["block_counts"].fill_(2)
+    assert bool(empty_rows(case)[:32].all())
+    SPEC.check(case)
+
+
+def test_repeated_ids_count_twice():
+    """Slots are independent: a block id listed twice contributes its keys twice (spec); the reference
+    gathers it twice as well."""
+    case = build_case([64, 64], 16, 1, 64, torch.float16, 3, 32, False, 0.125, DEV, seed=5)
+    case.inputs["block_indices"][:, 0, :] = torch.tensor([0, 0, 1], dtype=torch.int32, device=DEV)
+    case.inputs["block_counts"].fill_(3)
+    SPEC.check(case)
+
+
+def test_strided_qkv():
+    """q, k, v as head slices of one packed qkv tensor."""
+    case = build_case([40, 70], 16, 1, 64, torch.float16, 3, 32, True, 0.125, DEV, seed=6)
+    t = case.inputs["q"].shape[0]
+    qkv = testing.randn((t, 18, 64), torch.float16, DEV, testing.generator(7))
+    case.inputs.update(q=qkv[:, :16], k=qkv[:, 16:17], v=qkv[:, 17:])
+    SPEC.check(case)
+
+
+@pytest.mark.parametrize("config", config_params(op.CONFIGS))
+def test_every_config_small(config):
+    """Each autotune config (constexpr path) that this shape admits: SEL 5 (KB 1, 2, 4 all valid at D 64)."""
+    case = build_case([40, 70], 16, 1, 64, torch.float16, 5, 16, True, 0.125, DEV, seed=8)
+    args = {"BS": 16, "BD": 64, "SEL": 5}
+    if not op._valid(config, args):
+        pytest.skip("config not valid for this shape")
+    check_with_config(SPEC, op._run, case, config)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", config_params(op.CONFIGS))
+@pytest.mark.parametrize(
+    "dtype,d,h,h_kv,bs,sel,causal",
+    [
+        (torch.float16, 64, 16, 1, 32, 4, True),
+        (torch.bfloat16, 128, 32, 2, 32, 8, True),
+        (torch.float16, 64, 16, 1, 32, 4, False),
+        (torch.bfloat16, 64, 16, 1, 64, 16, True),
+    ],
+    ids=["f16-d64", "bf16-d128", "f16-noncausal", "bf16-bs64-sel16"],
+)
+def test_every_config_gpu(config, dtype, d, h, h_kv, bs, sel, causal):
+    case = build_case([257, 767, 4000, 4190], h, h_kv, d, dtype, sel, bs, causal, d**-0.5, DEV, seed=9)
+    if not op._valid(config, {"BS": bs, "BD": d, "SEL": sel}):
+        pytest.skip("config not valid for this shape")
+    check_with_config(SPEC, op._run, case, config)
+
+
+def _bad(**changes):
+    case = build_case([40, 70], 32, 2, 64, torch.float16, 4, 32, True, 0.125, DEV, seed=1)
+    case.inputs.update(changes)
+    return case.inputs
+
+
+BAD_INPUTS = {
+    "q dtype": (lambda: _bad(q=f16((110, 32, 64)).float()), TypeError, "q: expected dtype float16 or bfloat16"),
+    "k tokens": (lambda: _bad(k=f16((100, 2, 64))), ValueError, r"k: expected shape .*got \(100, 2, 64\)"),
+    "v heads": (lambda: _bad(v=f16((110, 1, 64))), ValueError, r"v: expected shape .*got \(110, 1, 64\)"),
+    "head dim too large": (lambda: _bad(q=f16((110, 32, 256)), k=f16((110, 2, 256)), v=f16((110, 2, 256))),
+                           ValueError, r"q: head dim must lie in \[1, 128\], got 256"),
+    "block_indices dtype": (lambda: _bad(block_indices=torch.zeros(110, 2, 4, dtype=torch.int64, device=DEV)),
+                            TypeError, "block_indices: expected dtype int32"),
+    "block_indices heads": (lambda: _bad(block_indices=torch.zeros(110, 1, 4, dtype=torch.int32, device=DEV)),
+                            ValueError, r"block_indices: expected shape .*got \(110, 1, 4\)"),
+    "block_counts above SEL": (lambda: _bad(block_counts=torch.full((110, 2), 5, dtype=torch.int32, device=DEV)),
+                               ValueError, r"block_counts: entries must lie in \[0, 5\), got 5"),
+    "block_counts negative": (lambda: _bad(block_counts=torch.full((110, 2), -1, dtype=torch.int32, device=DEV)),
+                              ValueError, r"block_counts: entries must lie in \[0, 5\), got -1"),
+    "offsets inconsistent": (lambda: _bad(offsets=i32([0, 50, 110])), ValueError,
+                             r"token_indices: row 40 is \(1, 0\), but offsets place packed token 40 at .* \(0, 40\)"),
+    "offsets total": (lambda: _bad(offsets=i32([0, 40, 111])), ValueError,
+                      "offsets: last entry must equal the packed length 110"),
+    "block_size not a power of two": (lambda: _bad(block_size=48), ValueError,
+                                      "block_size: must be a power of two, got 48"),
+    "block_size too small": (lambda: _bad(block_size=8), ValueError, r"block_size: must lie in \[16, 128\]"),
+    "is_causal not bool": (lambda: _bad(is_causal=1), TypeError, "is_causal: expected a bool"),
+    "scale zero": (lambda: _bad(scale=0.0), ValueError, "scale: must be finite and > 0"),
+    "k on another dtype": (lambda: _bad(k=f16((110, 2, 64)).bfloat16()), TypeError, "k: expected dtype float16"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_INPUTS)
+def test_bad_input_is_rejected_before_launch(name):
+    make_inputs, error, message = BAD_INPUTS[name]
+    run_bad_input(nsa_varlen_fwd, make_inputs(), error, message)
