@@ -3,6 +3,7 @@
 import attnops.kernel_utils  # noqa: F401  (first: selects the interpreter on CPU-only machines)
 
 from .__about__ import __version__
+from .fp8_lightning_indexer_fwd import fp8_lightning_indexer_fwd
 from .topk_select_fwd import topk_select_fwd
 
-__all__ = ["__version__", "topk_select_fwd"]
+__all__ = ["__version__", "fp8_lightning_indexer_fwd", "topk_select_fwd"]

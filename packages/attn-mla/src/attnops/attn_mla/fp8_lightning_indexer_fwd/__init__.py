@@ -1,0 +1,3 @@
+from .op import fp8_lightning_indexer_fwd
+
+__all__ = ["fp8_lightning_indexer_fwd"]
