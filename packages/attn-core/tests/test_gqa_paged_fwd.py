@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from attnops.attn_core import gqa_paged_fwd, gqa_paged_plan
+from attnops.attn_core.gqa_paged_fwd.op import FALLBACKS
 from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, SMALL_ROWS, plan_paged_attention
 from attnops.attn_core.gqa_paged_fwd.spec import SPEC, build_case, make_case
 from attnops.kernel_utils import runtime, testing
@@ -203,6 +204,8 @@ def test_every_config(key, dtype):
     for case in cases:
         for splits in (None, 3):
             _check(case, num_splits=splits) if splits else _check(case)
+    fell_back = {k: v for k, v in FALLBACKS.items() if k[1] == CONFIGS[key]}
+    assert not fell_back, f"config {CONFIGS[key]} did not fit (OutOfResources); replaced by {fell_back}"
 
 
 # --------------------------------------------------------------------------------------------------

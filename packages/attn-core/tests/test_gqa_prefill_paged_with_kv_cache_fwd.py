@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from attnops.attn_core import gqa_prefill_paged_plan, gqa_prefill_paged_with_kv_cache_fwd
+from attnops.attn_core.gqa_paged_fwd.op import FALLBACKS
 from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS
 from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd.spec import SPEC, build_case, make_case
 from attnops.kernel_utils import runtime, testing
@@ -139,6 +140,7 @@ def test_every_config(d, dtype):
                           fuse_rope=True, rotary_dim=d // 2, softcap=30.0)
         SPEC.check(case)
         _with_plan(case, num_splits=3)
+    assert not FALLBACKS, f"configs that did not fit (OutOfResources) and their replacements: {FALLBACKS}"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Paged attention forward (shared by the three paged ops of attn-core) and its split-KV combine.
 
 One program = one work item of the host plan (request b, block of BLOCK_M packed query rows, KV split) ×
-one KV head. Packed row r of a request is (token r // GROUP, query head h_kv·GROUP + r % GROUP): the G query
+one KV head. Packed row r of a request is (token r // G, query head h_kv·G + r % G): the G query
 heads of a KV head share every K/V tile a program loads, so a page is read once for all of them.
 
 Keys come from up to two sources, visited in order:
@@ -43,13 +43,13 @@ def _attend_range(
     acc, m_i, l_i, q, q_pos, start, stop, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
     k_base, v_base, table_row, num_pages, stride_kp, stride_kt, stride_vp, stride_vt,
     cos_ptr, sin_ptr, stride_cos, key_pos_shift,
-    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, ROPE_K: tl.constexpr, ROTARY_DIM: tl.constexpr,
+    page_size, PAGED: tl.constexpr, ROPE_K: tl.constexpr, ROTARY_DIM: tl.constexpr,
     INTERLEAVED: tl.constexpr, MASKED: tl.constexpr, SOFTCAP: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """Fold keys [start, stop) (tile-aligned start) of one source into (acc, m_i, l_i).
 
-    PAGED: key j lives in page table_row[j // PAGE_SIZE] at slot j % PAGE_SIZE (pages outside [0, num_pages)
+    PAGED: key j lives in page table_row[j // page_size] at slot j % page_size (pages outside [0, num_pages)
     read as zeros, so a bad table never reads outside the pool); else key j is row j of k_base / v_base.
     ``key_pos_shift`` turns a key index into its RoPE position."""
     offs_n = tl.arange(0, BLOCK_N)
@@ -60,10 +60,10 @@ def _attend_range(
         k_pos = n0 + offs_n
         ok = k_pos < stop
         if PAGED:
-            page = tl.load(table_row + k_pos // PAGE_SIZE, mask=ok, other=0)
+            page = tl.load(table_row + k_pos // page_size, mask=ok, other=0)
             ok = ok & (page >= 0) & (page < num_pages)
             page = page.to(tl.int64)
-            slot = (k_pos % PAGE_SIZE).to(tl.int64)
+            slot = (k_pos % page_size).to(tl.int64)
             k_row = page * stride_kp + slot * stride_kt
             v_row = page * stride_vp + slot * stride_vt
         else:
@@ -90,7 +90,7 @@ def _attend_source(
     acc, m_i, l_i, q, q_pos, pos_lo, pos_hi, split_lo, split_hi, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
     k_base, v_base, table_row, num_pages, stride_kp, stride_kt, stride_vp, stride_vt,
     cos_ptr, sin_ptr, stride_cos, key_pos_shift,
-    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, ROPE_K: tl.constexpr, ROTARY_DIM: tl.constexpr,
+    page_size, PAGED: tl.constexpr, ROPE_K: tl.constexpr, ROTARY_DIM: tl.constexpr,
     INTERLEAVED: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """Visit the keys of one source that rows at positions [pos_lo, pos_hi] see, restricted to
@@ -104,17 +104,17 @@ def _attend_source(
         acc, m_i, l_i, q, q_pos, a, f_lo, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
         k_base, v_base, table_row, num_pages, stride_kp, stride_kt, stride_vp, stride_vt,
         cos_ptr, sin_ptr, stride_cos, key_pos_shift,
-        PAGED, PAGE_SIZE, ROPE_K, ROTARY_DIM, INTERLEAVED, True, SOFTCAP, BLOCK_N, BLOCK_D)
+        page_size, PAGED, ROPE_K, ROTARY_DIM, INTERLEAVED, True, SOFTCAP, BLOCK_N, BLOCK_D)
     acc, m_i, l_i = _attend_range(
         acc, m_i, l_i, q, q_pos, f_lo, f_hi, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
         k_base, v_base, table_row, num_pages, stride_kp, stride_kt, stride_vp, stride_vt,
         cos_ptr, sin_ptr, stride_cos, key_pos_shift,
-        PAGED, PAGE_SIZE, ROPE_K, ROTARY_DIM, INTERLEAVED, False, SOFTCAP, BLOCK_N, BLOCK_D)
+        page_size, PAGED, ROPE_K, ROTARY_DIM, INTERLEAVED, False, SOFTCAP, BLOCK_N, BLOCK_D)
     acc, m_i, l_i = _attend_range(
         acc, m_i, l_i, q, q_pos, f_hi, b, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
         k_base, v_base, table_row, num_pages, stride_kp, stride_kt, stride_vp, stride_vt,
         cos_ptr, sin_ptr, stride_cos, key_pos_shift,
-        PAGED, PAGE_SIZE, ROPE_K, ROTARY_DIM, INTERLEAVED, True, SOFTCAP, BLOCK_N, BLOCK_D)
+        page_size, PAGED, ROPE_K, ROTARY_DIM, INTERLEAVED, True, SOFTCAP, BLOCK_N, BLOCK_D)
     return acc, m_i, l_i
 
 
@@ -123,13 +123,12 @@ def paged_attention_kernel(
     q_ptr, k_ptr, v_ptr, kn_ptr, vn_ptr, o_ptr,
     table_ptr, cache_len_ptr, cu_q_ptr, items_ptr, part_o_ptr, part_lse_ptr,
     q_scale_ptr, k_scale_ptr, v_scale_ptr, sinks_ptr, cos_ptr, sin_ptr,
-    qk_scale, cap_scale, cap_log2, WL, WR, num_pages, num_kv_heads,
+    qk_scale, cap_scale, cap_log2, WL, WR, num_pages, num_kv_heads, group, page_size, q_uniform,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh,
     stride_knt, stride_knh, stride_vnt, stride_vnh,
     stride_tb, stride_cos, stride_qs_b, stride_ks_b, stride_ks_h,
-    GROUP: tl.constexpr, PAGE_SIZE: tl.constexpr, Q_UNIFORM: tl.constexpr, HAS_NEW: tl.constexpr,
-    Q_FP8: tl.constexpr, KV_FP8: tl.constexpr, ROPE_Q: tl.constexpr, ROPE_POOL_K: tl.constexpr,
+    HAS_NEW: tl.constexpr, Q_FP8: tl.constexpr, KV_FP8: tl.constexpr, ROPE_Q: tl.constexpr, ROPE_POOL_K: tl.constexpr,
     ROPE_NEW_K: tl.constexpr, ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr,
     SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -137,7 +136,8 @@ def paged_attention_kernel(
     """Grid: (n_items · H_kv,); program → item pid // H_kv, KV head pid % H_kv (heavy items first).
 
     items[i] = (b, m_block, split, num_splits, slot). Query rows of request b: cu_q[b]..cu_q[b+1] (or
-    b·Q_UNIFORM.. when Q_UNIFORM > 0). cache_len[b]: pool keys; kv_len = cache_len (+ q_len with HAS_NEW).
+    b·q_uniform.. when q_uniform > 0). group = H / H_kv; page_size, group and q_uniform are runtime ints
+    (fewer compiled variants; the integer divisions they cost are per tile row, not per element). cache_len[b]: pool keys; kv_len = cache_len (+ q_len with HAS_NEW).
     A split item (num_splits > 1) writes normalized partials to slot; otherwise the output."""
     pid = tl.program_id(0)
     item = pid // num_kv_heads
@@ -147,9 +147,9 @@ def paged_attention_kernel(
     split = tl.load(items_ptr + item * 5 + 2)
     num_splits = tl.load(items_ptr + item * 5 + 3)
     slot = tl.load(items_ptr + item * 5 + 4)
-    if Q_UNIFORM > 0:
-        q_start = b * Q_UNIFORM
-        q_len = Q_UNIFORM
+    if q_uniform > 0:
+        q_start = b * q_uniform
+        q_len = b * 0 + q_uniform
     else:
         q_start = tl.load(cu_q_ptr + b)
         q_len = tl.load(cu_q_ptr + b + 1) - q_start
@@ -160,12 +160,12 @@ def paged_attention_kernel(
     offset = kv_len - q_len  # position of query 0
 
     rows = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
-    tok = rows // GROUP
-    head = h_kv * GROUP + rows % GROUP
+    tok = rows // group
+    head = h_kv * group + rows % group
     row_ok = tok < q_len
     q_pos = offset + tok
-    t_lo = (m_block * BLOCK_M) // GROUP
-    t_hi = tl.minimum(q_len, (m_block * BLOCK_M + BLOCK_M + GROUP - 1) // GROUP) - 1
+    t_lo = (m_block * BLOCK_M) // group
+    t_hi = tl.minimum(q_len, (m_block * BLOCK_M + BLOCK_M + group - 1) // group) - 1
     offs_d = tl.arange(0, BLOCK_D)
 
     # ---- the query tile (RoPE at the query positions; fp8 stays raw: its scale is folded below)
@@ -206,7 +206,7 @@ def paged_attention_kernel(
             step_pool, cap_pool, cap_log2,
             k_ptr + h_kv * stride_kh, v_ptr + h_kv * stride_vh, table_ptr + b.to(tl.int64) * stride_tb, num_pages,
             stride_kp, stride_kt, stride_vp, stride_vt, cos_ptr, sin_ptr, stride_cos, 0,
-            True, PAGE_SIZE, ROPE_POOL_K, ROTARY_DIM, INTERLEAVED, SOFTCAP, BLOCK_N, BLOCK_D)
+            page_size, True, ROPE_POOL_K, ROTARY_DIM, INTERLEAVED, SOFTCAP, BLOCK_N, BLOCK_D)
     if KV_FP8:
         acc = acc * dv_pool  # pool values were raw e4m3: scale the pool's contribution once
     # ---- source 2: this request's new rows, keys [pool_len, kv_len) (relative index i = key − pool_len)
@@ -220,7 +220,7 @@ def paged_attention_kernel(
                 kn_ptr + q_start.to(tl.int64) * stride_knt + h_kv * stride_knh,
                 vn_ptr + q_start.to(tl.int64) * stride_vnt + h_kv * stride_vnh, table_ptr, num_pages,
                 0, stride_knt, 0, stride_vnt, cos_ptr, sin_ptr, stride_cos, pool_len,
-                False, PAGE_SIZE, ROPE_NEW_K, ROTARY_DIM, INTERLEAVED, SOFTCAP, BLOCK_N, BLOCK_D)
+                page_size, False, ROPE_NEW_K, ROTARY_DIM, INTERLEAVED, SOFTCAP, BLOCK_N, BLOCK_D)
 
     # ---- epilogue
     if num_splits == 1:
@@ -241,9 +241,8 @@ def paged_attention_kernel(
 @triton.jit
 def paged_attention_combine_kernel(
     o_ptr, cu_q_ptr, combine_ptr, part_o_ptr, part_lse_ptr, sinks_ptr,
-    num_kv_heads, stride_ot, stride_oh,
-    GROUP: tl.constexpr, Q_UNIFORM: tl.constexpr, HAS_SINKS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    num_kv_heads, group, q_uniform, stride_ot, stride_oh,
+    HAS_SINKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """Grid: (n_combine · H_kv,). combine[i] = (b, m_block, first slot, num_splits): merge the splits'
     normalized partials by their base-2 lse, add the sink, normalize, store."""
@@ -254,15 +253,15 @@ def paged_attention_combine_kernel(
     m_block = tl.load(combine_ptr + item * 4 + 1)
     slot0 = tl.load(combine_ptr + item * 4 + 2)
     num_splits = tl.load(combine_ptr + item * 4 + 3)
-    if Q_UNIFORM > 0:
-        q_start = b * Q_UNIFORM
-        q_len = Q_UNIFORM
+    if q_uniform > 0:
+        q_start = b * q_uniform
+        q_len = b * 0 + q_uniform
     else:
         q_start = tl.load(cu_q_ptr + b)
         q_len = tl.load(cu_q_ptr + b + 1) - q_start
     rows = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
-    tok = rows // GROUP
-    head = h_kv * GROUP + rows % GROUP
+    tok = rows // group
+    head = h_kv * group + rows % group
     row_ok = tok < q_len
     offs_d = tl.arange(0, BLOCK_D)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)

@@ -6,16 +6,18 @@ GQAPrefillPagedWithKVCacheFwd.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
+import triton
 
 from attnops.kernel_utils import checks, runtime
 from attnops.kernel_utils.attention_fns import LOG2E, window_bounds
 from attnops.kernel_utils.fp8 import E4M3
 
 from .kernel import paged_attention_combine_kernel, paged_attention_kernel
-from .plan import PagedAttentionPlan, plan_paged_attention
+from .plan import PagedAttentionPlan, TileConfig, plan_paged_attention
 
 _16BIT = (torch.float16, torch.bfloat16)
 
@@ -62,6 +64,35 @@ def scale_strides(t: torch.Tensor | None) -> tuple[int, int]:
     return t.stride(0), t.stride(1)
 
 
+# Configs that did not fit (OutOfResources, raised before anything runs) and what replaced them:
+# {(kind, BM, BN, warps, stages, constexpr flags): TileConfig}. Tests on the GPU assert it stays empty for
+# the shipped table; a fallback keeps BLOCK_M (the plan's workspace depends on it).
+FALLBACKS: dict[tuple, TileConfig] = {}
+
+
+def _smaller(cfg: TileConfig) -> TileConfig | None:
+    if cfg.num_stages > 1:
+        return dataclasses.replace(cfg, num_stages=cfg.num_stages - 1)
+    if cfg.block_n > 16:
+        return dataclasses.replace(cfg, block_n=cfg.block_n // 2, num_stages=2)
+    return None
+
+
+def _launch(cfg: TileConfig, key: tuple, launch):
+    """``launch(cfg)``, falling back to fewer stages / narrower key tiles while the GPU reports
+    OutOfResources; the config that worked is remembered for this key."""
+    cfg = FALLBACKS.get(key, cfg)
+    while True:
+        try:
+            launch(cfg)
+            return
+        except triton.runtime.errors.OutOfResources:
+            nxt = _smaller(cfg)
+            if nxt is None:
+                raise
+            cfg = FALLBACKS[key] = nxt
+
+
 def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_lens, cu_q, pool_strides,
              page_size: int, num_pages: int, sm_scale: float, softcap=None, k_new=None, v_new=None, q_scale=None,
              k_scale=None, v_scale=None, sinks=None, cos=None, sin=None, q_uniform: int = 0, rope_q=False,
@@ -77,36 +108,41 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
     vn = v_new if v_new is not None else v_pool
     ks_b, ks_h = scale_strides(k_scale)
     cap = float(softcap) if softcap else 0.0
+    flags = dict(
+        HAS_NEW=k_new is not None,
+        Q_FP8=q.dtype == E4M3, KV_FP8=k_pool.dtype == E4M3, ROPE_Q=rope_q, ROPE_POOL_K=rope_pool_k,
+        ROPE_NEW_K=rope_new_k, ROTARY_DIM=rotary_dim or d, INTERLEAVED=interleaved,
+        SOFTCAP=bool(cap), HAS_SINKS=sinks is not None, BLOCK_D=d,
+    )
     for ln in plan.launches:
-        cfg = ln.cfg
         if ln.n_items == 0:
             continue
-        paged_attention_kernel[(ln.n_items * num_kv,)](
-            q, k_pool, v_pool, kn, vn, o,
-            table, cache_lens, cu_q if cu_q is not None else dummy, ln.items, ln.part_o, ln.part_lse,
-            q_scale if q_scale is not None else dummy, k_scale if k_scale is not None else dummy,
-            v_scale if v_scale is not None else dummy, sinks if sinks is not None else dummy,
-            cos if cos is not None else dummy, sin if sin is not None else dummy,
-            sm_scale * LOG2E, sm_scale / cap if cap else 0.0, cap * LOG2E, wl, wr, num_pages, num_kv,
-            q.stride(-3), q.stride(-2), o.stride(-3), o.stride(-2),
-            kp, kt, kh, vp, vt, vh,
-            kn.stride(0), kn.stride(1), vn.stride(0), vn.stride(1),
-            table.stride(0), cos.stride(0) if cos is not None else 0,
-            q_scale.stride(0) if q_scale is not None else 0, ks_b, ks_h,
-            GROUP=group, PAGE_SIZE=page_size, Q_UNIFORM=q_uniform, HAS_NEW=k_new is not None,
-            Q_FP8=q.dtype == E4M3, KV_FP8=k_pool.dtype == E4M3, ROPE_Q=rope_q, ROPE_POOL_K=rope_pool_k,
-            ROPE_NEW_K=rope_new_k, ROTARY_DIM=rotary_dim or d, INTERLEAVED=interleaved,
-            SOFTCAP=bool(cap), HAS_SINKS=sinks is not None,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=d,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )
+
+        def launch(cfg, ln=ln):
+            paged_attention_kernel[(ln.n_items * num_kv,)](
+                q, k_pool, v_pool, kn, vn, o,
+                table, cache_lens, cu_q if cu_q is not None else dummy, ln.items, ln.part_o, ln.part_lse,
+                q_scale if q_scale is not None else dummy, k_scale if k_scale is not None else dummy,
+                v_scale if v_scale is not None else dummy, sinks if sinks is not None else dummy,
+                cos if cos is not None else dummy, sin if sin is not None else dummy,
+                sm_scale * LOG2E, sm_scale / cap if cap else 0.0, cap * LOG2E, wl, wr, num_pages, num_kv,
+                group, page_size, q_uniform, q.stride(-3), q.stride(-2), o.stride(-3), o.stride(-2),
+                kp, kt, kh, vp, vt, vh,
+                kn.stride(0), kn.stride(1), vn.stride(0), vn.stride(1),
+                table.stride(0), cos.stride(0) if cos is not None else 0,
+                q_scale.stride(0) if q_scale is not None else 0, ks_b, ks_h,
+                **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            )
+
+        key = (ln.kind, ln.cfg, str(q.dtype), str(k_pool.dtype), *sorted(flags.items()))
+        _launch(ln.cfg, key, launch)
         if ln.n_combine:
             paged_attention_combine_kernel[(ln.n_combine * num_kv,)](
                 o, cu_q if cu_q is not None else dummy, ln.combine, ln.part_o, ln.part_lse,
                 sinks if sinks is not None else dummy,
-                num_kv, o.stride(-3), o.stride(-2),
-                GROUP=group, Q_UNIFORM=q_uniform, HAS_SINKS=sinks is not None,
-                BLOCK_M=cfg.block_m, BLOCK_D=d, num_warps=4,
+                num_kv, group, q_uniform, o.stride(-3), o.stride(-2), HAS_SINKS=sinks is not None,
+                BLOCK_M=ln.cfg.block_m, BLOCK_D=d, num_warps=4,
             )
 
 

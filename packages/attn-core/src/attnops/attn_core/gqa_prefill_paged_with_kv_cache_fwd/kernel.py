@@ -15,15 +15,15 @@ __all__ = ["paged_append_kernel", "paged_attention_combine_kernel", "paged_atten
 @triton.jit
 def paged_append_kernel(
     kn_ptr, vn_ptr, kp_ptr, vp_ptr, table_ptr, cache_len_ptr, cu_q_ptr, items_ptr, k_scale_ptr, v_scale_ptr,
-    cos_ptr, sin_ptr, num_pages, num_kv_heads,
+    cos_ptr, sin_ptr, num_pages, num_kv_heads, page_size,
     stride_knt, stride_knh, stride_vnt, stride_vnh, stride_kpt, stride_kph, stride_vpt, stride_vph,
     stride_tb, stride_cos,
-    PAGE_SIZE: tl.constexpr, ROPE: tl.constexpr, ROTARY_DIM: tl.constexpr, QUANT: tl.constexpr,
+    ROPE: tl.constexpr, ROTARY_DIM: tl.constexpr, QUANT: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """Grid: (n_items · H_kv,). items[i] = (b, first token): tokens [t0, t0 + BLOCK_T) of request b, one KV
     head. New token i of request b sits at position p = cache_len[b] + i and lands in flat pool row
-    ``table[b, p // PAGE_SIZE] · PAGE_SIZE + p % PAGE_SIZE`` (rows of pages outside the pool are skipped)."""
+    ``table[b, p // page_size] · page_size + p % page_size`` (rows of pages outside the pool are skipped)."""
     pid = tl.program_id(0)
     item = pid // num_kv_heads
     h = pid % num_kv_heads
@@ -35,9 +35,9 @@ def paged_append_kernel(
     i = t0 + tl.arange(0, BLOCK_T)
     ok = i < q_len
     pos = c + i
-    page = tl.load(table_ptr + b.to(tl.int64) * stride_tb + pos // PAGE_SIZE, mask=ok, other=0)
+    page = tl.load(table_ptr + b.to(tl.int64) * stride_tb + pos // page_size, mask=ok, other=0)
     ok = ok & (page >= 0) & (page < num_pages)
-    row = page.to(tl.int64) * PAGE_SIZE + (pos % PAGE_SIZE).to(tl.int64)
+    row = page.to(tl.int64) * page_size + (pos % page_size).to(tl.int64)
     src = (q_start + i).to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
     k = tl.load(kn_ptr + src[:, None] * stride_knt + h * stride_knh + offs_d[None, :], mask=ok[:, None])

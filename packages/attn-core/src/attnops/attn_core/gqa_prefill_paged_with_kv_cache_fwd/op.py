@@ -166,11 +166,11 @@ def _run(plan: PrefillPagedPlan, q, k_new, v_new, k_pages, v_pages, k_scale, v_s
             k_new, v_new, k_pages, v_pages, block_table, cache_seqlens, cu_seqlens_q, plan.append_items,
             k_scale if fp8 else dummy, v_scale if fp8 else dummy,
             cos if cos is not None else dummy, sin if sin is not None else dummy,
-            k_pages.shape[0] // page_size, num_kv,
+            k_pages.shape[0] // page_size, num_kv, page_size,
             k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
             k_pages.stride(0), k_pages.stride(1), v_pages.stride(0), v_pages.stride(1),
             block_table.stride(0), cos.stride(0) if cos is not None else 0,
-            PAGE_SIZE=page_size, ROPE=fuse_rope, ROTARY_DIM=rotary_dim, QUANT=fp8,
+            ROPE=fuse_rope, ROTARY_DIM=rotary_dim, QUANT=fp8,
             BLOCK_T=APPEND_TOKENS, BLOCK_D=triton.next_power_of_2(d), num_warps=4,
         )
     run_plan(plan.attn, q=q, k_pool=k_pages, v_pool=v_pages, o=out, table=block_table, cache_lens=cache_seqlens,
