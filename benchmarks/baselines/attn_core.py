@@ -339,3 +339,7 @@ def _torch_ref(case: Case) -> Runner:
 
 adapter("torch-ref", DENSE)(_torch_ref)
 adapter("torch-ref", VARLEN)(_torch_ref)
+
+
+# --- paged ops (GQAPagedFwd, MHADecodePagedWithKVCacheFwd, GQAPrefillPagedWithKVCacheFwd): own module ---
+from . import attn_core_paged  # noqa: E402, F401
