@@ -1,0 +1,101 @@
+"""Absorbed-MLA decode: all query heads of a request share each latent key row, so a program computes a
+[BLOCK_H heads × BLOCK_N keys] score tile with tensor-core dots (576 = 512 latent + 64 rope channels),
+an online softmax in base 2, and ``acc += P · K_latent`` over its slice of the keys (values = latent keys).
+
+Grid ``(head blocks, KV splits, B)``. With one split the program normalizes and writes the output; with
+several (small batches: the keys of one request are spread over SMs) it writes a normalized fp32 partial
+and its base-2 log-sum-exp, and ``mla_combine_kernel`` merges the splits.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mla_decode_kernel(
+    q_ptr, q_pe_ptr, k_ptr, k_pe_ptr, out_ptr, part_o_ptr, part_lse_ptr,
+    H, N_kv, group_size, head_blocks_per_kv, split_len, num_splits, qk_scale,
+    stride_qb, stride_qh, stride_pb, stride_ph,
+    stride_kb, stride_kt, stride_kh, stride_eb, stride_et, stride_eh,
+    stride_ob, stride_oh,
+    D: tl.constexpr,  # latent width (512): QK and PV
+    PE: tl.constexpr,  # rope width (64): QK only
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLIT: tl.constexpr,  # write partials for mla_combine_kernel instead of the output
+    NUM_STAGES: tl.constexpr,
+):
+    hb = tl.program_id(0)
+    split = tl.program_id(1)
+    b = tl.program_id(2).to(tl.int64)
+    kvh = hb // head_blocks_per_kv
+    local = (hb % head_blocks_per_kv) * BLOCK_H + tl.arange(0, BLOCK_H)  # head index inside the KV group
+    head_ok = local < group_size
+    heads = kvh * group_size + local
+    d = tl.arange(0, D)
+    e = tl.arange(0, PE)
+
+    q = tl.load(q_ptr + b * stride_qb + heads.to(tl.int64)[:, None] * stride_qh + d[None, :],
+                mask=head_ok[:, None], other=0.0)
+    q_pe = tl.load(q_pe_ptr + b * stride_pb + heads.to(tl.int64)[:, None] * stride_ph + e[None, :],
+                   mask=head_ok[:, None], other=0.0)
+
+    start = split * split_len
+    end = tl.minimum(start + split_len, N_kv)
+    t = start + tl.arange(0, BLOCK_N)
+    k_ptrs = k_ptr + b * stride_kb + kvh * stride_kh + t.to(tl.int64)[:, None] * stride_kt + d[None, :]
+    e_ptrs = k_pe_ptr + b * stride_eb + kvh * stride_eh + t.to(tl.int64)[:, None] * stride_et + e[None, :]
+
+    m = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, D], tl.float32)
+    for t0 in tl.range(start, end, BLOCK_N, num_stages=NUM_STAGES):
+        key_ok = (t0 + tl.arange(0, BLOCK_N)) < end
+        k = tl.load(k_ptrs, mask=key_ok[:, None], other=0.0)
+        k_pe = tl.load(e_ptrs, mask=key_ok[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k))
+        s = tl.dot(q_pe, tl.trans(k_pe), s)
+        s = tl.where(key_ok[None, :], s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        alpha = tl.exp2(m - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l = l * alpha + tl.sum(p, axis=1)
+        acc = tl.dot(p.to(k.dtype), k, acc * alpha[:, None])
+        m = m_new
+        k_ptrs += BLOCK_N * stride_kt
+        e_ptrs += BLOCK_N * stride_et
+
+    acc = acc / l[:, None]
+    if SPLIT:
+        row = (b * H + heads.to(tl.int64)) * num_splits + split
+        tl.store(part_o_ptr + row[:, None] * D + d[None, :], acc, mask=head_ok[:, None])
+        tl.store(part_lse_ptr + row, m + tl.log2(l), mask=head_ok)
+    else:
+        tl.store(out_ptr + b * stride_ob + heads.to(tl.int64)[:, None] * stride_oh + d[None, :],
+                 acc.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
+
+
+@triton.jit
+def mla_combine_kernel(
+    part_o_ptr, part_lse_ptr, out_ptr,
+    H, num_splits, stride_ob, stride_oh,
+    D: tl.constexpr,
+):
+    """One (request, head): ``o = Σ_s 2^(lse_s − M) · o_s / Σ_s 2^(lse_s − M)``, as a running merge."""
+    h = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    d = tl.arange(0, D)
+    row = (b * H + h) * num_splits
+    m = tl.full([], float("-inf"), tl.float32)
+    l = tl.zeros([], tl.float32)
+    acc = tl.zeros([D], tl.float32)
+    for s in range(num_splits):
+        lse = tl.load(part_lse_ptr + row + s)
+        o = tl.load(part_o_ptr + (row + s) * D + d)
+        m_new = tl.maximum(m, lse)
+        alpha = tl.exp2(m - m_new)
+        w = tl.exp2(lse - m_new)
+        acc = acc * alpha + w * o
+        l = l * alpha + w
+        m = m_new
+    tl.store(out_ptr + b * stride_ob + h * stride_oh + d, (acc / l).to(out_ptr.dtype.element_ty))

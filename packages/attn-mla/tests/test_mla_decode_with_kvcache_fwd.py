@@ -1,0 +1,144 @@
+"""MLADecodeWithKVCacheFwd against its reference: every seed row (shrunk on CPU), each launch config, the
+split-KV path, grouped KV heads, the fused-cache layout, edge cases, bad input."""
+
+import pytest
+import torch
+
+from attnops.attn_mla import mla_decode_with_kvcache_fwd
+from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op
+from attnops.attn_mla.mla_decode_with_kvcache_fwd.spec import SPEC, make_case
+from attnops.kernel_utils import runtime, testing
+from attnops.kernel_utils.opspec import Case
+
+DEV = runtime.device()
+ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
+F16_ROW = ROWS["ds-v2-4k/f16"]  # H = 128: two head blocks once shrunk
+
+
+@pytest.mark.parametrize(
+    "w",
+    [w if SPEC.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in SPEC.workloads],
+    ids=lambda w: w.id,
+)
+def test_seed_row_shrunk(w):
+    """Kernel path per seed row (bf16 rows: GPU only, the interpreter rounds bf16 wrongly)."""
+    SPEC.check(make_case(w, DEV, shrink=True, seed=hash(w.id) % 1000))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("w", SPEC.workloads, ids=lambda w: w.id)
+def test_seed_row_full_size(w):
+    SPEC.check(make_case(w, DEV, shrink=False, seed=7))
+
+
+def _with(config, num_splits=None):
+    def run(q, q_pe, k, k_pe):
+        mla_op.check_inputs(q, q_pe, k, k_pe)
+        out = testing.poisoned(q.shape, q.dtype, q.device)
+        return mla_op.launch(q, q_pe, k, k_pe, out, config, num_splits=num_splits)
+
+    return run
+
+
+def _check_with(case: Case, config, num_splits=None):
+    ours = case.fresh().run(_with(config, num_splits))
+    SPEC.compare(ours, case.fresh().run(SPEC.reference), case)
+
+
+@pytest.mark.parametrize("name", sorted(mla_op.CONFIGS))
+def test_every_config_shrunk(name):
+    """Each launch config (the H200 ones through the interpreter: 64-head blocks, padded)."""
+    _check_with(make_case(F16_ROW, DEV, shrink=True, seed=3), mla_op.CONFIGS[name])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(mla_op.CONFIGS))
+@pytest.mark.parametrize("row", ["mla-tp-b1/bf16", "ds-v3-32k/bf16", "mla-b128-4096/f16", "mla-tp-b64/f16"])
+def test_every_config_full_size(row, name):
+    """Single request (many splits), long context (splits + combine), full batch (no split), H = 64."""
+    _check_with(make_case(ROWS[row], DEV, shrink=False, seed=5), mla_op.CONFIGS[name])
+
+
+@pytest.mark.parametrize("num_splits", [2, 3, 5])
+def test_split_kv_and_combine(num_splits):
+    """Keys spread over several programs, merged by the combine kernel (uneven last split)."""
+    _check_with(make_case(F16_ROW, DEV, shrink=True, seed=4), mla_op.pick_config(), num_splits)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_splits", [2, 7, 64])
+def test_split_kv_and_combine_bf16(num_splits):
+    _check_with(make_case(ROWS["ds-v3-single-request/bf16"], DEV, shrink=False, seed=4), mla_op.pick_config(),
+                num_splits)
+
+
+def _case(b=2, h=16, n_kv=40, h_kv=1, d=512, pe=64, dtype=torch.float16, seed=0) -> Case:
+    gen = testing.generator(seed)
+    inputs = {
+        "q": testing.randn((b, h, d), dtype, DEV, gen),
+        "q_pe": testing.randn((b, h, pe), dtype, DEV, gen),
+        "k": testing.randn((b, n_kv, h_kv, d), dtype, DEV, gen),
+        "k_pe": testing.randn((b, n_kv, h_kv, pe), dtype, DEV, gen),
+    }
+    return Case(inputs, outputs=("o",))
+
+
+def test_grouped_kv_heads():
+    """H_kv = 2: heads 0-15 read KV head 0, 16-31 read KV head 1."""
+    SPEC.check(_case(h=32, h_kv=2, seed=1))
+
+
+def test_small_group_is_padded():
+    """G = 4 heads per KV head: a 16-row head block with 12 masked rows."""
+    SPEC.check(_case(h=8, h_kv=2, n_kv=20, seed=2))
+
+
+def test_fused_cache_views():
+    """k / k_pe as the two parts of one [B, N, 1, 576] cache row (FlashMLA's layout), and a sharper
+    softmax (scores ×4) so that a few keys dominate."""
+    case = _case(n_kv=33, seed=3)
+    cache = testing.randn((2, 33, 1, 576), torch.float16, DEV, testing.generator(8), scale=2.0)
+    case.inputs["k"], case.inputs["k_pe"] = cache[..., :512], cache[..., 512:]
+    case.inputs["q"] = case.inputs["q"] * 2
+    SPEC.check(case)
+
+
+def test_single_key():
+    SPEC.check(_case(n_kv=1, seed=5))
+
+
+def test_no_keys_gives_zeros():
+    case = _case(n_kv=0, seed=6)
+    out = mla_decode_with_kvcache_fwd(**case.inputs)
+    assert bool((out == 0).all())
+
+
+def _bad(**changes):
+    inputs = dict(_case(b=1, h=16, n_kv=8).inputs)
+    inputs.update(changes)
+    return inputs
+
+
+_t = lambda *shape, dtype=torch.float16: torch.zeros(shape, dtype=dtype, device=DEV)
+
+BAD_INPUTS = {
+    "q dtype": (lambda: _bad(q=_t(1, 16, 512, dtype=torch.float32)), TypeError, "q: expected dtype"),
+    "q_pe dtype differs": (lambda: _bad(q_pe=_t(1, 16, 64, dtype=torch.bfloat16)), TypeError,
+                           "q_pe: expected dtype float16"),
+    "k latent width": (lambda: _bad(k=_t(1, 8, 1, 256)), ValueError, "k: expected shape"),
+    "k_pe length": (lambda: _bad(k_pe=_t(1, 9, 1, 64)), ValueError, "k_pe: expected shape"),
+    "kv heads do not divide": (lambda: _bad(k=_t(1, 8, 3, 512), k_pe=_t(1, 8, 3, 64)), ValueError,
+                               "k: KV heads H_kv = 3 must divide"),
+    "latent width not a power of two": (lambda: _bad(q=_t(1, 16, 384), k=_t(1, 8, 1, 384)), ValueError,
+                                        "q: the latent width D must be a power of two"),
+    "k last dim strided": (lambda: _bad(k=_t(1, 8, 1, 1024)[..., ::2]), ValueError,
+                           "k: the last 1 dims must be contiguous"),
+    "q_pe batch": (lambda: _bad(q_pe=_t(2, 16, 64)), ValueError, "q_pe: expected shape"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_INPUTS)
+def test_bad_input_is_rejected_before_launch(name):
+    make_inputs, error, message = BAD_INPUTS[name]
+    with pytest.raises(error, match=message):
+        mla_decode_with_kvcache_fwd(**make_inputs())
