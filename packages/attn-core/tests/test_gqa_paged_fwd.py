@@ -58,6 +58,16 @@ def test_seed_row_full_size(w):
     SPEC.check(make_case(w, DEV, shrink=False, seed=7))
 
 
+@pytest.mark.parametrize("w", SPEC.workloads, ids=lambda w: w.id)
+def test_cost_reproduces_the_published_sol(w):
+    """FLOPs/bytes at full size (meta tensors, host lengths and table) give the page's SOL and bound at the
+    page's TileOPs time."""
+    cost = SPEC.cost(make_case(w, torch.device("meta")))
+    t = w.published.tileops_ms * 1e-3
+    assert abs(cost.sol(t) - w.published.sol) <= 0.006, (cost.sol(t), w.published.sol)
+    assert cost.bound(t) == w.published.bound
+
+
 SPLIT_CASES = {
     "decode-window-sinks": dict(q_lens=[1, 1, 1], cache_lens=[150, 77, 200], num_heads=8, num_kv=2, d=64,
                                 page_size=16, window_size_left=60, sinks=True),

@@ -59,10 +59,14 @@ def rope_tables(positions: int, rotary_dim: int, dtype, device, base: float = RO
     return ang.cos().to(dtype).to(device), ang.sin().to(dtype).to(device)
 
 
-def fill_pool(flat_pool: torch.Tensor, table: torch.Tensor, lengths, page_size: int, gen, scale: float = 1.0):
+def fill_pool(pool: torch.Tensor, table: torch.Tensor, lengths, page_size: int, gen, scale: float = 1.0):
     """Write random values into the pool rows that logical tokens ``[0, len_b)`` of each request reach
-    (through ``table``); every other row keeps its NaN poison, so a kernel that reads an unreached row, a
-    slot past a length or an unused table column produces NaN."""
+    (through ``table``, host or device); every other row keeps its NaN poison, so a kernel that reads an
+    unreached row, a slot past a length or an unused table column produces NaN. ``pool``: 4-D pages or flat
+    rows (contiguous); nothing is written on the meta device (cost-only cases)."""
+    if pool.device.type == "meta":
+        return
+    flat_pool = pool.reshape(-1, *pool.shape[-2:])
     rows = set()
     tab = table.cpu().long()
     for b, n in enumerate(lengths):
@@ -158,18 +162,18 @@ def build_case(q_lens, cache_lens, num_heads: int, num_kv: int, d: int, page_siz
         num_pages = sum(math.ceil(c / page_size) for c in cache_lens) + 3
     if share_pages:
         num_pages = max(math.ceil(c / page_size) for c in cache_lens) + 2
-    table = testing.block_table(cache_lens, page_size, num_pages, width, gen, device, share=share_pages)
+    table = testing.block_table(cache_lens, page_size, num_pages, width, gen, "cpu", share=share_pages)
     k_pages = testing.poisoned((num_pages, page_size, num_kv, d), kv_dtype, device)
     v_pages = testing.poisoned((num_pages, page_size, num_kv, d), kv_dtype, device)
     fp8 = kv_dtype == E4M3
-    fill_pool(k_pages.view(-1, num_kv, d), table, cache_lens, page_size, gen, 4.0 if fp8 else 1.0)
-    fill_pool(v_pages.view(-1, num_kv, d), table, cache_lens, page_size, gen, 4.0 if fp8 else 1.0)
+    fill_pool(k_pages, table, cache_lens, page_size, gen, 4.0 if fp8 else 1.0)
+    fill_pool(v_pages, table, cache_lens, page_size, gen, 4.0 if fp8 else 1.0)
     batch = len(q_lens)
     inputs = {
         "q": testing.randn((sum(q_lens), num_heads, d), q_dtype, device, gen, scale=4.0 if q_dtype == E4M3 else 1.0),
         "k_pages": k_pages,
         "v_pages": v_pages,
-        "page_table": table,
+        "page_table": table.to(device),
         "cache_seqlens": torch.tensor(cache_lens, dtype=torch.int32, device=device),
         "cu_seqlens_q": testing.cu_seqlens(q_lens, device),
         "is_causal": is_causal,
@@ -199,7 +203,14 @@ def build_case(q_lens, cache_lens, num_heads: int, num_kv: int, d: int, page_siz
         if rotary_dim:
             inputs["rotary_dim"] = rotary_dim
     return Case(inputs, outputs=("o",), label=label,
-                meta={"q_lens": list(q_lens), "cache_lens": list(cache_lens), "group": num_heads // num_kv})
+                meta={"q_lens": list(q_lens), "cache_lens": list(cache_lens), "group": num_heads // num_kv,
+                      "table": table})
+
+
+def host_lengths(case: Case) -> tuple[list[int], list[int], torch.Tensor]:
+    """(q_lens, cache_lens, page table) on the host: from ``case.meta`` (also for meta-device cases)."""
+    m = case.meta
+    return list(m["q_lens"]), list(m["cache_lens"]), m["table"]
 
 
 def cost(case: Case) -> Cost:
@@ -207,18 +218,17 @@ def cost(case: Case) -> Cost:
     q, k_pages = a["q"], a["k_pages"]
     num_heads, d = q.shape[1], q.shape[2]
     num_kv, page_size = k_pages.shape[2], k_pages.shape[1]
-    cu = a["cu_seqlens_q"].tolist()
-    lens = a["cache_seqlens"].tolist()
+    q_lens, lens, table = host_lengths(case)
     causal, wl, wr = a.get("is_causal", True), a.get("window_size_left", -1), a.get("window_size_right", -1)
     scores = rows = 0
     spans = []
     for b, c in enumerate(lens):
-        q_len = cu[b + 1] - cu[b]
+        q_len = q_lens[b]
         sc, rw = visible_counts(q_len, c, causal, wl, wr)
         scores, rows = scores + sc, rows + rw
         start = c if q_len == 0 else (max(0, c - q_len - wl) if wl >= 0 else 0)
         spans.append((start, c))
-    n_rows, entries = distinct_rows(a["page_table"], spans, page_size)
+    n_rows, entries = distinct_rows(table, spans, page_size)
     out_dtype = a.get("out_dtype") or (q.dtype if q.dtype != E4M3 else torch.float16)
     kv_bytes = 2 * n_rows * num_kv * d * k_pages.element_size()
     small = sum(nbytes(a.get(n)) for n in ("cu_seqlens_q", "cache_seqlens", "q_scale", "k_scale", "v_scale",

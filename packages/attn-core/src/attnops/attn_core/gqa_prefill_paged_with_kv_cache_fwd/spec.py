@@ -85,7 +85,7 @@ def build_case(q_lens, cache_lens, num_heads: int, num_kv: int, d: int, page_siz
         width = max([math.ceil(n / page_size) for n in totals] + [0]) + 1
     if num_pages is None:
         num_pages = sum(math.ceil(n / page_size) for n in totals) + 2
-    table = testing.block_table(totals, page_size, num_pages, width, gen, device, share=share_pages)
+    table = testing.block_table(totals, page_size, num_pages, width, gen, "cpu", share=share_pages)
     k_pages = testing.poisoned((num_pages * page_size, num_kv, d), pool_dtype, device)
     v_pages = testing.poisoned((num_pages * page_size, num_kv, d), pool_dtype, device)
     fp8 = pool_dtype == E4M3
@@ -102,7 +102,7 @@ def build_case(q_lens, cache_lens, num_heads: int, num_kv: int, d: int, page_siz
         "v_scale": torch.tensor([0.29], device=device),
         "cu_seqlens_q": testing.cu_seqlens(q_lens, device),
         "cache_seqlens": torch.tensor(cache_lens, dtype=torch.int32, device=device),
-        "block_table": table,
+        "block_table": table.to(device),
         "page_size": page_size,
         "max_seqlen_q": max_seqlen_q if max_seqlen_q is not None else max(q_lens + [0]),
         "is_causal": is_causal,
@@ -117,7 +117,8 @@ def build_case(q_lens, cache_lens, num_heads: int, num_kv: int, d: int, page_siz
         if rotary_dim:
             inputs["rotary_dim"] = rotary_dim
     return Case(inputs, outputs=("out", "k_pages", "v_pages"), inplace=True, label=label,
-                meta={"q_lens": list(q_lens), "cache_lens": list(cache_lens), "group": num_heads // num_kv})
+                meta={"q_lens": list(q_lens), "cache_lens": list(cache_lens), "group": num_heads // num_kv,
+                      "table": table})
 
 
 def cost(case: Case) -> Cost:
@@ -125,13 +126,12 @@ def cost(case: Case) -> Cost:
     q, k_new, pool = a["q"], a["k_new"], a["k_pages"]
     num_heads, d = q.shape[1], q.shape[2]
     num_kv, page_size = k_new.shape[1], a["page_size"]
-    cu = a["cu_seqlens_q"].tolist()
-    lens = a["cache_seqlens"].tolist()
+    q_lens, lens = case.meta["q_lens"], case.meta["cache_lens"]  # host copies (meta-device cases too)
     causal = a.get("is_causal", True)
     vis = rows = entries = 0
     spans = []
     for b, c in enumerate(lens):
-        n = cu[b + 1] - cu[b]
+        n = q_lens[b]
         if n == 0:
             spans.append((0, 0))
             continue
@@ -139,7 +139,7 @@ def cost(case: Case) -> Cost:
         rows += n
         entries += math.ceil((c + n) / page_size)
         spans.append((0, c))
-    n_rows, _ = distinct_rows(a["block_table"], spans, page_size)
+    n_rows, _ = distinct_rows(case.meta["table"], spans, page_size)
     pool_bytes = (2 * n_rows + 2 * q.shape[0]) * num_kv * d * pool.element_size()
     scales = 8 if pool.dtype != q.dtype else 0
     return Cost(

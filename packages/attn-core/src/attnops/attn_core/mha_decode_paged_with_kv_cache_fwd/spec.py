@@ -45,7 +45,7 @@ def build_case(lens, s_q: int, num_heads: int, d: int, page_size: int, dtype, de
         width = max([math.ceil(n / page_size) for n in lens] + [0]) + 1
     if num_pages is None:
         num_pages = sum(math.ceil(n / page_size) for n in lens) + 2
-    table = testing.block_table(lens, page_size, num_pages, width, gen, device, share=share_pages)
+    table = testing.block_table(lens, page_size, num_pages, width, gen, "cpu", share=share_pages)
     k = testing.poisoned((num_pages * page_size, num_heads, d), dtype, device)
     v = testing.poisoned((num_pages * page_size, num_heads, d), dtype, device)
     fill_pool(k, table, lens, page_size, gen)
@@ -55,23 +55,23 @@ def build_case(lens, s_q: int, num_heads: int, d: int, page_size: int, dtype, de
         "k": k,
         "v": v,
         "real_seqlen_kv": torch.tensor(lens, dtype=torch.int32, device=device),
-        "block_table": table,
+        "block_table": table.to(device),
         "page_size": page_size,
         "is_causal": is_causal,
     }
-    return Case(inputs, outputs=("o",), label=label, meta={"kv_lens": list(lens)})
+    return Case(inputs, outputs=("o",), label=label, meta={"kv_lens": list(lens), "table": table})
 
 
 def cost(case: Case) -> Cost:
     a = case.inputs
     q = a["q"]
     batch, s_q, num_heads, d = q.shape
-    lens = a["real_seqlen_kv"].tolist()
+    lens = list(case.meta["kv_lens"])  # host copies: also for meta-device (cost-only) cases
     scores = rows = 0
     for n in lens:
         sc, rw = visible_counts(s_q, n, a.get("is_causal", False))
         scores, rows = scores + sc, rows + rw
-    n_rows, entries = distinct_rows(a["block_table"], [(0, n) for n in lens], a["page_size"])
+    n_rows, entries = distinct_rows(case.meta["table"], [(0, n) for n in lens], a["page_size"])
     return Cost(
         flops=attention_flops(num_heads, scores, rows, d, d),
         bytes=2 * nbytes(q) + nbytes(a["real_seqlen_kv"]) + 2 * n_rows * num_heads * d * q.element_size()
