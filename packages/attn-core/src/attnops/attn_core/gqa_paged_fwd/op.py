@@ -152,11 +152,12 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
 
 def gqa_paged_plan(cu_seqlens_q, cache_seqlens, num_heads: int, num_kv_heads: int, head_dim: int, *,
                    is_causal: bool = True, window_size_left: int = -1, window_size_right: int = -1,
-                   num_splits: int | None = None, device=None) -> PagedAttentionPlan:
+                   num_splits: int | None = None, device=None, **tuning) -> PagedAttentionPlan:
     """Schedule ``gqa_paged_fwd`` for one batch layout (host lists or tensors; tensors are read once).
 
     Reuse the plan across calls whose query lengths are the same (the KV lengths may change: kernels read
-    them from ``cache_seqlens`` at run time). ``num_splits`` forces the split-KV count (tuning / tests)."""
+    them from ``cache_seqlens`` at run time). ``num_splits`` forces the split-KV count; ``tuning``:
+    ``configs`` / ``programs_per_sm`` of ``plan_paged_attention`` (tuning / tests)."""
     cu = cu_seqlens_q.tolist() if isinstance(cu_seqlens_q, torch.Tensor) else list(cu_seqlens_q)
     lens = cache_seqlens.tolist() if isinstance(cache_seqlens, torch.Tensor) else list(cache_seqlens)
     if device is None and isinstance(cache_seqlens, torch.Tensor):
@@ -164,7 +165,8 @@ def gqa_paged_plan(cu_seqlens_q, cache_seqlens, num_heads: int, num_kv_heads: in
     q_lens = [cu[i + 1] - cu[i] for i in range(len(cu) - 1)]
     return plan_paged_attention(q_lens, lens, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                                 is_causal=is_causal, window_size_left=window_size_left,
-                                window_size_right=window_size_right, device=device, num_splits=num_splits)
+                                window_size_right=window_size_right, device=device, num_splits=num_splits,
+                                **tuning)
 
 
 def _check(q, k_pages, v_pages, page_table, cache_seqlens, cu_seqlens_q, q_scale, k_scale, v_scale, rope_cos,

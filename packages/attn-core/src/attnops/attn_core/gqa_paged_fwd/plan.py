@@ -117,10 +117,11 @@ def _key_span(q_len: int, kv_len: int, t_lo: int, t_hi: int, wl: int, wr: int) -
 def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, head_dim: int,
                          is_causal: bool = True, window_size_left: int = -1, window_size_right: int = -1,
                          new_keys: bool = False, device=None, num_splits: int | None = None,
-                         configs: dict | None = None) -> PagedAttentionPlan:
+                         configs: dict | None = None, programs_per_sm: int | None = None) -> PagedAttentionPlan:
     """Schedule one batch layout. ``q_lens`` / ``kv_lens``: per-request host ints (``kv_lens`` = pool keys;
-    with ``new_keys`` the request also has its q_len new keys). ``num_splits`` forces the KV split count of
-    every item (tests / tuning); ``configs`` overrides ``CONFIGS`` entries."""
+    with ``new_keys`` the request also has its q_len new keys). Tuning / test knobs: ``num_splits`` forces
+    the KV split count of every item; ``configs`` overrides ``CONFIGS`` entries; ``programs_per_sm``
+    replaces ``TARGET_PROGRAMS_PER_SM`` in the split heuristic."""
     device = torch.device(device) if device is not None else runtime.device()
     group = num_heads // num_kv_heads
     wl, wr = window_bounds(is_causal, window_size_left, window_size_right)
@@ -151,7 +152,7 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
         if num_splits is not None:
             want = max(1, num_splits)
         elif kind == "small":
-            want = max(1, math.ceil(TARGET_PROGRAMS_PER_SM * sms / n0))
+            want = max(1, math.ceil((programs_per_sm or TARGET_PROGRAMS_PER_SM) * sms / n0))
         else:
             want = max(1, math.ceil(sms / n0)) if n0 < sms else 1
         items, combine, slot = [], [], 0

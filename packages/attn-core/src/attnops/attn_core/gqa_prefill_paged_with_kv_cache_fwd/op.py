@@ -45,7 +45,8 @@ class PrefillPagedPlan:
 
 
 def gqa_prefill_paged_plan(cu_seqlens_q, cache_seqlens, num_heads: int, num_kv_heads: int, head_dim: int, *,
-                           is_causal: bool = True, num_splits: int | None = None, device=None) -> PrefillPagedPlan:
+                           is_causal: bool = True, num_splits: int | None = None, device=None,
+                           **tuning) -> PrefillPagedPlan:
     """Schedule one batch layout (host lists or tensors; tensors are read once). Reusable for calls with the
     same query lengths: cached lengths are read from ``cache_seqlens`` at run time."""
     cu = cu_seqlens_q.tolist() if isinstance(cu_seqlens_q, torch.Tensor) else list(cu_seqlens_q)
@@ -55,7 +56,8 @@ def gqa_prefill_paged_plan(cu_seqlens_q, cache_seqlens, num_heads: int, num_kv_h
     device = torch.device(device) if device is not None else runtime.device()
     q_lens = [cu[i + 1] - cu[i] for i in range(len(cu) - 1)]
     attn = plan_paged_attention(q_lens, lens, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
-                                is_causal=is_causal, new_keys=True, device=device, num_splits=num_splits)
+                                is_causal=is_causal, new_keys=True, device=device, num_splits=num_splits,
+                                **tuning)
     items = [(b, t0) for b, n in enumerate(q_lens) for t0 in range(0, n, APPEND_TOKENS)]
     return PrefillPagedPlan(attn, torch.tensor(items, dtype=torch.int32).reshape(-1, 2).to(device))
 

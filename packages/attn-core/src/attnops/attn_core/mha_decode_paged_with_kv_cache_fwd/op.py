@@ -15,14 +15,15 @@ _16BIT = (torch.float16, torch.bfloat16)
 
 
 def mha_decode_paged_plan(real_seqlen_kv, s_q: int, num_heads: int, head_dim: int, *, is_causal: bool = False,
-                          num_splits: int | None = None, device=None) -> PagedAttentionPlan:
+                          num_splits: int | None = None, device=None, **tuning) -> PagedAttentionPlan:
     """Schedule ``mha_decode_paged_with_kv_cache_fwd`` for one batch (``real_seqlen_kv``: host list or
     tensor, read once). Reusable while the KV lengths change and B, S_q stay."""
     lens = real_seqlen_kv.tolist() if isinstance(real_seqlen_kv, torch.Tensor) else list(real_seqlen_kv)
     if device is None and isinstance(real_seqlen_kv, torch.Tensor):
         device = real_seqlen_kv.device
     return plan_paged_attention([s_q] * len(lens), lens, num_heads=num_heads, num_kv_heads=num_heads,
-                                head_dim=head_dim, is_causal=is_causal, device=device, num_splits=num_splits)
+                                head_dim=head_dim, is_causal=is_causal, device=device, num_splits=num_splits,
+                                **tuning)
 
 
 def _check(q, k, v, real_seqlen_kv, block_table, page_size):

@@ -1,0 +1,114 @@
+"""Sweep tile configs and split-KV settings of the paged attn-core kernel (GQAPagedFwd,
+MHADecodePagedWithKVCacheFwd, GQAPrefillPagedWithKVCacheFwd) on the GPU. Every variant's output is checked
+against the reference, then timed like the benchmark (device time, cold L2). Prints, per seed row, the
+default plan and its time, and the best variant; writes JSON. Tile configs are swept with the default
+split heuristic (one class at a time; the other class of a mixed row keeps its default), split settings
+with the default configs.
+
+    python -m benchmarks.tune_attn_core_paged --filter GQAPaged --out /tmp/tune-paged.json
+    python -m benchmarks.tune_attn_core_paged --filter llama-8b-p64/ --iters 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+
+from attnops.attn_core import gqa_paged_plan, gqa_prefill_paged_plan, mha_decode_paged_plan
+from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, TileConfig, config_key
+from attnops.attn_core.specs import SPECS
+
+from .timing import L2Flusher, profile_iterations
+
+OPS = ("GQAPagedFwd", "MHADecodePagedWithKVCacheFwd", "GQAPrefillPagedWithKVCacheFwd")
+
+T = TileConfig
+CANDIDATES: dict[tuple[str, int], list[TileConfig]] = {
+    ("small", 64): [T(16, 64, 4, 3), T(16, 128, 4, 3), T(16, 128, 4, 4), T(16, 256, 4, 2), T(16, 128, 8, 3)],
+    ("small", 128): [T(16, 32, 4, 3), T(16, 64, 4, 3), T(16, 64, 4, 4), T(16, 128, 4, 2), T(16, 64, 8, 3)],
+    ("small", 256): [T(16, 32, 4, 3), T(16, 32, 4, 4), T(16, 64, 4, 2), T(16, 64, 8, 2)],
+    ("large", 64): [T(64, 64, 4, 3), T(128, 64, 4, 3), T(128, 64, 8, 3), T(128, 128, 8, 3)],
+    ("large", 128): [T(64, 64, 4, 3), T(128, 64, 8, 3), T(128, 64, 4, 3), T(128, 128, 8, 2), T(128, 32, 4, 4)],
+    ("large", 256): [T(64, 64, 8, 2), T(64, 64, 4, 2), T(64, 32, 4, 3), T(128, 64, 8, 2), T(128, 32, 8, 2)],
+}
+# split-KV settings, swept with the default configs (the heuristic's default is TARGET_PROGRAMS_PER_SM)
+SPLIT_KNOBS = ({"num_splits": 1}, {"programs_per_sm": 1}, {"programs_per_sm": 2}, {"programs_per_sm": 8})
+
+
+def planner(op: str, case):
+    a = case.inputs
+    if op == "GQAPagedFwd":
+        q = a["q"]
+        return lambda **kw: gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], q.shape[1], a["k_pages"].shape[2],
+                                           q.shape[2], is_causal=a.get("is_causal", True),
+                                           window_size_left=a.get("window_size_left", -1),
+                                           window_size_right=a.get("window_size_right", -1), **kw)
+    if op == "MHADecodePagedWithKVCacheFwd":
+        q = a["q"]
+        return lambda **kw: mha_decode_paged_plan(a["real_seqlen_kv"], q.shape[1], q.shape[2], q.shape[3],
+                                                  is_causal=a["is_causal"], **kw)
+    q = a["q"]
+    return lambda **kw: gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], q.shape[1],
+                                               a["k_new"].shape[1], q.shape[2], is_causal=a.get("is_causal", True),
+                                               **kw)
+
+
+def _launches(plan):
+    return plan.attn.launches if hasattr(plan, "attn") else plan.launches
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--filter", default="", help="only rows whose id contains this")
+    p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--out", default="tune-attn-core-paged.json")
+    args = p.parse_args()
+    flush = L2Flusher()
+    results = []
+    for spec in SPECS:
+        if spec.name not in OPS:
+            continue
+        for w in spec.workloads:
+            if args.filter not in w.id:
+                continue
+            case = spec.make_case(w, torch.device("cuda"), False, 0)
+            expected = case.fresh().run(spec.reference)
+            make_plan = planner(spec.name, case)
+            default_plan = make_plan()
+            d = case.inputs["q"].shape[-1]
+            variants = [("default", {})]
+            for ln in _launches(default_plan):
+                key = config_key(ln.kind, d)
+                variants += [(f"{ln.kind}:{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}s{cfg.num_stages}",
+                              {"configs": {key: cfg}}) for cfg in CANDIDATES.get(key, []) if cfg != CONFIGS[key]]
+            variants += [("".join(f"{k}={v}" for k, v in knob.items()), knob) for knob in SPLIT_KNOBS]
+            timed, failed = {}, {}
+            for name, kw in variants:
+                try:
+                    plan = make_plan(**kw)
+                    ours = case.fresh()
+                    ours.inputs["plan"] = plan
+                    spec.compare(ours.run(spec.fn), expected, case)
+                    fn = lambda plan=plan, op=spec.fn, a=case.inputs: op(**a, plan=plan)
+                    fn()
+                    timed[name] = statistics.median(profile_iterations(fn, args.iters, flush))
+                except Exception as e:  # a variant that does not compile or fails the check is reported
+                    failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+            best = min(timed, key=timed.get) if timed else None
+            rec = {"id": w.id, "default": default_plan.describe(), "default_ms": timed.get("default"),
+                   "best": best, "best_ms": timed.get(best), "timed_ms": timed, "failed": failed}
+            results.append(rec)
+            dflt = timed.get("default", float("nan"))
+            print(f"{w.id}: default {dflt * 1e3:.1f} us [{rec['default']}]; best {best} "
+                  f"{(timed.get(best) or float('nan')) * 1e3:.1f} us; {len(failed)} failed", flush=True)
+            torch.cuda.empty_cache()
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
