@@ -137,6 +137,17 @@ def test_fp8_pools(q_dtype, kv_dtype, per_head):
     _check(case)
 
 
+def test_per_head_scales_as_strided_views():
+    """[B, H_kv] scales given as column slices of wider tensors (row strides differ from H_kv)."""
+    case = build_case([3, 1], [40, 21], 8, 2, 64, 16, torch.float16, E4M3, DEV, seed=30, per_head_scales=True)
+    ours = case.fresh()
+    for name in ("k_scale", "v_scale"):
+        wide = torch.ones(2, 5, device=DEV)
+        wide[:, 1:3] = ours.inputs[name]
+        ours.inputs[name] = wide[:, 1:3]
+    SPEC.compare(ours.run(SPEC.fn), case.fresh().run(SPEC.reference), case)
+
+
 def test_shared_pages():
     """Two requests may name the same physical pages (read-only op)."""
     case = build_case([3, 1, 2], [50, 47, 40], 8, 2, 64, 16, torch.float16, torch.float16, DEV, seed=8,

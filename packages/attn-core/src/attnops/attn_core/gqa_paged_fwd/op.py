@@ -279,6 +279,8 @@ def _run(plan, q, k_pages, v_pages, page_table, cache_seqlens, cu_seqlens_q, q_s
     o = torch.empty(q.shape, dtype=out_dtype, device=q.device)
     if q.shape[0] == 0:
         return o
+    if k_scale is not None:  # the kernel reads both with k_scale's strides (no-op when already dense)
+        k_scale, v_scale = k_scale.contiguous(), v_scale.contiguous()
     run_plan(plan, q=q, k_pool=k_pages, v_pool=v_pages, o=o, table=page_table, cache_lens=cache_seqlens,
              cu_q=cu_seqlens_q,
              pool_strides=(k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
