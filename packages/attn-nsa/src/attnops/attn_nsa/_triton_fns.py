@@ -22,10 +22,9 @@ def _merge_cube(h, stage: tl.constexpr, order: tl.constexpr):
         flip = tl.reshape(tl.arange(0, 2), [1] * (n_dims - stage - 1) + [2] + [1] * stage)
     else:
         flip = order
-    for k in tl.static_range(stage):
-        i: tl.constexpr = stage - 1 - k  # compare along the i-th innermost axis
-        partner = tl.sum(h, n_dims - 1 - i, keep_dims=True) - h
-        is_right = tl.reshape(tl.arange(0, 2), [1] * (n_dims - i - 1) + [2] + [1] * i)
+    for k in tl.static_range(stage):  # compare along the (stage - 1 - k)-th innermost axis
+        partner = tl.sum(h, n_dims - stage + k, keep_dims=True) - h
+        is_right = tl.reshape(tl.arange(0, 2), [1] * (n_dims - stage + k) + [2] + [1] * (stage - 1 - k))
         h = tl.where((h > partner) != (flip ^ is_right), partner, h)
     return h
 

@@ -105,5 +105,5 @@ def nsa_topk_kernel(
                 key = tl.where(c[None, :] <= cb, (bits << 31) | (LOW_MASK - c[None, :].to(tl.int64)), -1)
                 new = row_topk(key, SP, 0)  # this tile's best SP, ascending
                 top = merge_topk_desc(top, new)  # running best SP, descending
-            ids = tl.where(top >= 0, LOW_MASK - (top & LOW_MASK), -1)
-            tl.store(bi_rows, ids.to(bi_ptr.dtype.element_ty), mask=in_b[:, None] & (slots < S)[None, :])
+            best = tl.where(top >= 0, LOW_MASK - (top & LOW_MASK), -1)
+            tl.store(bi_rows, best.to(bi_ptr.dtype.element_ty), mask=in_b[:, None] & (slots < S)[None, :])

@@ -50,9 +50,13 @@ def nsa_varlen_fwd_kernel(
     bi_row = bi_ptr + t * stride_bit + g * stride_bih
     k_base = k_ptr + bos * stride_kt + g * stride_kh
     v_base = v_ptr + bos * stride_vt + g * stride_vh
+    # Block ids of the first KB slots are fetched before block_counts arrives (masked by SEL, not by the count),
+    # and each iteration prefetches the next KB: the id load is off the count -> id -> K/V dependency chain.
+    slot = j // BS
+    blk_next = tl.load(bi_row + slot, mask=slot < SEL, other=-1)
     for s0 in range(0, count, KB):
-        slot = s0 + j // BS
-        blk = tl.load(bi_row + slot, mask=slot < count, other=-1).to(tl.int64)
+        blk = tl.where(s0 + slot < count, blk_next, -1).to(tl.int64)
+        blk_next = tl.load(bi_row + s0 + KB + slot, mask=s0 + KB + slot < SEL, other=-1)
         r = blk * BS + (j % BS)  # key position inside the sequence
         ok = (blk >= 0) & (r < end) & (r >= -bos)
         kt = tl.load(k_base + r[None, :] * stride_kt + d[:, None], mask=ok[None, :] & d_ok[:, None], other=0.0)
