@@ -88,6 +88,15 @@ def test_plan_reuse_and_mismatch():
         mha_decode_paged_with_kv_cache_fwd(**case.inputs, plan=mha_decode_paged_plan([100, 61], 1, 8, 64))
 
 
+def test_custom_op_schema_and_fake_impl():
+    from attnops.attn_core.mha_decode_paged_with_kv_cache_fwd.op import _mha_decode
+
+    a = build_case([20, 7], 1, 2, 64, 16, F16, DEV, seed=10).inputs
+    args = (a["q"], a["k"], a["v"], a["real_seqlen_kv"], a["block_table"], 16, False)
+    result = torch.library.opcheck(_mha_decode, args, test_utils=("test_schema", "test_faketensor"))
+    assert set(result.values()) == {"SUCCESS"}, result
+
+
 def test_shared_pages():
     case = build_case([40, 33, 47], 1, 2, 64, 16, F16, DEV, seed=6, share_pages=True)
     SPEC.check(case)
