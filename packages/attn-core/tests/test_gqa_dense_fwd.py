@@ -1,7 +1,11 @@
 """GQADenseFwd against its reference: every seed row (shrunk on CPU, full size on the GPU), the cost model
 against the page, edge cases (GQA ratios, head dims, masks, softcap, RoPE, fp8, split-KV), bad input."""
 
+import os
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -184,6 +188,19 @@ def test_every_config_gpu(dtype, head_dim, decode):
                     SPEC.check(case)
                 except AssertionError as e:
                     raise AssertionError(f"config {cfg.name}, splits {splits}, {params}: {e}") from None
+
+
+def test_kernel_compiles_for_sm90_without_spills():
+    """The GPU-only paths (wgmma, fp8 MMA, cp.async pipelining, no EXACT_DOT) through Triton's real sm_90
+    pipeline and ptxas, offline: every D = 128 class compiles, fits shared memory and does not spill."""
+    root = Path(__file__).resolve().parents[3]
+    if not (root / "benchmarks" / "sm90_compile.py").exists():
+        pytest.skip("benchmarks/ not in this checkout")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-m", "benchmarks.sm90_compile", "--dims", "128"], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "SPILL" not in run.stdout and "FAIL" not in run.stdout, run.stdout
 
 
 # --- bad input --------------------------------------------------------------------------------------

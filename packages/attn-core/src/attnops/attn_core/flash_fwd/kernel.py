@@ -5,9 +5,10 @@ split). Packed row ``r`` is query token ``r // G`` and query head ``kv_head·G +
 that share a KV head are processed together, so each K/V tile is read once for all of them (decode with
 S_q = 1 becomes a ``[G, D] × [D, BLOCK_N]`` product), and the causal diagonal costs fewer masked tiles.
 
-The key range of a block is walked in three loops (masked left edge, unmasked middle, masked right edge
-/ causal diagonal / ragged tail), see ``attention_fns.kv_block_range``. Scores stay fp32; the softmax is
-base 2 with ``sm_scale·log2 e`` (× fp8 dequant scales, constant per program) folded into ``exp2``.
+The key range of a block (``attention_fns.kv_block_range``: causal and window block skipping) is walked
+in one loop; only tiles on the window edges, the causal diagonal or the ragged tail apply the mask.
+Scores stay fp32; the softmax is base 2 with ``sm_scale·log2 e`` (× fp8 dequant scales, constant per
+program) folded into ``exp2``.
 With ``SPLIT`` the program handles one of ``num_splits`` chunks of the key range and writes an fp32
 partial (rows normalized by their own sum, plus base-2 lse) that ``gqa_fwd_combine_kernel`` merges.
 
@@ -20,7 +21,6 @@ import triton.language as tl
 from attnops.kernel_utils.attention_fns import (
     LOG2E,
     add_sink,
-    clamp_range,
     kv_block_range,
     merge_partial,
     mma,
@@ -47,38 +47,28 @@ def _to_compute(x, COMPUTE_BF16: tl.constexpr):
 
 
 @triton.jit
-def _load_tile(ptrs, mask, MASKED: tl.constexpr):
-    if MASKED:
-        return tl.load(ptrs, mask=mask, other=0.0)
-    else:
-        return tl.load(ptrs)
-
-
-@triton.jit
 def _attn_tiles(
     acc, m_i, l_i, q, q_pos,
     k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
-    kv_len, WL, WR, lo, hi, step_scale, cap_scale, cap_log2,
+    kv_len, WL, WR, lo, hi, full_lo, full_hi, step_scale, cap_scale, cap_log2,
     cos_ptr, sin_ptr, stride_rope, partner, col, sign, rotated,
-    BLOCK_N: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr, SOFTCAP: tl.constexpr,
-    ROPE: tl.constexpr, UPCAST_K: tl.constexpr, UPCAST_V: tl.constexpr, COMPUTE_BF16: tl.constexpr,
-    EXACT_DOT: tl.constexpr,
+    BLOCK_N: tl.constexpr, SOFTCAP: tl.constexpr, ROPE: tl.constexpr, UPCAST_K: tl.constexpr,
+    UPCAST_V: tl.constexpr, COMPUTE_BF16: tl.constexpr, EXACT_DOT: tl.constexpr,
 ):
-    """Keys ``[lo, hi)`` (``lo`` a multiple of BLOCK_N) into the running ``(acc, m, l)``. Unmasked calls
-    only get ranges where every key is < kv_len and visible from every row."""
+    """Keys ``[lo, hi)`` (``lo`` a multiple of BLOCK_N) into the running ``(acc, m, l)``. Tiles inside
+    ``[full_lo, full_hi)`` are visible from every row and skip the mask (a uniform branch per tile).
+
+    One loop, not separate masked / unmasked loops: on sm_90 each extra pipelined loop raised register
+    pressure into spills (ptxas, every config of the table); with the branch no config spills."""
     offs_n = tl.arange(0, BLOCK_N)
     for start in range(lo, hi, BLOCK_N):
         k_pos = start + offs_n
         k_rows = k_pos.to(tl.int64)
-        if MASKED:
-            n_mask = k_pos < kv_len
-        else:
-            n_mask = k_pos >= 0  # all true: unmasked ranges lie inside [0, kv_len)
+        n_mask = k_pos < kv_len
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        NEED_MASK: tl.constexpr = MASKED or not EVEN_D
-        k = _load_tile(k_base + k_rows[:, None] * stride_kt + offs_d[None, :], kv_mask, NEED_MASK)
+        k = tl.load(k_base + k_rows[:, None] * stride_kt + offs_d[None, :], mask=kv_mask, other=0.0)
         if ROPE:
-            k_partner = _load_tile(k_base + k_rows[:, None] * stride_kt + partner[None, :], kv_mask, NEED_MASK)
+            k_partner = tl.load(k_base + k_rows[:, None] * stride_kt + partner[None, :], mask=kv_mask, other=0.0)
             c, s = rope_tables(cos_ptr, sin_ptr, k_pos, col, rotated, n_mask, stride_rope)
             k = _to_compute(rope_rotate(k, k_partner, c, s, sign), COMPUTE_BF16)
         elif UPCAST_K:
@@ -86,10 +76,10 @@ def _attn_tiles(
         qk = mma(q, tl.trans(k), None, EXACT_DOT)
         if SOFTCAP:
             qk = softcap_scores(qk, cap_scale, cap_log2)
-        if MASKED:
+        if (start < full_lo) | (start + BLOCK_N > full_hi):
             qk = tl.where(visible(q_pos, k_pos, kv_len, WL, WR), qk, float("-inf"))
         p, alpha, m_i, l_i = online_softmax_step(qk, m_i, l_i, step_scale)
-        v = _load_tile(v_base + k_rows[:, None] * stride_vt + offs_d[None, :], kv_mask, NEED_MASK)
+        v = tl.load(v_base + k_rows[:, None] * stride_vt + offs_d[None, :], mask=kv_mask, other=0.0)
         if UPCAST_V:
             v = _to_compute(v, COMPUTE_BF16)
         acc = mma(_to_compute(p, COMPUTE_BF16), v, acc * alpha[:, None], EXACT_DOT)
@@ -152,7 +142,6 @@ def gqa_fwd_kernel(
     head = kv_head * G + rows % G
     row_mask = rows < num_rows
     offs_d = tl.arange(0, BLOCK_D)
-    EVEN_D: tl.constexpr = BLOCK_D == HEAD_DIM
     d_mask = offs_d < HEAD_DIM
     q_pos = t + (kv_len - q_len)
 
@@ -189,36 +178,22 @@ def gqa_fwd_kernel(
     k_base = k_ptr + b64 * stride_kb + kv_start.to(tl.int64) * stride_kt + kv_head.to(tl.int64) * stride_kh
     v_base = v_ptr + b64 * stride_vb + kv_start.to(tl.int64) * stride_vt + kv_head.to(tl.int64) * stride_vh
 
-    # ---- key range of this block (and split): masked edge, unmasked middle, masked edge
+    # ---- key range of this block (and split); tiles inside [full_lo, full_hi) need no mask
     last_row = tl.minimum(m_start + BLOCK_M, num_rows) - 1
     q_pos_lo = m_start // G + (kv_len - q_len)
     q_pos_hi = last_row // G + (kv_len - q_len)
     n_lo, full_lo, full_hi, n_hi = kv_block_range(q_pos_lo, q_pos_hi, kv_len, WL, WR, BLOCK_N)
     if SPLIT:
         n_lo, n_hi = split_kv_range(n_lo, n_hi, split, num_splits, BLOCK_N)
-    full_lo = clamp_range(full_lo, n_lo, n_hi)
-    full_hi = clamp_range(full_hi, full_lo, n_hi)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     acc, m_i, l_i = _attn_tiles(
         acc, m_i, l_i, q, q_pos, k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
-        kv_len, WL, WR, n_lo, full_lo, step_scale, cap_scale, cap_log2,
+        kv_len, WL, WR, n_lo, n_hi, full_lo, full_hi, step_scale, cap_scale, cap_log2,
         cos_ptr, sin_ptr, stride_rope, partner, col, sign, rotated,
-        BLOCK_N, EVEN_D, True, SOFTCAP, ROPE, UPCAST_K, UPCAST_V, COMPUTE_BF16, EXACT_DOT,
-    )
-    acc, m_i, l_i = _attn_tiles(
-        acc, m_i, l_i, q, q_pos, k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
-        kv_len, WL, WR, full_lo, full_hi, step_scale, cap_scale, cap_log2,
-        cos_ptr, sin_ptr, stride_rope, partner, col, sign, rotated,
-        BLOCK_N, EVEN_D, False, SOFTCAP, ROPE, UPCAST_K, UPCAST_V, COMPUTE_BF16, EXACT_DOT,
-    )
-    acc, m_i, l_i = _attn_tiles(
-        acc, m_i, l_i, q, q_pos, k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
-        kv_len, WL, WR, full_hi, n_hi, step_scale, cap_scale, cap_log2,
-        cos_ptr, sin_ptr, stride_rope, partner, col, sign, rotated,
-        BLOCK_N, EVEN_D, True, SOFTCAP, ROPE, UPCAST_K, UPCAST_V, COMPUTE_BF16, EXACT_DOT,
+        BLOCK_N, SOFTCAP, ROPE, UPCAST_K, UPCAST_V, COMPUTE_BF16, EXACT_DOT,
     )
 
     # ---- epilogue

@@ -35,20 +35,20 @@ class FwdConfig:
         return f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}" + ("" if self.fp8_dot else "-up")
 
 
-# Prefill-class configs (more than DECODE_ROWS packed rows per request), first = default. Sizes keep
-# shared memory (Q tile + num_stages × (K + V) tiles) well under the H200's 227 KB and the fp32
-# accumulator (BLOCK_M × D / threads) at <= 128 registers per thread.
+# Prefill-class configs (more than DECODE_ROWS packed rows per request), first = default. Chosen from an
+# offline sm_90 compile of every candidate (``python -m benchmarks.sm90_compile --all``): every default
+# compiles without register spills, pipelines its K/V loads (cp.async) and uses wgmma; shared memory stays
+# <= 196 KB of the 227 KB. Known exception: RoPE with D >= 256 spills (~2 KB) in every config tried.
 PREFILL_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
-    64: (FwdConfig(128, 64, 4, 3), FwdConfig(128, 128, 8, 3), FwdConfig(64, 64, 4, 3)),
-    128: (FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 2), FwdConfig(128, 64, 4, 3), FwdConfig(64, 64, 4, 3)),
-    256: (FwdConfig(128, 64, 8, 2), FwdConfig(64, 64, 4, 2), FwdConfig(128, 32, 8, 2)),
-    512: (FwdConfig(64, 32, 8, 2), FwdConfig(64, 64, 8, 1), FwdConfig(32, 32, 4, 2)),
+    64: (FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 3), FwdConfig(128, 64, 4, 3), FwdConfig(64, 64, 4, 3)),
+    128: (FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 2), FwdConfig(128, 32, 8, 3), FwdConfig(64, 64, 4, 3)),
+    256: (FwdConfig(128, 32, 8, 2), FwdConfig(128, 64, 8, 2), FwdConfig(128, 32, 8, 3), FwdConfig(64, 64, 4, 2)),
+    512: (FwdConfig(64, 32, 8, 2), FwdConfig(64, 16, 8, 2), FwdConfig(32, 32, 4, 2)),
 }
+# fp8 inputs: the same tiles (Q·Kᵀ on fp8 tensor cores), then the default with Q/K upcast to 16-bit.
 FP8_PREFILL_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
-    d: (FwdConfig(c.block_m, c.block_n * 2 if d <= 128 else c.block_n, c.num_warps, c.num_stages),
-        *cs, FwdConfig(c.block_m, c.block_n, c.num_warps, c.num_stages, fp8_dot=False))
+    d: (*cs, FwdConfig(cs[0].block_m, cs[0].block_n, cs[0].num_warps, cs[0].num_stages, fp8_dot=False))
     for d, cs in PREFILL_CONFIGS.items()
-    for c in cs[:1]
 }
 # Decode-class configs: BLOCK_M is set per call to the packed rows of one request (G·S_q, >= 16).
 DECODE_ROWS = 64
@@ -56,7 +56,7 @@ DECODE_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
     64: (FwdConfig(0, 64, 4, 3), FwdConfig(0, 128, 4, 3)),
     128: (FwdConfig(0, 64, 4, 3), FwdConfig(0, 128, 4, 2), FwdConfig(0, 128, 8, 3)),
     256: (FwdConfig(0, 64, 4, 2), FwdConfig(0, 32, 4, 3)),
-    512: (FwdConfig(0, 32, 4, 2), FwdConfig(0, 16, 4, 3)),
+    512: (FwdConfig(0, 32, 8, 2), FwdConfig(0, 16, 4, 3), FwdConfig(0, 32, 8, 3)),
 }
 
 MIN_SPLIT_KEYS = 256  # a KV split covers at least this many keys

@@ -1,0 +1,162 @@
+"""Compile the GQA dense/varlen forward kernel for sm_90 without a GPU and report what ptxas says.
+
+Runs Triton's full NVIDIA pipeline (TTIR -> TTGIR -> LLVM -> PTX -> cubin with the bundled ptxas) for every
+tile config of ``attn_core.flash_fwd.launch`` and prints registers, spill bytes, shared memory and whether
+the loads were software-pipelined (cp.async) and the dots became wgmma. Pointer and stride arguments are
+specialized as a real launch does (16-byte aligned / divisible by 16): without that, Triton neither
+vectorizes nor pipelines the loads. Catches compile errors, shared-memory overflow (> 227 KB) and spills
+before a GPU run. Exit status 1 on a compile error or a config over the shared-memory limit; spills and
+unpipelined loops are flagged in the listing (known: RoPE with D >= 256, D >= 256 with ~71 packed rows).
+
+    python -m benchmarks.sm90_compile                 # default config of every class
+    python -m benchmarks.sm90_compile --all           # every config of every class
+    python -m benchmarks.sm90_compile --dims 128      # one head-dim class
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "0"  # before attnops / triton: build real JIT functions
+
+import argparse  # noqa: E402
+import re  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from attnops.attn_core.flash_fwd import launch as fwd  # noqa: E402
+from attnops.attn_core.flash_fwd.kernel import gqa_fwd_combine_kernel, gqa_fwd_kernel  # noqa: E402
+
+SM90_SMEM = 232448  # bytes of shared memory one block may use on an H100/H200
+PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+
+
+def compile_sm90(fn, pointer_types: dict[str, str], constexprs: dict, num_warps: int, num_stages: int):
+    """Compile ``fn`` for sm_90: pointers as given (``*fp16`` ...), ints i32, floats fp32 (names in
+    ``float_args``), every pointer and ``stride_*`` argument specialized divisible by 16."""
+    sig = {}
+    for name, prm in zip(fn.arg_names, fn.params):
+        if prm.is_constexpr:
+            sig[name] = "constexpr"
+        elif name in pointer_types:
+            sig[name] = pointer_types[name]
+        elif name in constexprs.get("_float_args", ()):
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+             if sig[n].startswith("*") or n.startswith("stride_")}
+    consts = {k: v for k, v in constexprs.items() if not k.startswith("_")}
+    src = ASTSource(fn, sig, constexprs=consts, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps,
+                                                                          "num_stages": num_stages})
+
+
+def ptxas_report(kernel) -> dict:
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(kernel.asm["ptx"])
+    out = subprocess.run([PTXAS, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
+                         text=True).stderr
+    os.unlink(f.name)
+    regs = re.search(r"Used (\d+) registers", out)
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
+    ttgir = kernel.asm["ttgir"]
+    return {
+        "regs": int(regs.group(1)) if regs else -1,
+        "spill": (int(spill.group(1)) + int(spill.group(2))) if spill else -1,
+        "smem": kernel.metadata.shared,
+        "wgmma": "warp_group_dot" in ttgir,
+        "pipelined": "async_copy_global_to_local" in ttgir or "async_tma_copy" in ttgir,
+    }
+
+
+def compile_fwd(head_dim: int, cfg, dtype: str = "fp16", out: str = "fp16", split: bool = False,
+                softcap: bool = False, rope: bool = False, sink: bool = False, varlen: bool = True):
+    fp8 = dtype == "fp8e4nv"
+    ptrs = {"q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "v_ptr": f"*{dtype}",
+            "o_ptr": "*fp32" if split else f"*{out}", "lse_ptr": "*fp32", "cu_q_ptr": "*i32", "cu_kv_ptr": "*i32",
+            "q_scale_ptr": "*fp32", "k_scale_ptr": "*fp32", "v_scale_ptr": "*fp32", "cos_ptr": f"*{out}",
+            "sin_ptr": f"*{out}", "sink_ptr": "*fp32"}
+    consts = {
+        "HEAD_DIM": head_dim, "BLOCK_D": triton.next_power_of_2(head_dim), "BLOCK_M": cfg.block_m,
+        "BLOCK_N": cfg.block_n, "VARLEN": varlen, "SPLIT": split, "IS_FP8": fp8, "FP8_DOT": fp8 and cfg.fp8_dot,
+        "COMPUTE_BF16": out == "bf16", "SOFTCAP": softcap, "HAS_SINK": sink, "ROPE": rope,
+        "ROTARY_DIM": head_dim, "INTERLEAVED": False, "EXACT_DOT": False,
+        "_float_args": ("sm_scale_log2", "cap_scale", "cap_log2"),
+    }
+    return compile_sm90(gqa_fwd_kernel, ptrs, consts, cfg.num_warps, cfg.num_stages)
+
+
+def compile_combine(head_dim: int, out: str = "bf16", varlen: bool = True, sink: bool = True):
+    ptrs = {"ws_o_ptr": "*fp32", "ws_lse_ptr": "*fp32", "o_ptr": f"*{out}", "sink_ptr": "*fp32"}
+    block_d = triton.next_power_of_2(head_dim)
+    consts = {"HEAD_DIM": head_dim, "BLOCK_D": block_d, "BLOCK_H": max(1, min(32, 4096 // block_d)),
+              "VARLEN": varlen, "HAS_SINK": sink}
+    return compile_sm90(gqa_fwd_combine_kernel, ptrs, consts, 4, 2)
+
+
+def classes(all_configs: bool):
+    """(label, head_dim, config, dtype, out, split, extra) for every config class."""
+    for d in (64, 128, 256, 512):
+        for label, rows, dtype, out, split in (("prefill", 1024, "fp16", "fp16", False),
+                                              ("prefill-bf16", 1024, "bf16", "bf16", False),
+                                              ("fp8", 1024, "fp8e4nv", "bf16", False),
+                                              ("decode", 4, "fp16", "fp16", True),
+                                              ("decode-G71", 71, "fp16", "fp16", True)):
+            cfgs = fwd.configs_for(d, rows, fp8=dtype == "fp8e4nv")
+            for i, cfg in enumerate(cfgs if all_configs else cfgs[:1]):
+                yield f"{label}{'' if i == 0 else f'[{i}]'}", d, cfg, dtype, out, split, {}
+        cfg = fwd.configs_for(d, 1024)[0]  # feature variants of the default prefill config
+        yield "prefill+softcap+sink", d, cfg, "fp16", "fp16", False, {"softcap": True, "sink": True}
+        yield "prefill+rope", d, cfg, "fp16", "fp16", False, {"rope": True}
+        yield "dense+fp8+rope", d, cfg, "fp8e4nv", "fp16", False, {"rope": True, "varlen": False}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--all", action="store_true", help="every config, not only each class's default")
+    p.add_argument("--dims", default="64,128,256,512")
+    args = p.parse_args(argv)
+    dims = {int(x) for x in args.dims.split(",")}
+    bad = 0
+    for label, d, cfg, dtype, out, split, extra in classes(args.all):
+        if d not in dims:
+            continue
+        t0 = time.perf_counter()
+        try:
+            r = ptxas_report(compile_fwd(d, cfg, dtype, out, split, **extra))
+        except Exception as e:  # a compile error is a finding, not a crash of the sweep
+            bad += 1
+            print(f"D{d:<4d}{label:22s}{cfg.name:18s} FAIL {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+            continue
+        flag = ""
+        if r["spill"] > 0:
+            flag += " SPILL"
+        if not r["pipelined"]:
+            flag += " NOT-PIPELINED"
+        if r["smem"] > SM90_SMEM:
+            flag += " SMEM"
+            bad += 1  # cannot launch (the launcher would fall through to the next config)
+        print(f"D{d:<4d}{label:22s}{cfg.name:18s} regs {r['regs']:3d} spill {r['spill']:5d} B  smem "
+              f"{r['smem'] / 1024:6.1f} KB  wgmma {str(r['wgmma']):5s} ({time.perf_counter() - t0:4.1f}s){flag}",
+              flush=True)
+    for d in sorted(dims):
+        for varlen in (True, False):
+            try:
+                r = ptxas_report(compile_combine(d, varlen=varlen))
+                print(f"D{d:<4d}{'combine' + ('-varlen' if varlen else '-dense'):22s}{'':18s} regs {r['regs']:3d} "
+                      f"spill {r['spill']:5d} B  smem {r['smem'] / 1024:6.1f} KB")
+            except Exception as e:
+                bad += 1
+                print(f"D{d:<4d}combine FAIL {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
