@@ -343,3 +343,7 @@ adapter("torch-ref", VARLEN)(_torch_ref)
 
 # --- paged ops (GQAPagedFwd, MHADecodePagedWithKVCacheFwd, GQAPrefillPagedWithKVCacheFwd): own module ---
 from . import attn_core_paged  # noqa: E402, F401
+
+# --- GQABwd (backward): own module; the assignment keeps its import a separate block for isort ---
+BWD_MODULE = "attn_core_bwd"
+from . import attn_core_bwd  # noqa: E402, F401

@@ -62,7 +62,7 @@ class GQAAttention(torch.autograd.Function):
         wl, wr = window_bounds(is_causal, -1, -1)
         o, lse = _fwd_lse(q, k, v, wl, wr, scale)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.window = (wl, wr)
+        ctx.is_causal = is_causal
         ctx.scale = scale
         return o
 
@@ -71,7 +71,7 @@ class GQAAttention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         if do.stride(-1) != 1:  # e.g. an expanded gradient of o.sum()
             do = do.contiguous()
-        dq, dk, dv = _bwd(q, k, v, o, do.to(q.dtype), lse, *ctx.window, ctx.scale)
+        dq, dk, dv = _bwd(q, k, v, o, do.to(q.dtype), lse, ctx.is_causal, ctx.scale)
         return dq, dk, dv, None, None
 
 

@@ -1,9 +1,9 @@
 """Host side of the GQABwd kernels: tile configs, the forced-config hook, launch.
 
-Configs are a small fixed table per head-dim class (no autotuning: the choice is a deterministic function
+Configs are a small fixed table per head-dim class (no autotuning: ``choose`` is a deterministic function
 of the shapes). ``configs_for`` is public so a GPU test can run every entry and check dq/dk/dv; a config
 that does not fit the GPU's shared memory (``OutOfResources``, raised before anything runs) falls through
-to the next one, and the choice is remembered per class.
+to the next one and is skipped from then on.
 """
 
 from __future__ import annotations
@@ -34,12 +34,16 @@ class BwdConfig:
         return f"m{self.block_m1}n{self.block_n1}-m{self.block_m2}n{self.block_n2}w{self.num_warps}s{self.num_stages}"
 
 
-# First = default. The fp32 accumulators (dK + dV: 2·BLOCK_N1·D, dQ: BLOCK_M2·D) stay at <= 128 registers
-# per thread; K/V (dK/dV role) and Q/dO (dQ role) tiles are held for the whole program.
+# Per head-dim class, first = preferred; ``choose`` moves to a smaller key block when the longest dK/dV
+# program would outlast an even share of the work (GQA rows with few key blocks). Every entry
+# compiles for sm_90 without register spills (ptxas -v, f16 and bf16; docs/perf/attn-core.md): the fp32
+# accumulators (dK + dV: 2·BLOCK_N1·D, dQ: BLOCK_M2·D) and the K/V (dK/dV role) or Q/dO (dQ role) tiles
+# held for the whole program stay within 255 registers per thread. D = 256 keeps BLOCK_M1 = 16 so the
+# dK/dV role still maps to wgmma (M = 64); its second entry runs mma.sync (BLOCK_N1 = 32).
 CONFIGS: dict[int, tuple[BwdConfig, ...]] = {
-    64: (BwdConfig(32, 128, 128, 32, 4, 5), BwdConfig(64, 128, 128, 64, 8, 3), BwdConfig(64, 64, 64, 64, 4, 3)),
-    128: (BwdConfig(64, 128, 128, 64, 8, 2), BwdConfig(32, 128, 128, 32, 8, 3), BwdConfig(64, 64, 64, 64, 4, 3)),
-    256: (BwdConfig(32, 64, 64, 32, 8, 2), BwdConfig(32, 32, 32, 32, 4, 2)),
+    64: (BwdConfig(64, 128, 128, 64, 8, 3), BwdConfig(32, 128, 128, 32, 8, 3), BwdConfig(64, 64, 64, 64, 4, 3)),
+    128: (BwdConfig(64, 128, 128, 64, 8, 2), BwdConfig(32, 128, 128, 32, 8, 3), BwdConfig(64, 64, 128, 64, 8, 2)),
+    256: (BwdConfig(16, 64, 64, 16, 8, 2), BwdConfig(32, 32, 32, 32, 8, 2)),
 }
 MAX_HEAD_DIM = 256
 PREPROCESS_ROWS = 64
@@ -53,12 +57,28 @@ def _dim_class(head_dim: int) -> int:
 
 
 def configs_for(head_dim: int) -> tuple[BwdConfig, ...]:
-    """Every config a call with this head dim may run (first = default)."""
+    """Every config a call with this head dim may run (the GPU test runs them all)."""
     return CONFIGS[_dim_class(head_dim)]
 
 
+def choose(head_dim: int, batch: int, s_q: int, s_kv: int, heads: int, kv_heads: int, is_causal: bool,
+           sms: int) -> BwdConfig:
+    """The config for a call: the first of the class whose longest dK/dV program — key block 0, which
+    sees every query row of all G heads, 4 products per (row, key) — fits in an even per-SM share of the
+    whole work (7 products per visible pair); if none does, the one with the smallest key block."""
+    cs = configs_for(head_dim)
+    G = heads // kv_heads
+    pairs = (s_q * (s_kv - s_q) + s_q * (s_q + 1) // 2) if is_causal else s_q * s_kv
+    share = 7 * pairs * heads * batch / max(sms, 1)
+    span = lambda c: 4 * G * s_q * min(c.block_n1, s_kv)  # noqa: E731
+    for c in cs:
+        if span(c) <= share:
+            return c
+    return min(cs, key=lambda c: c.block_n1)
+
+
 _FORCED: dict[str, BwdConfig] = {}
-_FITS: dict[int, int] = {}  # head-dim class -> index of the first config that compiled within resources
+_TOO_BIG: set[BwdConfig] = set()  # configs that did not fit this GPU's shared memory
 
 
 @contextlib.contextmanager
@@ -87,8 +107,7 @@ class Problem:
     dq: torch.Tensor
     dk: torch.Tensor
     dv: torch.Tensor
-    wl: int
-    wr: int
+    is_causal: bool
     sm_scale: float
 
 
@@ -111,17 +130,17 @@ def launch(p: Problem) -> None:
     if _FORCED.get("config") is not None:
         _launch(p, delta, _FORCED["config"])
         return
-    key = _dim_class(D)
-    cands = configs_for(D)
-    for i in range(_FITS.get(key, 0), len(cands)):
-        try:
-            _launch(p, delta, cands[i])
-        except triton.runtime.errors.OutOfResources:
-            if i == len(cands) - 1:
-                raise
+    first = choose(D, B, S_q, S_kv, H, p.k.shape[2], p.is_causal, runtime.num_sms())
+    cands = [first] + [c for c in configs_for(D) if c != first]
+    for cfg in cands:
+        if cfg in _TOO_BIG:
             continue
-        _FITS[key] = i
-        return
+        try:
+            _launch(p, delta, cfg)
+            return
+        except triton.runtime.errors.OutOfResources:
+            _TOO_BIG.add(cfg)
+    raise RuntimeError(f"GQABwd: no tile config fits this GPU for head dim {D}")
 
 
 def _launch(p: Problem, delta: torch.Tensor, cfg: BwdConfig) -> None:
@@ -135,12 +154,13 @@ def _launch(p: Problem, delta: torch.Tensor, cfg: BwdConfig) -> None:
     gqa_bwd_kernel[grid](
         p.q, p.k, p.v, p.do, p.lse, delta, p.dq, p.dk, p.dv,
         S_q, S_kv, H, H_kv, G, num_dkdv, num_q_blocks, bh_kv,
-        p.sm_scale * LOG2E, p.sm_scale, p.wl, p.wr,
+        p.sm_scale * LOG2E, p.sm_scale,
         *_bsh(p.q), *_bsh(p.k), *_bsh(p.v), *_bsh(p.do),
         p.lse.stride(0), p.lse.stride(1),
         *_bsh(p.dq), *_bsh(p.dk), *_bsh(p.dv),
         HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D),
         BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2,
+        IS_CAUSAL=p.is_causal, EVEN_M1=S_q % cfg.block_m1 == 0, EVEN_N2=S_kv % cfg.block_n2 == 0,
         EXACT_DOT=runtime.interpreting(),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )

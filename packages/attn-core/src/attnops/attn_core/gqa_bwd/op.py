@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from attnops.kernel_utils import checks, runtime, testing
-from attnops.kernel_utils.attention_fns import window_bounds
 
 from . import launch as bwd
 
@@ -50,8 +49,7 @@ def _bwd(
     o: torch.Tensor,
     do: torch.Tensor,
     lse: torch.Tensor,
-    wl: int,
-    wr: int,
+    is_causal: bool,
     sm_scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     B, S_q, H, D = q.shape
@@ -61,12 +59,12 @@ def _bwd(
     dq = _alloc((B, S_q, H, D), q.dtype, q.device)
     dk = _alloc((B, S_kv, H_kv, D), k.dtype, k.device)
     dv = _alloc((B, S_kv, H_kv, D), v.dtype, v.device)
-    bwd.launch(bwd.Problem(q, k, v, o, do, lse, dq, dk, dv, wl=wl, wr=wr, sm_scale=sm_scale))
+    bwd.launch(bwd.Problem(q, k, v, o, do, lse, dq, dk, dv, is_causal=is_causal, sm_scale=sm_scale))
     return dq, dk, dv
 
 
 @_bwd.register_fake
-def _(q, k, v, o, do, lse, wl, wr, sm_scale):
+def _(q, k, v, o, do, lse, is_causal, sm_scale):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -110,5 +108,4 @@ def gqa_bwd(
     checks.check_tensor("o", o, dtype=q.dtype, shape=(B, S_q, H, D), device=dev, inner_contiguous=1)
     checks.check_tensor("do", do, dtype=q.dtype, shape=(B, S_q, H, D), device=dev, inner_contiguous=1)
     checks.check_tensor("lse", lse, dtype=torch.float32, shape=(B, H, S_q), device=dev, inner_contiguous=1)
-    wl, wr = window_bounds(is_causal, -1, -1)
-    return _bwd(q, k, v, o, do, lse, wl, wr, scale)
+    return _bwd(q, k, v, o, do, lse, is_causal, scale)

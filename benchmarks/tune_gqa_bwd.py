@@ -1,0 +1,66 @@
+"""Sweep the tile configs of the GQABwd kernel on the GPU: every config's dq/dk/dv are checked against the
+reference, then timed like the benchmark (device time, cold L2). Prints, per seed row, the config
+``launch.choose`` picks and its time, and the best config found; writes JSON.
+
+    python -m benchmarks.tune_gqa_bwd --out /tmp/tune-gqa-bwd.json
+    python -m benchmarks.tune_gqa_bwd --filter llama-70b-short --iters 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+
+from attnops.attn_core.gqa_bwd import launch as bwd
+from attnops.attn_core.gqa_bwd.spec import SPEC
+from attnops.kernel_utils import runtime
+
+from .timing import L2Flusher, profile_iterations
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--filter", default="", help="only rows whose id contains this")
+    p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--out", default="tune-gqa-bwd.json")
+    args = p.parse_args()
+    flush = L2Flusher()
+    results = []
+    for w in SPEC.workloads:
+        if args.filter not in w.id:
+            continue
+        case = SPEC.make_case(w, torch.device("cuda"), False, 0)
+        expected = case.fresh().run(SPEC.reference)
+        a = case.inputs
+        B, S_q, H, D = a["q"].shape
+        chosen = bwd.choose(D, B, S_q, a["k"].shape[1], H, a["k"].shape[2], a["is_causal"], runtime.num_sms())
+        fn = lambda c=case: SPEC.fn(**c.inputs)  # noqa: E731
+        timed, failed = {}, {}
+        for cfg in bwd.configs_for(D):
+            try:
+                with bwd.forced(cfg):
+                    SPEC.compare(case.fresh().run(SPEC.fn), expected, case)
+                    fn()
+                    timed[cfg.name] = statistics.median(profile_iterations(fn, args.iters, flush))
+            except Exception as e:  # a config that does not compile or fails the check is reported
+                failed[cfg.name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        fn()
+        default_ms = statistics.median(profile_iterations(fn, args.iters, flush))
+        best = min(timed, key=timed.get) if timed else None
+        rec = {"id": w.id, "chosen": chosen.name, "default_ms": default_ms, "best": best,
+               "best_ms": timed.get(best), "all": timed, "failed": failed}
+        results.append(rec)
+        print(f"{w.id:40s} chosen {chosen.name} {default_ms * 1e3:8.1f} us   best {best} "
+              f"{(timed.get(best) or float('nan')) * 1e3:8.1f} us   "
+              + "  ".join(f"{k} {v * 1e3:.1f}" for k, v in timed.items()), flush=True)
+        for key, why in failed.items():
+            print(f"    FAILED {key}: {why}", flush=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
