@@ -50,13 +50,18 @@ FP8_PREFILL_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
     d: (*cs, FwdConfig(cs[0].block_m, cs[0].block_n, cs[0].num_warps, cs[0].num_stages, fp8_dot=False))
     for d, cs in PREFILL_CONFIGS.items()
 }
-# Decode-class configs: BLOCK_M is set per call to the packed rows of one request (G·S_q, >= 16).
+# Decode-class configs: BLOCK_M is set per call to the packed rows of one request (G·S_q rounded up to a
+# power of two, >= 16). Keyed by head-dim class, then by the largest BLOCK_M they serve without spilling.
 DECODE_ROWS = 64
-DECODE_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
-    64: (FwdConfig(0, 64, 4, 3), FwdConfig(0, 128, 4, 3)),
-    128: (FwdConfig(0, 64, 4, 3), FwdConfig(0, 128, 4, 2), FwdConfig(0, 128, 8, 3)),
-    256: (FwdConfig(0, 64, 4, 2), FwdConfig(0, 32, 4, 3)),
-    512: (FwdConfig(0, 32, 8, 2), FwdConfig(0, 16, 4, 3), FwdConfig(0, 32, 8, 3)),
+DECODE_CONFIGS: dict[int, dict[int, tuple[FwdConfig, ...]]] = {
+    64: {64: (FwdConfig(0, 64, 4, 3), FwdConfig(0, 128, 4, 3))},
+    128: {64: (FwdConfig(0, 64, 4, 3), FwdConfig(0, 128, 4, 2), FwdConfig(0, 128, 8, 3))},
+    256: {16: (FwdConfig(0, 64, 4, 2), FwdConfig(0, 32, 4, 3)),
+          32: (FwdConfig(0, 32, 4, 3), FwdConfig(0, 64, 8, 2)),
+          64: (FwdConfig(0, 32, 8, 2), FwdConfig(0, 64, 8, 2))},
+    512: {16: (FwdConfig(0, 32, 8, 2), FwdConfig(0, 16, 4, 3), FwdConfig(0, 32, 8, 3)),
+          32: (FwdConfig(0, 32, 8, 2),),
+          64: (FwdConfig(0, 16, 8, 2), FwdConfig(0, 32, 8, 2))},
 }
 
 MIN_SPLIT_KEYS = 256  # a KV split covers at least this many keys
@@ -79,8 +84,10 @@ def configs_for(head_dim: int, rows_per_request: int, fp8: bool = False) -> tupl
     d = _dim_class(head_dim)
     if is_decode(rows_per_request):
         bm = max(16, triton.next_power_of_2(max(rows_per_request, 1)))
+        table = DECODE_CONFIGS[d]
+        base = table[min(k for k in table if k >= bm)]
         # fp8 decode is memory-bound: upcasting Q/K costs nothing, so the fp8-MMA variant comes last
-        cs = tuple(FwdConfig(bm, c.block_n, c.num_warps, c.num_stages, fp8_dot=not fp8) for c in DECODE_CONFIGS[d])
+        cs = tuple(FwdConfig(bm, c.block_n, c.num_warps, c.num_stages, fp8_dot=not fp8) for c in base)
         if fp8:
             cs += (FwdConfig(bm, cs[0].block_n, cs[0].num_warps, cs[0].num_stages, fp8_dot=True),)
         return cs
