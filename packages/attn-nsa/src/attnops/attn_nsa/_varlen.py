@@ -139,3 +139,12 @@ def alloc_output(shape, dtype: torch.dtype, device) -> torch.Tensor:
     if runtime.interpreting() or os.environ.get("ATTNOPS_POISON", "0") not in ("", "0"):
         return testing.poisoned(shape, dtype, device)
     return torch.empty(shape, dtype=dtype, device=device)
+
+
+def check_tile_strides(name: str, t: torch.Tensor, rows_per_tile: int = 128):
+    """Kernels address a tile as an int64 base plus int32 offsets: ``rows_per_tile`` token rows of ``t`` must
+    span fewer than 2^31 elements."""
+    span = rows_per_tile * max(abs(t.stride(0)), 1) + t.shape[1] * max(abs(t.stride(1)), 1)
+    if span >= 2**31:
+        raise ValueError(f"{name}: strides {tuple(t.stride())} are too large (a 128-token tile spans >= 2^31 "
+                         "elements); pass a compact tensor")

@@ -28,18 +28,24 @@ def nsa_compressed_fwd_kernel(
     g = tl.program_id(1)
 
     rows = tl.arange(0, BM)
-    tok = tile * BT + rows // GP
+    t0 = tile * BT
+    tok = t0 + rows // GP
     hg = rows % GP
     row_ok = (tok < num_tokens) & (hg < G)
-    tok64 = tok.to(tl.int64)
-    head = (g * G + hg).to(tl.int64)
-    seq = tl.load(tok_ptr + tok64 * 2, mask=row_ok, other=-1)
-    pos = tl.load(tok_ptr + tok64 * 2 + 1, mask=row_ok, other=0)
+    seq = tl.load(tok_ptr + tok.to(tl.int64) * 2, mask=row_ok, other=-1)
+    pos = tl.load(tok_ptr + tok.to(tl.int64) * 2 + 1, mask=row_ok, other=0)
+    # int64 tile bases, int32 offsets inside the tile (op.py bounds BT * strides below 2^31): a [BM, D] tensor
+    # of 64-bit addresses would cost ~128 registers per thread at the store.
+    tile_t = t0.to(tl.int64)
+    tile_h = (g * G).to(tl.int64)
+    q_rows = (rows // GP) * stride_qt + hg * stride_qh
+    o_rows = (rows // GP) * stride_ot + hg * stride_oh
+    l_rows = (rows // GP) * stride_lt + hg
 
     dk = tl.arange(0, BDK)
     dv = tl.arange(0, BDV)
-    q = tl.load(q_ptr + tok64[:, None] * stride_qt + head[:, None] * stride_qh + dk[None, :],
-                mask=row_ok[:, None] & (dk < DK)[None, :], other=0.0)
+    q_tile = q_ptr + tile_t * stride_qt + tile_h * stride_qh
+    q = tl.load(q_tile + q_rows[:, None] + dk[None, :], mask=row_ok[:, None] & (dk < DK)[None, :], other=0.0)
 
     m = tl.full([BM], NEG_BIG, dtype=tl.float32)
     l = tl.zeros([BM], dtype=tl.float32)
@@ -78,6 +84,7 @@ def nsa_compressed_fwd_kernel(
     inv = tl.where(seen, 1.0 / tl.where(seen, l, 1.0), 0.0)
     o = acc * inv[:, None]
     lse = tl.where(seen, (m + tl.math.log2(tl.where(seen, l, 1.0))) * LN2, 0.0)
-    tl.store(o_ptr + tok64[:, None] * stride_ot + head[:, None] * stride_oh + dv[None, :],
-             o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & (dv < DV)[None, :])
-    tl.store(lse_ptr + tok64 * stride_lt + head, lse.to(lse_ptr.dtype.element_ty), mask=row_ok)
+    o_tile = o_ptr + tile_t * stride_ot + tile_h * stride_oh
+    tl.store(o_tile + o_rows[:, None] + dv[None, :], o.to(o_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & (dv < DV)[None, :])
+    tl.store(lse_ptr + tile_t * stride_lt + tile_h + l_rows, lse.to(lse_ptr.dtype.element_ty), mask=row_ok)

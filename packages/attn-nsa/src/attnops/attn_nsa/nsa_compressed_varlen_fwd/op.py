@@ -15,6 +15,7 @@ from attnops.attn_nsa._varlen import (
     check_int_param,
     check_packing,
     check_scale_param,
+    check_tile_strides,
     tune_bucket,
 )
 from attnops.kernel_utils import checks, runtime
@@ -104,6 +105,7 @@ def check_args(q, k_cmp, v_cmp, offsets, chunk_offsets, token_indices, scale, bs
     c, h_kv, _ = k_cmp.shape
     checks.check_tensor("v_cmp", v_cmp, dtype=q.dtype, shape=(c, h_kv, None), device=dev, inner_contiguous=1)
     check_heads(h, h_kv, "k_cmp")
+    check_tile_strides("q", q)
     for name, d in (("q", dk), ("v_cmp", v_cmp.shape[2])):
         if not 1 <= d <= 256:
             raise ValueError(f"{name}: head dim must lie in [1, 256], got {d}")

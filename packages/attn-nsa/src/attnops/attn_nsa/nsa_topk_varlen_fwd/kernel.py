@@ -68,8 +68,10 @@ def nsa_topk_kernel(
             tl.store(bi_rows, ids.to(bi_ptr.dtype.element_ty), mask=in_b[:, None] & (slots < S)[None, :])
         else:
             dk = tl.arange(0, BD)
-            q = tl.load(q_ptr + tok_r.to(tl.int64)[:, None] * stride_qt + (g * G + hg).to(tl.int64)[:, None] * stride_qh
-                        + dk[None, :], mask=in_r[:, None] & (dk < D)[None, :], other=0.0)
+            # int64 tile base, int32 offsets inside the tile (op.py bounds BT * strides below 2^31)
+            q_tile = q_ptr + (tile * BT).to(tl.int64) * stride_qt + (g * G).to(tl.int64) * stride_qh
+            q_rows = (rows // GP) * stride_qt + hg * stride_qh
+            q = tl.load(q_tile + q_rows[:, None] + dk[None, :], mask=in_r[:, None] & (dk < D)[None, :], other=0.0)
             q = (q * scale).to(q_ptr.dtype.element_ty)  # FLA rounds the scaled query to its dtype
             k_base = k_ptr + boc * stride_kc + g * stride_kh
             nc_r = tl.where(in_r, tl.minimum((pos_r + 1) // BS, rows_n), 0)

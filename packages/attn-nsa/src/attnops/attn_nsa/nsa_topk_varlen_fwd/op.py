@@ -13,6 +13,7 @@ from attnops.attn_nsa._varlen import (
     check_int_param,
     check_packing,
     check_scale_param,
+    check_tile_strides,
     tune_bucket,
 )
 from attnops.kernel_utils import checks, runtime
@@ -96,6 +97,7 @@ def check_args(q, k_cmp, offsets, chunk_offsets, token_indices, scale, selected_
     checks.check_tensor("k_cmp", k_cmp, dtype=q.dtype, shape=(None, None, d), device=dev, inner_contiguous=1)
     c, h_kv, _ = k_cmp.shape
     g = check_heads(h, h_kv, "k_cmp")
+    check_tile_strides("q", q)
     if not 1 <= d <= 256:
         raise ValueError(f"q: head dim must lie in [1, 256], got {d}")
     if g > 128:
