@@ -188,11 +188,16 @@ def test_lengths(s_q, s_kv, is_causal):
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("is_causal", [True, False], ids=["causal", "non-causal"])
-def test_every_config_interpreter(head_dim, is_causal):
-    """Each tile config with several blocks per role (S = 150: masked diagonal, unmasked middle and a
-    ragged tail in both the dK/dV and the dQ loops). The GPU test repeats this for every class and dtype."""
-    case = make_case(GQA, DEV, shrink=True, seed=10, batch=1, s_q=150, s_kv=150, heads=(2, 1),
+@pytest.mark.parametrize(
+    "is_causal,s_q,s_kv",
+    [(True, 150, 150), (False, 150, 150), (True, 128, 128), (False, 128, 128), (True, 64, 192)],
+    ids=["causal-ragged", "non-causal-ragged", "causal-even", "non-causal-even", "causal-even-sq<skv"],
+)
+def test_every_config_interpreter(head_dim, is_causal, s_q, s_kv):
+    """Each tile config with several blocks per role: S = 150 has a masked diagonal, an unmasked middle and
+    a ragged tail in both roles; S = 128 (a multiple of every tile: EVEN_M1 / EVEN_N2, the seed rows' path)
+    compiles no tail loop. The GPU test repeats this for every class and dtype."""
+    case = make_case(GQA, DEV, shrink=True, seed=10, batch=1, s_q=s_q, s_kv=s_kv, heads=(2, 1),
                      head_dim=head_dim, is_causal=is_causal)
     for cfg in bwd.configs_for(head_dim):
         with bwd.forced(cfg):
@@ -200,6 +205,23 @@ def test_every_config_interpreter(head_dim, is_causal):
                 SPEC.check(case)
             except AssertionError as e:
                 raise AssertionError(f"config {cfg.name}: {e}") from None
+
+
+def test_config_choice():
+    """``choose`` is a function of the shapes: the first config of the class unless its longest dK/dV
+    program (key block 0: all rows of all G heads) outlasts an even share of the work; then the smallest key
+    block. On 132 SMs: MHA rows keep the 128-key blocks, the GQA 8:1 / short rows take 64-key blocks."""
+    first, small = bwd.configs_for(128)[0], bwd.configs_for(128)[-1]
+    assert small.block_n1 < first.block_n1
+    for w in SPEC.workloads:
+        B, S, H, D = w.shape("q")
+        H_kv = w.shape("k")[2]
+        got = bwd.choose(D, B, S, S, H, H_kv, True, 132)
+        want = first if w.name in ("llama-8b-long", "llama-8b-short-mha", "llama-8b-long-mha",
+                                   "llama-70b-short-mha", "llama-70b-long-mha") else small
+        assert got == want, (w.id, got.name)
+    assert bwd.choose(128, 1, 40, 40, 16, 2, True, 1) == first  # the interpreter (1 "SM") keeps the first
+    assert bwd.choose(256, 2, 512, 512, 64, 8, True, 132).block_n1 == 32
 
 
 def test_strided_views_and_determinism():
@@ -245,9 +267,11 @@ GPU_SWEEP = [(dt, d) for dt in ("f16", "bf16") for d in (64, 128, 256)]
 @pytest.mark.parametrize("dtype,head_dim", GPU_SWEEP, ids=lambda x: str(x))
 def test_every_config_gpu(dtype, head_dim):
     """Every config of the table on the GPU (compiled paths the interpreter never sees: wgmma, pipelining,
-    register pressure): causal S = 1000 (ragged), causal S_q < S_kv, non-causal; GQA 16:4."""
+    register pressure): causal and non-causal, ragged and even (EVEN_M1/EVEN_N2) lengths, S_q < S_kv;
+    GQA 16:4."""
     w = GQA if dtype == "f16" else GQA_BF16
-    shapes = ((1000, 1000, True), (300, 1000, True), (700, 900, False))
+    shapes = ((1000, 1000, True), (1024, 1024, True), (300, 1000, True), (256, 1024, True), (700, 900, False),
+              (512, 512, False))
     for cfg in bwd.configs_for(head_dim):
         for s_q, s_kv, causal in shapes:
             case = make_case(w, DEV, seed=13, batch=2, s_q=s_q, s_kv=s_kv, heads=(16, 4), head_dim=head_dim,
