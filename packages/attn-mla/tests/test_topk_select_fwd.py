@@ -72,8 +72,8 @@ def _scores(b, s, s_kv, g=1, seed=0):
 
 
 def test_windows_of_every_kind():
-    """Empty (ends <= starts), clipped at both ends, shorter than topk (padding), exactly topk, long enough
-    for registers only, and long enough for the sample path, in one call with two requests."""
+    """Empty (ends <= starts), clipped at both ends, shorter than topk (padding), exactly topk, within CAP
+    (selected directly), and long enough for the sample path, in one call with two requests."""
     s_kv, topk = 1500, 40
     starts = [[0, 10, 900, -50, 0, 3], [700, 0, 0, 1200, 5, 100]]
     ends = [[0, 5, 940, 30, 1500, 3000], [1800, 40, 150, 1439, 1400, 101]]
@@ -86,8 +86,8 @@ def test_windows_of_every_kind():
 
 def test_ties_go_to_the_lower_position():
     """Scores with 5 distinct values (-inf, -0.0 and +0.0 among them): the tie at the threshold is broken
-    by position, so the set equals the reference's exactly, in the register select (default config) and
-    in the in-memory select (fallback config)."""
+    by position, so the set equals the reference's exactly, in the window and scratch selects (default config)
+    and in the whole-row select (fallback config)."""
     gen = testing.generator(3)
     levels = torch.tensor([float("-inf"), -0.0, 0.0, 1.0, 2.0])
     scores = levels[torch.randint(0, 5, (1, 3, 1800, 1), generator=gen)]

@@ -17,7 +17,7 @@ class TopKConfig:
     block: int  # positions per step of a pass over a row
     samples: int  # sampled keys per long row (power of two, multiple of 8)
     slack: tuple[int, int]  # the sample threshold aims at slack[0] / slack[1] × topk survivors
-    cap_factor: int  # candidate slots = cap_factor × next_pow2(topk) (at most max_cap)
+    cap_factor: int  # scratch slots per program = cap_factor × next_pow2(topk) (at most max_cap)
     max_cap: int
     num_warps: int
     programs_per_sm: int  # persistent programs launched per SM
@@ -26,18 +26,24 @@ class TopKConfig:
         return min(max(256, self.cap_factor * triton.next_power_of_2(topk)), self.max_cap)
 
     def full_only(self, topk: int) -> bool:
-        """topk too large for the register path: rows longer than topk are selected in memory."""
+        """topk too large for the scratch: every row longer than topk is selected over the whole row."""
         return 2 * topk > self.cap(topk)
 
 
 # Every config the op can pick; tests run each (GPU: full-size rows; CPU: shrunk rows).
 CONFIGS = {
-    "h200": TopKConfig(block=8192, samples=1024, slack=(3, 2), cap_factor=4, max_cap=16384, num_warps=16,
+    # One 16-warp program per SM (128 regs): 4096 positions per step, the next step prefetched, so
+    # ~32 KB of scores in flight per SM.
+    "h200": TopKConfig(block=4096, samples=1024, slack=(3, 2), cap_factor=4, max_cap=16384, num_warps=16,
                        programs_per_sm=2),
+    # Four 4-warp programs per SM (128 regs × 128 threads each), 1024 positions per step: overlap comes
+    # from independent programs instead of one program's wide steps.
+    "h200-4w": TopKConfig(block=1024, samples=1024, slack=(3, 2), cap_factor=4, max_cap=16384, num_warps=4,
+                          programs_per_sm=4),
     # Small steps so that shrunk rows still take several steps per pass (interpreter).
     "interpreter": TopKConfig(block=256, samples=64, slack=(3, 2), cap_factor=4, max_cap=16384, num_warps=4,
                               programs_per_sm=1),
-    # A threshold aimed below topk: the sample misses on most rows, so the in-memory fallback runs.
+    # A threshold aimed below topk: the sample misses on most rows, so the whole-row select runs.
     "fallback": TopKConfig(block=512, samples=128, slack=(1, 4), cap_factor=4, max_cap=16384, num_warps=4,
                            programs_per_sm=1),
 }

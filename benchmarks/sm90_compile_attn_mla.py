@@ -1,0 +1,159 @@
+"""Compile every attn-mla kernel variant for sm_90 without a GPU and report what ptxas says.
+
+For each op, each launch config of ``op.CONFIGS`` (the interpreter ones too: the GPU tests run every
+config) and each constexpr path the seed rows use (dtype, head dims, split, rope tail, top-k size),
+Triton's NVIDIA pipeline runs down to a cubin with the bundled ptxas. Integer arguments are specialized
+as a real launch would be, from representative seed-row values: 1 becomes a constant, multiples of 16 get
+``tt.divisibility = 16``, pointers are 16-byte aligned; without that Triton neither vectorizes nor
+pipelines the loads. Prints registers, spill bytes, shared memory, wgmma and cp.async use; flags
+compile errors, spills, shared memory over 227 KB and unpipelined loads.
+
+    python -m benchmarks.sm90_compile_attn_mla            # every variant (a few minutes on 2 cores)
+    python -m benchmarks.sm90_compile_attn_mla --op mla   # one op: topk, indexer, mla, dsa
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "0"  # before attnops / triton: build real JIT functions
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op  # noqa: E402
+from attnops.attn_mla.dsa_decode_with_kvcache_fwd.kernel import dsa_decode_kernel, dsa_prepare_indices_kernel  # noqa: E402
+from attnops.attn_mla.fp8_lightning_indexer_fwd import op as indexer_op  # noqa: E402
+from attnops.attn_mla.fp8_lightning_indexer_fwd.kernel import lightning_indexer_kernel  # noqa: E402
+from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op  # noqa: E402
+from attnops.attn_mla.mla_decode_with_kvcache_fwd.kernel import mla_combine_kernel, mla_decode_kernel  # noqa: E402
+from attnops.attn_mla.topk_select_fwd import op as topk_op  # noqa: E402
+from attnops.attn_mla.topk_select_fwd.kernel import topk_select_kernel  # noqa: E402
+
+from .sm90_compile import SM90_SMEM, ptxas_report  # noqa: E402
+
+
+def compile_sm90(fn, pointers: dict[str, str], ints: dict[str, int], constexprs: dict, num_warps: int,
+                 num_stages: int, floats=()):
+    sig, consts, attrs = {}, dict(constexprs), {}
+    for i, (name, prm) in enumerate(zip(fn.arg_names, fn.params)):
+        if prm.is_constexpr:
+            sig[name] = "constexpr"
+        elif name in pointers:
+            sig[name] = pointers[name]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif name in floats:
+            sig[name] = "fp32"
+        elif ints.get(name) == 1:
+            sig[name] = "constexpr"
+            consts[name] = 1
+        else:
+            sig[name] = "i32"
+            if ints.get(name, 0) % 16 == 0 and name in ints:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn, sig, constexprs=consts, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": num_warps, "num_stages": num_stages})
+
+
+def topk_variants():
+    ints = dict(num_rows=32768, S=32768, G=1, S_kv=65536, topk=2048, stride_sb=2**31 - 16, stride_ss=65536,
+                stride_st=1, stride_sg=1, stride_wb=32768, stride_ws=1, stride_eb=32768, stride_es=1)
+    ptrs = {"score_ptr": "*fp32", **{n: "*i32" for n in ("starts_ptr", "ends_ptr", "out_ptr", "scratch_key_ptr",
+                                                          "scratch_pos_ptr")}}
+    for name, cfg in topk_op.CONFIGS.items():
+        for k in (1024, 2048):
+            cx = dict(BLOCK=cfg.block, CAP=cfg.cap(k), SAMPLES=cfg.samples, SLACK_NUM=cfg.slack[0],
+                      SLACK_DEN=cfg.slack[1], FULL_ONLY=cfg.full_only(k))
+            yield f"topk {name} k={k}", lambda cx=cx, cfg=cfg: compile_sm90(
+                topk_select_kernel, ptrs, ints, cx, cfg.num_warps, 3)
+
+
+def indexer_variants():
+    for dtype, d, scale in (("fp8e4nv", 128, True), ("fp8e4nv", 64, False), ("bf16", 64, False)):
+        h = 64 if d == 128 else 32
+        ints = dict(S=4096, S_kv=65536, G=1, heads_per_group=h, stride_qb=4096 * h * d, stride_qs=h * d,
+                    stride_kb=65536 * d, stride_kt=d, stride_kg=d, stride_ws=h, stride_wh=1, stride_sb=65536,
+                    stride_st=1, stride_sg=1, stride_ob=4096 * 65536, stride_os=65536, stride_ot=1, stride_og=1)
+        ptrs = {"q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "w_ptr": "*fp32", "ks_ptr": "*i32", "ke_ptr": "*i32",
+                "k_scale_ptr": "*fp32", "out_ptr": "*fp32"}
+        for name, cfg in indexer_op.CONFIGS.items():
+            cx = dict(D=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages, HAS_SCALE=scale,
+                      CLEAN=True, UPCAST=False)
+            yield f"indexer {name} {dtype} D={d}", lambda cx=cx, cfg=cfg, ptrs=ptrs, ints=ints: compile_sm90(
+                lightning_indexer_kernel, ptrs, ints, cx, cfg.num_warps, cfg.num_stages)
+
+
+def mla_variants():
+    for dtype in ("bf16", "fp16"):
+        ptrs = {n: f"*{dtype}" for n in ("q_ptr", "q_pe_ptr", "k_ptr", "k_pe_ptr", "out_ptr")}
+        ptrs.update(part_o_ptr="*fp32", part_lse_ptr="*fp32")
+        ints = dict(H=128, N_kv=4096, group_size=128, head_blocks_per_kv=2, split_len=4096, num_splits=16,
+                    stride_qb=128 * 512, stride_qh=512, stride_pb=128 * 64, stride_ph=64, stride_kb=4096 * 512,
+                    stride_kt=512, stride_kh=512, stride_eb=4096 * 64, stride_et=64, stride_eh=64,
+                    stride_ob=128 * 512, stride_oh=512)
+        for name, cfg in mla_op.CONFIGS.items():
+            for split in (False, True):
+                cx = dict(D=512, PE=64, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, SPLIT=split,
+                          NUM_STAGES=cfg.num_stages)
+                yield f"mla {name} {dtype} split={split}", lambda cx=cx, cfg=cfg, ptrs=ptrs, ints=ints: compile_sm90(
+                    mla_decode_kernel, ptrs, ints, cx, cfg.num_warps, cfg.num_stages, floats=("qk_scale",))
+        yield f"mla combine {dtype}", lambda dtype=dtype: compile_sm90(
+            mla_combine_kernel, {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": f"*{dtype}"},
+            dict(H=128, num_splits=16, stride_ob=65536, stride_oh=512), dict(D=512), 4, 1)
+
+
+def dsa_variants():
+    for k, warps in ((512, 4), (1024, 4), (2048, 8)):
+        yield f"dsa prepare K={k}", lambda k=k, warps=warps: compile_sm90(
+            dsa_prepare_indices_kernel, {"idx_ptr": "*i32", "clean_ptr": "*i32", "count_ptr": "*i32"},
+            dict(S=4096, H_kv=1, S_kv=65536, K=k, q_start=61440, stride_kv=1, stride_ib=4096 * k, stride_is=k,
+                 stride_ih=k), dict(BLOCK_K=k, CAUSAL=True), warps, 3)
+    for dtype, tail in (("bf16", 64), ("bf16", 0), ("fp16", 64)):
+        width = 512 + tail
+        ptrs = {"q_ptr": f"*{dtype}", "kv_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", "clean_ptr": "*i32",
+                "count_ptr": "*i32"}
+        ints = dict(S=4096, H_kv=1, group_size=128, head_blocks_per_kv=2, stride_qb=4096 * 128 * width,
+                    stride_qs=128 * width, stride_qh=width, stride_kb=65536 * width, stride_kt=width,
+                    stride_kh=width, stride_ob=4096 * 128 * 512, stride_os=128 * 512, stride_oh=512)
+        for name, cfg in dsa_op.CONFIGS.items():
+            cx = dict(D=512, TAIL=tail, BLOCK_K=2048, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
+                      NUM_STAGES=cfg.num_stages)
+            yield f"dsa {name} {dtype} tail={tail}", lambda cx=cx, cfg=cfg, ptrs=ptrs, ints=ints: compile_sm90(
+                dsa_decode_kernel, ptrs, ints, cx, cfg.num_warps, cfg.num_stages, floats=("qk_scale",))
+
+
+OPS = {"topk": topk_variants, "indexer": indexer_variants, "mla": mla_variants, "dsa": dsa_variants}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--op", choices=sorted(OPS), action="append", help="default: all")
+    args = p.parse_args(argv)
+    bad = 0
+    for op in args.op or list(OPS):
+        for label, build in OPS[op]():
+            t0 = time.perf_counter()
+            try:
+                r = ptxas_report(build())
+            except Exception as e:  # a compile error is a finding, not a crash of the sweep
+                bad += 1
+                print(f"{label:42s} FAIL {type(e).__name__}: {str(e).splitlines()[0][:160]}", flush=True)
+                continue
+            flag = (" SPILL" if r["spill"] > 0 else "") + (" SMEM" if r["smem"] > SM90_SMEM else "")
+            if "interpreter" not in label and "combine" not in label and "prepare" not in label \
+                    and not r["pipelined"]:
+                flag += " NOT-PIPELINED"
+            bad += " SMEM" in flag
+            print(f"{label:42s} regs {r['regs']:3d} spill {r['spill']:5d} B  smem {r['smem'] / 1024:6.1f} KB  "
+                  f"wgmma {str(r['wgmma']):5s} ({time.perf_counter() - t0:4.1f}s){flag}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
