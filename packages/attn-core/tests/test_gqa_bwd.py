@@ -3,7 +3,6 @@ against the page, the reference itself (fp64 gradcheck, the spec's closed-form g
 pair (forward lse, autograd end to end), edge cases (GQA ratios, head dims, S_q != S_kv, tile configs,
 strided views, empty shapes) and bad input."""
 
-import math
 import zlib
 
 import pytest
@@ -359,4 +358,3 @@ def test_bad_input_training_pair():
         gqa_attention(_t((1, 4, 2, 512)), _t((1, 4, 2, 512)), _t((1, 4, 2, 512)))
     with pytest.raises(ValueError, match="q: S_q=9 > S_kv=8"):
         gqa_attention(_t((2, 9, 4, 64)), a["k"], a["v"], is_causal=True)
-    assert math.isfinite(float(a["lse"].sum()))
