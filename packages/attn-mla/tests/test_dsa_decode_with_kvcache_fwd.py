@@ -31,19 +31,8 @@ def test_seed_row_full_size(w):
     SPEC.check(make_case(w, DEV, shrink=False, seed=7))
 
 
-def _with(config):
-    def run(q, kv, indices, *, q_start_index_s, stride_kv=1, dim_tail=None, sm_scale=None, is_causal=True):
-        dsa_op.check_inputs(q, kv, indices)
-        tail, scale = dsa_op.resolve_params(q, dim_tail, stride_kv, q_start_index_s, sm_scale)
-        out = testing.poisoned((*q.shape[:3], q.shape[3] - tail), q.dtype, q.device)
-        return dsa_op.launch(q, kv, indices, out, dim_tail=tail, stride_kv=stride_kv,
-                             q_start_index_s=q_start_index_s, sm_scale=scale, is_causal=is_causal, config=config)
-
-    return run
-
-
 def _check_with(case: Case, config):
-    ours = case.fresh().run(_with(config))
+    ours = case.fresh().run(dsa_op.with_config(config, poison=True))
     SPEC.compare(ours, case.fresh().run(SPEC.reference), case)
 
 

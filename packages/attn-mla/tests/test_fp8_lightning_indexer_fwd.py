@@ -35,19 +35,8 @@ def test_seed_row_full_size(w):
     SPEC.check(make_case(w, DEV, shrink=False, seed=7))
 
 
-def _with_config(config):
-    def run(index_q, index_k, weights, cu_seqlen_ks, cu_seqlen_ke, index_k_scale=None, clean_logits=True):
-        indexer_op.check_inputs(index_q, index_k, weights, cu_seqlen_ks, cu_seqlen_ke, index_k_scale)
-        b, s = index_q.shape[:2]
-        out = testing.poisoned((b, s, *index_k.shape[1:3]), torch.float32, index_q.device)
-        return indexer_op.launch(index_q, index_k, weights, cu_seqlen_ks, cu_seqlen_ke, index_k_scale,
-                                 clean_logits, out, config)
-
-    return run
-
-
 def _check_with(case: Case, config):
-    ours = case.fresh().run(_with_config(config))
+    ours = case.fresh().run(indexer_op.with_config(config, poison=True))
     SPEC.compare(ours, case.fresh().run(SPEC.reference), case)
 
 

@@ -31,17 +31,8 @@ def test_seed_row_full_size(w):
     SPEC.check(make_case(w, DEV, shrink=False, seed=7))
 
 
-def _with(config, num_splits=None):
-    def run(q, q_pe, k, k_pe):
-        mla_op.check_inputs(q, q_pe, k, k_pe)
-        out = testing.poisoned(q.shape, q.dtype, q.device)
-        return mla_op.launch(q, q_pe, k, k_pe, out, config, num_splits=num_splits)
-
-    return run
-
-
 def _check_with(case: Case, config, num_splits=None):
-    ours = case.fresh().run(_with(config, num_splits))
+    ours = case.fresh().run(mla_op.with_config(config, poison=True, num_splits=num_splits))
     SPEC.compare(ours, case.fresh().run(SPEC.reference), case)
 
 

@@ -31,18 +31,8 @@ def test_seed_row_full_size(w):
     SPEC.check(make_case(w, DEV, shrink=False, seed=7))
 
 
-def _with_config(config):
-    def run(index_score, starts, ends, topk):
-        topk_op.check_inputs(index_score, starts, ends, topk)
-        b, s, _, g = index_score.shape
-        out = testing.poisoned((b, s, g, topk), torch.int32, index_score.device)
-        return topk_op.launch(index_score, starts, ends, topk, out, config)
-
-    return run
-
-
 def _check_with(case: Case, config) -> torch.Tensor:
-    ours = case.fresh().run(_with_config(config))
+    ours = case.fresh().run(topk_op.with_config(config, poison=True))
     SPEC.compare(ours, case.fresh().run(SPEC.reference), case)
     return ours["indexes"]
 

@@ -130,6 +130,22 @@ def check_inputs(q, kv, indices) -> None:
         raise ValueError(f"indices: the number of slots K must lie in [1, 16384], got {indices.shape[3]}")
 
 
+def with_config(config: DSAConfig, poison: bool = False):
+    """The public function pinned to ``config`` (tests and tuning); ``poison`` pre-fills the output with
+    NaN so that an unwritten element fails the check."""
+
+    def run(q, kv, indices, *, q_start_index_s, stride_kv=1, dim_tail=None, sm_scale=None, is_causal=True):
+        check_inputs(q, kv, indices)
+        tail, scale = resolve_params(q, dim_tail, stride_kv, q_start_index_s, sm_scale)
+        shape = (*q.shape[:3], q.shape[3] - tail)
+        out = torch.full(shape, float("nan"), dtype=q.dtype, device=q.device) if poison else \
+            torch.empty(shape, dtype=q.dtype, device=q.device)
+        return launch(q, kv, indices, out, dim_tail=tail, stride_kv=stride_kv, q_start_index_s=q_start_index_s,
+                      sm_scale=scale, is_causal=bool(is_causal), config=config)
+
+    return run
+
+
 def dsa_decode_with_kvcache_fwd(
     q: torch.Tensor,
     kv: torch.Tensor,

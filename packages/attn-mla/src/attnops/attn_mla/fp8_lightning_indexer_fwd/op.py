@@ -109,6 +109,21 @@ def check_inputs(index_q, index_k, weights, cu_seqlen_ks, cu_seqlen_ke, index_k_
             raise ValueError("index_k_scale: must be >= 0 (relu(σ·x) is computed as σ·relu(x))")
 
 
+def with_config(config: IndexerConfig, poison: bool = False):
+    """The public function pinned to ``config`` (tests and tuning); ``poison`` pre-fills the output with
+    NaN so that an unwritten logit fails the check."""
+
+    def run(index_q, index_k, weights, cu_seqlen_ks, cu_seqlen_ke, index_k_scale=None, clean_logits=True):
+        check_inputs(index_q, index_k, weights, cu_seqlen_ks, cu_seqlen_ke, index_k_scale)
+        shape = (*index_q.shape[:2], *index_k.shape[1:3])
+        out = torch.full(shape, float("nan"), device=index_q.device) if poison else \
+            torch.empty(shape, device=index_q.device)
+        return launch(index_q, index_k, weights, cu_seqlen_ks, cu_seqlen_ke, index_k_scale, bool(clean_logits), out,
+                      config)
+
+    return run
+
+
 def fp8_lightning_indexer_fwd(
     index_q: torch.Tensor,
     index_k: torch.Tensor,

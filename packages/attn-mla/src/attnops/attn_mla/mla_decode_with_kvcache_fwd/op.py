@@ -123,6 +123,18 @@ def check_inputs(q, q_pe, k, k_pe) -> None:
     _power_of_two("q_pe", "the rope width PE", pe)
 
 
+def with_config(config: MLAConfig, poison: bool = False, num_splits: int | None = None):
+    """The public function pinned to ``config`` and optionally a split count (tests and tuning);
+    ``poison`` pre-fills the output with NaN so that an unwritten element fails the check."""
+
+    def run(q, q_pe, k, k_pe):
+        check_inputs(q, q_pe, k, k_pe)
+        out = torch.full_like(q, float("nan")) if poison else torch.empty_like(q)
+        return launch(q, q_pe, k, k_pe, out, config, num_splits=num_splits)
+
+    return run
+
+
 def mla_decode_with_kvcache_fwd(
     q: torch.Tensor, q_pe: torch.Tensor, k: torch.Tensor, k_pe: torch.Tensor
 ) -> torch.Tensor:

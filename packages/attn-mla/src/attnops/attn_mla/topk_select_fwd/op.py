@@ -101,6 +101,19 @@ def check_inputs(index_score, starts, ends, topk) -> None:
         raise ValueError(f"index_score: S_kv = {s_kv} does not fit int32 positions")
 
 
+def with_config(config: TopKConfig, poison: bool = False):
+    """The public function pinned to ``config`` (tests and tuning); ``poison`` pre-fills the output with
+    int32 min so that an unwritten slot fails the check."""
+
+    def run(index_score, starts, ends, topk):
+        check_inputs(index_score, starts, ends, topk)
+        b, s, _, g = index_score.shape
+        out = torch.full((b, s, g, topk), -(2**31) if poison else 0, dtype=torch.int32, device=index_score.device)
+        return launch(index_score, starts, ends, topk, out, config)
+
+    return run
+
+
 def topk_select_fwd(index_score: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, topk: int) -> torch.Tensor:
     """Positions of the ``topk`` largest scores inside each row's window (DeepSeek-V3.2 index top-k).
 

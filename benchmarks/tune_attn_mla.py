@@ -1,0 +1,89 @@
+"""Sweep the launch configs of the attn-mla kernels on the GPU (and the split count of MLA decode): every
+variant's output is checked against the reference, then timed like the benchmark (device time, cold L2).
+Prints, per seed row, the default variant's time and the best one; writes JSON.
+
+    python -m benchmarks.tune_attn_mla --out /tmp/tune-attn-mla.json
+    python -m benchmarks.tune_attn_mla --filter TopK --iters 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+
+import torch
+
+from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op
+from attnops.attn_mla.fp8_lightning_indexer_fwd import op as indexer_op
+from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op
+from attnops.attn_mla.specs import SPECS
+from attnops.attn_mla.topk_select_fwd import op as topk_op
+
+from .timing import L2Flusher, profile_iterations
+
+OPS = {
+    "MLADecodeWithKVCacheFwd": mla_op,
+    "DSADecodeWithKVCacheFwd": dsa_op,
+    "FP8LightningIndexerFwd": indexer_op,
+    "TopKSelectFwd": topk_op,
+}
+CPU_ONLY = ("interpreter", "fallback")  # configs that exist for the interpreter / the fallback test
+
+
+def variants(spec, case):
+    """(label, callable) per GPU config, and for MLA decode a few split counts around the planner's."""
+    op = OPS[spec.name]
+    default = op.pick_config()
+    for name, cfg in op.CONFIGS.items():
+        if name in CPU_ONLY:
+            continue
+        yield name + (" (default)" if cfg == default else ""), op.with_config(cfg)
+    if spec.name == "MLADecodeWithKVCacheFwd":
+        q, k = case.inputs["q"], case.inputs["k"]
+        block_h = mla_op.block_h_for(q.shape[1] // k.shape[2], default)
+        heads = k.shape[2] * -(-(q.shape[1] // k.shape[2]) // block_h)
+        planned = mla_op.plan_splits(q.shape[0], heads, k.shape[1], default.block_n)
+        for splits in sorted({1, max(1, planned // 2), planned * 2, planned * 4} - {planned}):
+            yield f"default, {splits} splits (planner: {planned})", mla_op.with_config(default, num_splits=splits)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--filter", default="", help="only rows whose id contains this")
+    p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--out", default="tune-attn-mla.json")
+    args = p.parse_args()
+    flush = L2Flusher()
+    results = []
+    for spec in SPECS:
+        for w in spec.workloads:
+            if args.filter not in w.id:
+                continue
+            case = spec.make_case(w, torch.device("cuda"), False, 0)
+            expected = case.fresh().run(spec.reference)
+            timed, failed = {}, {}
+            for label, fn in variants(spec, case):
+                try:
+                    spec.compare(case.fresh().run(fn), expected, case)
+                    run = lambda fn=fn, inputs=case.inputs: fn(**inputs)
+                    run()
+                    timed[label] = statistics.median(profile_iterations(run, args.iters, flush))
+                except Exception as e:  # a variant that fails is reported, the sweep goes on
+                    failed[label] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            default = next((k for k in timed if k.endswith("(default)")), None)
+            best = min(timed, key=timed.get) if timed else None
+            results.append({"id": w.id, "ms": timed, "failed": failed, "default": default, "best": best})
+            fmt = lambda k, t=timed: f"{k} {t[k]:.4f} ms" if k else "-"
+            print(f"{w.id:60s} default {fmt(default):34s} best {fmt(best)}"
+                  + (f"  FAILED {sorted(failed)}" if failed else ""), flush=True)
+            case = expected = None  # free the row's tensors (up to 8.6 GB) before the next one
+            gc.collect()
+            torch.cuda.empty_cache()
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
