@@ -53,7 +53,7 @@ def _attn_tiles(
     kv_len, WL, WR, lo, hi, full_lo, full_hi, step_scale, cap_scale, cap_log2,
     cos_ptr, sin_ptr, stride_rope, partner, col, sign, rotated,
     BLOCK_N: tl.constexpr, SOFTCAP: tl.constexpr, ROPE: tl.constexpr, UPCAST_K: tl.constexpr,
-    UPCAST_V: tl.constexpr, COMPUTE_BF16: tl.constexpr, EXACT_DOT: tl.constexpr,
+    UPCAST_V: tl.constexpr, COMPUTE_BF16: tl.constexpr, EXACT_DOT: tl.constexpr, FP8_QK: tl.constexpr,
 ):
     """Keys ``[lo, hi)`` (``lo`` a multiple of BLOCK_N) into the running ``(acc, m, l)``. Tiles inside
     ``[full_lo, full_hi)`` are visible from every row and skip the mask (a uniform branch per tile).
@@ -73,7 +73,12 @@ def _attn_tiles(
             k = _to_compute(rope_rotate(k, k_partner, c, s, sign), COMPUTE_BF16)
         elif UPCAST_K:
             k = _to_compute(k, COMPUTE_BF16)
-        qk = mma(q, tl.trans(k), None, EXACT_DOT)
+        if FP8_QK and not EXACT_DOT:
+            # fp8 wgmma accumulates in reduced precision (~14 bits): promote to fp32 every 64 products
+            # (128 for D >= 256, where 64 spills registers)
+            qk = tl.dot(q, tl.trans(k), max_num_imprecise_acc=64 if q.shape[1] <= 128 else 128)
+        else:
+            qk = mma(q, tl.trans(k), None, EXACT_DOT)
         if SOFTCAP:
             qk = softcap_scores(qk, cap_scale, cap_log2)
         if (start < full_lo) | (start + BLOCK_N > full_hi):
@@ -161,6 +166,7 @@ def gqa_fwd_kernel(
     elif IS_FP8 and not FP8_DOT:
         q = _to_compute(q, COMPUTE_BF16)
     UPCAST_K: tl.constexpr = IS_FP8 and not FP8_DOT
+    FP8_QK: tl.constexpr = IS_FP8 and FP8_DOT and not ROPE
     UPCAST_V: tl.constexpr = IS_FP8
 
     dequant = 1.0
@@ -193,7 +199,7 @@ def gqa_fwd_kernel(
         acc, m_i, l_i, q, q_pos, k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
         kv_len, WL, WR, n_lo, n_hi, full_lo, full_hi, step_scale, cap_scale, cap_log2,
         cos_ptr, sin_ptr, stride_rope, partner, col, sign, rotated,
-        BLOCK_N, SOFTCAP, ROPE, UPCAST_K, UPCAST_V, COMPUTE_BF16, EXACT_DOT,
+        BLOCK_N, SOFTCAP, ROPE, UPCAST_K, UPCAST_V, COMPUTE_BF16, EXACT_DOT, FP8_QK,
     )
 
     # ---- epilogue
