@@ -52,7 +52,7 @@ def launch(q, kv, indices, out, *, dim_tail: int, stride_kv: int, q_start_index_
         indices, clean, count,
         s, h_kv, s_kv, k, q_start_index_s, stride_kv,
         indices.stride(0), indices.stride(1), indices.stride(2),
-        BLOCK_K=block_k, CAUSAL=is_causal, num_warps=4 if block_k <= 1024 else 8,
+        BLOCK_K=block_k, CAUSAL=is_causal, num_warps=4 if block_k <= 1024 else (8 if block_k <= 4096 else 16),
     )
     group = h // h_kv
     block_h = min(config.block_h, max(16, triton.next_power_of_2(group)))
