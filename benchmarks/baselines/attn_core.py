@@ -186,18 +186,25 @@ def _flashinfer(case: Case) -> Runner:
     t0 = time.perf_counter()
     decode = c.dense and c.out_shape[1] == 1
     if decode:
-        # Dense K/V [B, S_kv, H_kv, D] is a paged NHD cache of B pages of S_kv tokens: no copy.
+        # Contiguous dense K/V [B, S_kv, H_kv, D] is a paged NHD cache whose pages are consecutive: request b
+        # owns pages [b·S_kv/PS, (b+1)·S_kv/PS). A view, no copy.
         B, S_kv = len(c.kv_lens), c.kv_lens[0] if c.kv_lens else 0
+        k_dense, v_dense = case.inputs["k"], case.inputs["v"]
+        if not (k_dense.is_contiguous() and v_dense.is_contiguous()):
+            raise Unsupported("dense decode as pages needs contiguous k / v")
+        ps = next(p for p in (64, 16, 8, 4, 2, 1) if S_kv % p == 0)
+        per_req = S_kv // ps
         dev = c.q.device
         w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=c.group > 8)
-        w.plan(torch.arange(B + 1, dtype=torch.int32, device=dev), torch.arange(B, dtype=torch.int32, device=dev),
-               torch.full((B,), S_kv, dtype=torch.int32, device=dev), c.H, c.H_kv, c.D, S_kv,
+        w.plan(torch.arange(B + 1, dtype=torch.int32, device=dev) * per_req,
+               torch.arange(B * per_req, dtype=torch.int32, device=dev),
+               torch.full((B,), ps, dtype=torch.int32, device=dev), c.H, c.H_kv, c.D, ps,
                q_data_type=dt, kv_data_type=dt, **kw)
-        k_cache = case.inputs["k"]
-        v_cache = case.inputs["v"]
+        k_cache = k_dense.view(B * per_req, ps, c.H_kv, c.D)
+        v_cache = v_dense.view(B * per_req, ps, c.H_kv, c.D)
         q = c.q.reshape(B, c.H, c.D)
         run = lambda: w.run(q, (k_cache, v_cache))
-        note = "dense decode as one page of S_kv tokens per request"
+        note = f"dense K/V viewed as consecutive pages of {ps} tokens"
     else:
         w = fi.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD", backend="auto")
         w.plan(c.cu_q, c.cu_kv, c.H, c.H_kv, c.D, causal=c.causal, q_data_type=dt, kv_data_type=dt, **kw)
