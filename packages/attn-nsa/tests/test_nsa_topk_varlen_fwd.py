@@ -156,6 +156,7 @@ BAD_INPUTS = {
 
 
 @pytest.mark.parametrize("name", BAD_INPUTS)
-def test_bad_input_is_rejected_before_launch(name):
+def test_bad_input_is_rejected_before_launch(name, monkeypatch):
+    monkeypatch.setenv("ATTNOPS_VALIDATE", "1")  # value checks also for CUDA tensors
     make_inputs, error, message = BAD_INPUTS[name]
     run_bad_input(nsa_topk_varlen_fwd, make_inputs(), error, message)
