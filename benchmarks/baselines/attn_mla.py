@@ -103,6 +103,12 @@ def torch_mla(case: Case) -> Runner:
     return runner_of(mla_torch, case, note="eager torch bmm + softmax in the input dtype")
 
 
+@adapter("torch-compile", MLA)
+def torch_compile_mla(case: Case) -> Runner:
+    _mla_single_kv_head(case.inputs)
+    return compiled_runner(mla_torch, case)
+
+
 # --- DSADecodeWithKVCacheFwd ----------------------------------------------------------------------
 
 
@@ -219,6 +225,19 @@ def _indexer_torch(index_q, index_k, weights, cu_seqlen_ks, cu_seqlen_ke, index_
 @adapter("torch-ref", INDEXER)
 def torch_indexer(case: Case) -> Runner:
     return runner_of(_indexer_torch, case, note="eager einsum + relu + weighted head sum in f32, 16 rows per step")
+
+
+def _indexer_torch_whole(**inputs):
+    return _indexer_torch(**inputs, rows_per_chunk=1 << 30)
+
+
+@adapter("torch-compile", INDEXER)
+def torch_compile_indexer(case: Case) -> Runner:
+    b, s, h, _ = case.inputs["index_q"].shape
+    scores = 4 * b * s * h * case.inputs["index_k"].shape[1]
+    if scores > 16 << 30:
+        raise Unsupported(f"one-shot [S, H, S_kv] scores would take {scores / 2**30:.0f} GiB")
+    return compiled_runner(_indexer_torch_whole, case)
 
 
 # --- TopKSelectFwd --------------------------------------------------------------------------------
