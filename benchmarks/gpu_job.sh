@@ -3,7 +3,8 @@
 # then per family: every test on the GPU (shrunk cases run on CUDA too; fuzz cases ATTNOPS_FUZZ_CASES),
 # optionally compute-sanitizer memcheck over the shrunk and fuzz cases (SANITIZE=1), and the benchmark.
 # Logs and JSONL land under $OUT; one summary line per step is printed.
-#   ATTNOPS_GIT_SHA=<sha> [SANITIZE=1] [BENCH=0] [TESTS=0] bash benchmarks/gpu_job.sh kvcache-ops attn-core -- [bench args]
+#   ATTNOPS_GIT_SHA=<sha> [SANITIZE=1] [BENCH=0] [TESTS=0] [DEADLINE=<epoch s>] \
+#     bash benchmarks/gpu_job.sh kvcache-ops attn-core -- [bench args]
 set -u
 families=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do families+=("$1"); shift; done
@@ -13,20 +14,23 @@ mkdir -p "$OUT"
 if [ -f .peers/setup.sh ]; then eval "$(bash .peers/setup.sh 2>"$OUT/peers-setup.log")"; fi
 PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONPATH ATTNOPS_FUZZ_CASES=${ATTNOPS_FUZZ_CASES:-100}
+# Every step is cut at DEADLINE (epoch seconds, default 9 minutes from now) so the logs still come back.
+DEADLINE=${DEADLINE:-$(( $(date +%s) + 540 ))}
+left() { local s=$(( DEADLINE - $(date +%s) )); echo $(( s > 5 ? s : 5 )); }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 for family in "${families[@]}"; do
   if [ "${TESTS:-1}" = 1 ]; then
-    timeout 900 python3 -m pytest -q -p no:cacheprovider "packages/$family/tests" >"$OUT/tests-$family.log" 2>&1
+    timeout "$(left)" python3 -m pytest -q -p no:cacheprovider "packages/$family/tests" >"$OUT/tests-$family.log" 2>&1
     echo "tests $family: $(tail -n 1 "$OUT/tests-$family.log")"
   fi
   if [ "${SANITIZE:-0}" = 1 ]; then
-    ATTNOPS_FUZZ_CASES=8 timeout 900 compute-sanitizer --tool memcheck --error-exitcode 3 \
+    ATTNOPS_FUZZ_CASES=8 timeout "$(left)" compute-sanitizer --tool memcheck --error-exitcode 3 \
       python3 -m pytest -q -p no:cacheprovider -x -m "not gpu" -k "seed_row_shrunk or fuzz" \
       "packages/$family/tests" >"$OUT/memcheck-$family.log" 2>&1
     echo "memcheck $family: rc=$? $(grep -E 'ERROR SUMMARY|passed|failed' "$OUT/memcheck-$family.log" | tail -n 2 | tr '\n' ' ')"
   fi
   if [ "${BENCH:-1}" = 1 ]; then
-    python3 -m benchmarks.run --family "$family" --out "$OUT/bench-$family.jsonl" "$@" >"$OUT/bench-$family.txt" \
+    timeout "$(left)" python3 -m benchmarks.run --family "$family" --out "$OUT/bench-$family.jsonl" "$@" >"$OUT/bench-$family.txt" \
       2>"$OUT/bench-$family.err"
     echo "bench $family: $(grep -c '"type": "row"' "$OUT/bench-$family.jsonl") rows; $(tail -n 1 "$OUT/bench-$family.err")"
   fi
