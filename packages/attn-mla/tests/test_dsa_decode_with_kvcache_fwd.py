@@ -153,3 +153,11 @@ def test_bad_input_is_rejected_before_launch(name):
     make_inputs, error, message = BAD_INPUTS[name]
     with pytest.raises(error, match=message):
         dsa_decode_with_kvcache_fwd(**make_inputs())
+
+
+def test_custom_op_schema_and_fake():
+    """torch.ops.attnops.dsa_decode_with_kvcache_fwd: schema and fake implementation agree with the kernel."""
+    a = _case([[[[3, 1, 2, 48]]]], seed=10).inputs
+    args = (a["q"], a["kv"], a["indices"], 16, 1, 40, 80**-0.5, True)
+    torch.library.opcheck(torch.ops.attnops.dsa_decode_with_kvcache_fwd, args,
+                          test_utils=("test_schema", "test_faketensor"))

@@ -140,3 +140,11 @@ def test_bad_input_is_rejected_before_launch(name):
     make_inputs, error, message = BAD_INPUTS[name]
     with pytest.raises(error, match=message):
         fp8_lightning_indexer_fwd(**make_inputs())
+
+
+def test_custom_op_schema_and_fake():
+    """torch.ops.attnops.fp8_lightning_indexer_fwd: schema and fake implementation agree with the kernel."""
+    a = _case(s=6, s_kv=40, seed=10).inputs
+    args = (a["index_q"], a["index_k"], a["weights"], a["cu_seqlen_ks"], a["cu_seqlen_ke"], a["index_k_scale"], True)
+    torch.library.opcheck(torch.ops.attnops.fp8_lightning_indexer_fwd, args,
+                          test_utils=("test_schema", "test_faketensor"))

@@ -133,3 +133,10 @@ def test_bad_input_is_rejected_before_launch(name):
     make_inputs, error, message = BAD_INPUTS[name]
     with pytest.raises(error, match=message):
         mla_decode_with_kvcache_fwd(**make_inputs())
+
+
+def test_custom_op_schema_and_fake():
+    """torch.ops.attnops.mla_decode_with_kvcache_fwd: schema and fake implementation agree with the kernel."""
+    a = _case(b=1, n_kv=20, seed=10).inputs
+    torch.library.opcheck(torch.ops.attnops.mla_decode_with_kvcache_fwd, (a["q"], a["q_pe"], a["k"], a["k_pe"]),
+                          test_utils=("test_schema", "test_faketensor"))

@@ -141,3 +141,10 @@ def test_bad_input_is_rejected_before_launch(name):
     make_inputs, error, message = BAD_INPUTS[name]
     with pytest.raises(error, match=message):
         topk_select_fwd(**make_inputs())
+
+
+def test_custom_op_schema_and_fake():
+    """torch.ops.attnops.topk_select_fwd: schema and fake (meta) implementation agree with the kernel."""
+    a = make_case(ROWS["ds-v32-topk-decode-b1"], DEV, shrink=True).inputs
+    torch.library.opcheck(torch.ops.attnops.topk_select_fwd, (a["index_score"], a["starts"], a["ends"], a["topk"]),
+                          test_utils=("test_schema", "test_faketensor"))
