@@ -14,6 +14,8 @@ mkdir -p "$OUT"
 if [ -f .peers/setup.sh ]; then eval "$(bash .peers/setup.sh 2>"$OUT/peers-setup.log")"; fi
 PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONPATH ATTNOPS_FUZZ_CASES=${ATTNOPS_FUZZ_CASES:-100}
+# FlashInfer modules not shipped prebuilt take 13-70 s each to compile: off unless PEER_JIT=1.
+[ "${PEER_JIT:-0}" = 1 ] || export FLASHINFER_DISABLE_JIT=1
 # Every step is cut at DEADLINE (epoch seconds, default 9 minutes from now) so the logs still come back.
 DEADLINE=${DEADLINE:-$(( $(date +%s) + 540 ))}
 left() { local s=$(( DEADLINE - $(date +%s) )); echo $(( s > 5 ? s : 5 )); }

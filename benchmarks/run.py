@@ -99,7 +99,10 @@ def bench_row(spec: OpSpec, w, flush, use_peers: bool) -> dict:
         except AssertionError as e:
             entry.update(check="fail", note=_short(e))
         except Exception as e:  # a peer that crashes on a row is reported, the run goes on
-            entry.update(check="error", note=_short(e))
+            if type(e).__name__ == "MissingJITCacheError":  # FlashInfer, FLASHINFER_DISABLE_JIT=1
+                entry.update(check="unsupported", note="FlashInfer module not prebuilt; JIT disabled in this run")
+            else:
+                entry.update(check="error", note=_short(e))
         record[name] = entry
     for name, timing in measure(impls, flush).items():
         record[name].update(ms=timing.median_ms, p10=timing.p10_ms, p90=timing.p90_ms, n=len(timing.samples_ms))
