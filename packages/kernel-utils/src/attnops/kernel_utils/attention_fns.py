@@ -18,18 +18,24 @@ Conventions
 * **Empty rows.** A row that saw no visible key has ``l == 0`` and ``m == -inf``; the helpers never
   produce NaN for it, and :func:`normalize_rows` returns exact zeros (spec: empty rows output 0).
 
-Typical inner loop (one KV tile)::
+Typical key loop (``n_lo, full_lo, full_hi, n_hi = kv_block_range(...)``)::
 
-    qk = tl.dot(q, tl.trans(k))                                   # [BM, BN] fp32
-    if SOFTCAP:
-        qk = softcap_scores(qk, cap_scale, cap_log2)           # base-2 now
-    if MASKED:
-        qk = tl.where(visible(q_pos, k_pos, kv_len, WL, WR), qk, float("-inf"))
-    p, alpha, m_i, l_i = online_softmax_step(qk, m_i, l_i, step_scale)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-    ...
-    acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)             # optional
+    for start in range(n_lo, n_hi, BLOCK_N):
+        k_pos = start + tl.arange(0, BLOCK_N)
+        ...                                                       # load k, v (mask k_pos < kv_len)
+        qk = mma(q, tl.trans(k), None, EXACT_F32)                 # [BM, BN] fp32
+        if SOFTCAP:
+            qk = softcap_scores(qk, cap_scale, cap_log2)          # base-2 now
+        if (start < full_lo) | (start + BLOCK_N > full_hi):       # edge / diagonal / ragged tile only
+            qk = tl.where(visible(q_pos, k_pos, kv_len, WL, WR), qk, float("-inf"))
+        p, alpha, m_i, l_i = online_softmax_step(qk, m_i, l_i, step_scale)
+        acc = mma(p.to(v.dtype), v, acc * alpha[:, None], EXACT_F32)
+    acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)                # optional
     o = normalize_rows(acc, l_i)
+
+Prefer that single loop with a per-tile branch over separate masked / unmasked loops: compiled for sm_90
+(``benchmarks/sm90_compile.py``), each extra software-pipelined loop in a kernel raised register pressure
+into spills on most tile configs of the GQA forward kernel; the branch version spills on none.
 """
 
 from __future__ import annotations
