@@ -152,14 +152,31 @@ def test_every_config_interpreter(head_dim, decode):
 
 
 def test_strided_views():
-    """q/k/v as head-sliced views of fused tensors (only the last dim is contiguous)."""
+    """q/k/v as head-sliced views of fused tensors (only the last dim contiguous). The views are built
+    after ``fresh()``, whose clone would make them dense."""
     case = make_case(DECODE, DEV, shrink=True, seed=11, s_q=5, s_kv=20, head_dim=64, heads=(4, 2))
-    a = case.inputs
+    ours = case.fresh()
+    a = ours.inputs
     B, S_kv = a["k"].shape[:2]
     kv = testing.randn((B, S_kv, 6, 64), torch.float16, DEV, testing.generator(1))
     qq = testing.randn((B, 5, 7, 64), torch.float16, DEV, testing.generator(2))
+    kv[:, :, 0:2], kv[:, :, 3:5], qq[:, :, 1:5] = a["k"], a["v"], a["q"]
     a["k"], a["v"], a["q"] = kv[:, :, 0:2], kv[:, :, 3:5], qq[:, :, 1:5]
-    SPEC.check(case)
+    assert not (a["q"].is_contiguous() or a["k"].is_contiguous() or a["v"].is_contiguous())
+    SPEC.compare(ours.run(SPEC.fn), case.fresh().run(SPEC.reference), case)
+
+
+def test_custom_op_schema_and_fake():
+    """torch.library.opcheck of the registered op: schema (no mutation) and the fake (meta) impl (f16: the
+    schema check cannot compare fp8 tensors on the CPU)."""
+    case = make_case(DECODE, DEV, shrink=True, seed=14, s_q=3, s_kv=20, heads=(4, 2), head_dim=64,
+                     softcap=10.0, pos_encoding_mode="rope", rotary_dim=32)
+    a = case.inputs
+    args = (a["q"], a["k"], a["v"], None, None, None, a["rope_cos"], a["rope_sin"],
+            1 << 30, 0, 0.125, 10.0, 32, False, torch.float16)
+    result = torch.library.opcheck(torch.ops.attnops.gqa_dense_fwd.default, args,
+                                   test_utils=("test_schema", "test_faketensor"))
+    assert set(result.values()) == {"SUCCESS"}, result
 
 
 def test_empty_batch_and_empty_keys():

@@ -152,12 +152,28 @@ def test_config_that_does_not_fit_falls_through(monkeypatch):
 
 
 def test_strided_views():
-    """q/k/v as head-sliced views of a fused qkv tensor (only the last dim contiguous)."""
+    """q/k/v as head-sliced views of a fused qkv tensor (only the last dim contiguous). The views are built
+    after ``fresh()``, whose clone would make them dense."""
     case = make_case(UNIFORM, DEV, shrink=True, seed=11, q_lens=[6, 10], kv_lens=[6, 10], heads=(4, 2),
                      head_dim=64)
+    ours = case.fresh()
+    a = ours.inputs
     qkv = testing.randn((16, 9, 64), torch.float16, DEV, testing.generator(3))
-    case.inputs.update(q=qkv[:, 0:4], k=qkv[:, 4:6], v=qkv[:, 7:9])
-    SPEC.check(case)
+    qkv[:, 0:4], qkv[:, 4:6], qkv[:, 7:9] = a["q"], a["k"], a["v"]
+    a.update(q=qkv[:, 0:4], k=qkv[:, 4:6], v=qkv[:, 7:9])
+    assert not (a["q"].is_contiguous() or a["k"].is_contiguous() or a["v"].is_contiguous())
+    SPEC.compare(ours.run(SPEC.fn), case.fresh().run(SPEC.reference), case)
+
+
+def test_custom_op_schema_and_fake():
+    """torch.library.opcheck of the registered op: schema (no mutation) and the fake (meta) impl."""
+    case = make_case(SINKS, DEV, shrink=True, seed=14, q_lens=[3, 0, 5], kv_lens=[9, 2, 5], window_size_left=4)
+    a = case.inputs
+    args = (a["q"], a["k"], a["v"], a["cu_seqlens_q"], a["cu_seqlens_kv"], None, None, None, None, None, a["sinks"],
+            5, 9, 4, 0, 0.125, 0.0, 0, False, torch.float16)
+    result = torch.library.opcheck(torch.ops.attnops.gqa_varlen_fwd.default, args,
+                                   test_utils=("test_schema", "test_faketensor"))
+    assert set(result.values()) == {"SUCCESS"}, result
 
 
 def test_split_heuristic_on_132_sms():
