@@ -12,7 +12,7 @@ from attnops.attn_core import gqa_paged_fwd, gqa_paged_plan
 from attnops.attn_core.gqa_paged_fwd.op import FALLBACKS
 from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, SMALL_ROWS, plan_paged_attention
 from attnops.attn_core.gqa_paged_fwd.spec import SPEC, build_case, make_case
-from attnops.kernel_utils import runtime, testing
+from attnops.kernel_utils import reliability, runtime, testing
 from attnops.kernel_utils.fp8 import E4M3
 
 DEV = runtime.device()
@@ -238,6 +238,22 @@ def test_every_config(key, dtype):
             _check(case, num_splits=splits) if splits else _check(case)
     fell_back = {k: v for k, v in FALLBACKS.items() if k[1] == CONFIGS[key]}
     assert not fell_back, f"config {CONFIGS[key]} did not fit (OutOfResources); replaced by {fell_back}"
+
+
+FUZZ_SEEDS = reliability.fuzz_seeds(SPEC, reliability.fuzz_cases(6))
+
+
+@pytest.mark.parametrize("seed", FUZZ_SEEDS)
+def test_fuzz_case_matches_reference(seed):
+    """Seeded random valid calls (``spec.fuzz``): a few in CI, ATTNOPS_FUZZ_CASES=n for more."""
+    reliability.run_fuzz_case(SPEC, seed)
+
+
+def test_repeated_calls_are_bitwise_identical():
+    """No atomics: split-KV partials are merged in a fixed order."""
+    assert SPEC.deterministic
+    for seed in FUZZ_SEEDS[:2]:
+        reliability.assert_deterministic(SPEC, SPEC.fuzz(seed, DEV))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from attnops.attn_core import gqa_prefill_paged_plan, gqa_prefill_paged_with_kv_
 from attnops.attn_core.gqa_paged_fwd.op import FALLBACKS
 from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS
 from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd.spec import SPEC, build_case, make_case
-from attnops.kernel_utils import runtime, testing
+from attnops.kernel_utils import reliability, runtime, testing
 from attnops.kernel_utils.fp8 import E4M3
 
 DEV = runtime.device()
@@ -149,6 +149,22 @@ def test_strided_inputs():
     assert not a["k_pages"].is_contiguous() and not a["q"].is_contiguous()
     SPEC.compare(ours.run(SPEC.fn), ref.run(SPEC.reference), case)
     testing.assert_bitwise("v_pages", fused[:, 1], ref.inputs["v_pages"])
+
+
+FUZZ_SEEDS = reliability.fuzz_seeds(SPEC, reliability.fuzz_cases(6))
+
+
+@pytest.mark.parametrize("seed", FUZZ_SEEDS)
+def test_fuzz_case_matches_reference(seed):
+    """Seeded random valid calls (``spec.fuzz``): a few in CI, ATTNOPS_FUZZ_CASES=n for more."""
+    reliability.run_fuzz_case(SPEC, seed)
+
+
+def test_repeated_calls_are_bitwise_identical():
+    """No atomics: split-KV partials are merged in a fixed order."""
+    assert SPEC.deterministic
+    for seed in FUZZ_SEEDS[:2]:
+        reliability.assert_deterministic(SPEC, SPEC.fuzz(seed, DEV))
 
 
 @pytest.mark.gpu

@@ -8,7 +8,7 @@ import torch
 
 from attnops.attn_core import mha_decode_paged_plan, mha_decode_paged_with_kv_cache_fwd
 from attnops.attn_core.mha_decode_paged_with_kv_cache_fwd.spec import SPEC, build_case, make_case
-from attnops.kernel_utils import runtime
+from attnops.kernel_utils import reliability, runtime
 
 DEV = runtime.device()
 F16 = torch.float16
@@ -106,6 +106,22 @@ def test_long_chunk_uses_the_large_tile():
     """S_q = 20 (> 16 rows): the prefill-class tile."""
     case = build_case([60, 25], 20, 2, 64, 16, F16, DEV, seed=9, is_causal=True)
     SPEC.check(case)
+
+
+FUZZ_SEEDS = reliability.fuzz_seeds(SPEC, reliability.fuzz_cases(6))
+
+
+@pytest.mark.parametrize("seed", FUZZ_SEEDS)
+def test_fuzz_case_matches_reference(seed):
+    """Seeded random valid calls (``spec.fuzz``): a few in CI, ATTNOPS_FUZZ_CASES=n for more."""
+    reliability.run_fuzz_case(SPEC, seed)
+
+
+def test_repeated_calls_are_bitwise_identical():
+    """No atomics: split-KV partials are merged in a fixed order."""
+    assert SPEC.deterministic
+    for seed in FUZZ_SEEDS[:2]:
+        reliability.assert_deterministic(SPEC, SPEC.fuzz(seed, DEV))
 
 
 def _base(**changes):

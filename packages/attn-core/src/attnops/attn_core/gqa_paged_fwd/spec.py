@@ -10,10 +10,11 @@ import math
 
 import torch
 
-from attnops.kernel_utils import testing
+from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.cost import Cost, attention_flops, nbytes, roof_for
 from attnops.kernel_utils.fp8 import E4M3
 from attnops.kernel_utils.opspec import Case, OpSpec
+from attnops.kernel_utils.reliability import random_choice, random_int
 from attnops.kernel_utils.workloads import Workload, workloads_for
 
 from .op import gqa_paged_fwd
@@ -207,6 +208,52 @@ def build_case(q_lens, cache_lens, num_heads: int, num_kv: int, d: int, page_siz
                       "table": table})
 
 
+def fuzz_lengths(gen, batch: int, max_q: int, max_extra: int) -> tuple[list[int], list[int]]:
+    """Random (q_lens, kv_lens) with q <= kv: zeros, ones and longer chunks, caches of 0..max_extra more."""
+    q_lens, kv_lens = [], []
+    for _ in range(batch):
+        q = random_choice(gen, [0, 1, 1, 2, random_int(gen, 3, max_q)])
+        c = q + random_choice(gen, [0, random_int(gen, 0, max_extra), random_int(gen, 0, max_extra)])
+        q_lens.append(q)
+        kv_lens.append(c)
+    return q_lens, kv_lens
+
+
+def fuzz(seed: int, device) -> Case:
+    """A random valid call: 1-5 requests with 0/1/short/longer query chunks and caches, odd page sizes
+    (1..48), G 1..5 or 8, D 16..128, masks (causal / full / windows), softcap, sinks, RoPE (both layouts,
+    partial), fp8 pools (per-tensor / per-head scales) and fp8 q, shared pages, and sometimes an explicit
+    plan forcing 1-4 KV splits."""
+    gen = testing.generator(seed)
+    act = random_choice(gen, [torch.float16] if runtime.interpreting() else [torch.float16, torch.bfloat16])
+    q_dtype = random_choice(gen, [act, act, act, E4M3])
+    kv_dtype = E4M3 if q_dtype == E4M3 else random_choice(gen, [act, act, E4M3])
+    num_kv, group = random_int(gen, 1, 2), random_choice(gen, [1, 2, 3, 4, 5, 8])
+    d = random_choice(gen, [16, 32, 64, 64, 128])
+    page_size = random_choice(gen, [1, 5, 16, 16, 48])
+    q_lens, kv_lens = fuzz_lengths(gen, random_int(gen, 1, 5), 24, 90)
+    causal = random_choice(gen, [True, True, False])
+    wl = random_choice(gen, [-1, -1, 0, random_int(gen, 1, 40)])
+    wr = random_choice(gen, [-1, -1, random_int(gen, 0, 10)]) if not causal else -1
+    rope = random_choice(gen, [False, False, True])
+    case = build_case(q_lens, kv_lens, num_kv * group, num_kv, d, page_size, q_dtype, kv_dtype, device, seed,
+                      is_causal=causal, window_size_left=wl, window_size_right=wr,
+                      softcap=random_choice(gen, [None, None, 3.0, 30.0]), sinks=random_choice(gen, [False, True]),
+                      rope=rope, rotary_dim=random_choice(gen, [None, d // 2]) if rope else None,
+                      rope_layout=random_choice(gen, ["neox", "interleaved"]),
+                      share_pages=random_choice(gen, [False, False, True]),
+                      per_head_scales=random_choice(gen, [False, True]), label=f"fuzz-{seed}")
+    splits = random_choice(gen, [None, None, 1, 2, 4])
+    if splits is not None:
+        from .op import gqa_paged_plan
+
+        cu = [0] + torch.tensor(q_lens).cumsum(0).tolist()
+        case.inputs["plan"] = gqa_paged_plan(cu, kv_lens, num_kv * group, num_kv, d, is_causal=causal,
+                                             window_size_left=wl, window_size_right=wr, num_splits=splits,
+                                             device=device)
+    return case
+
+
 def host_lengths(case: Case) -> tuple[list[int], list[int], torch.Tensor]:
     """(q_lens, cache_lens, page table) on the host: from ``case.meta`` (also for meta-device cases)."""
     m = case.meta
@@ -256,4 +303,5 @@ SPEC = OpSpec(
     make_case=make_case,
     cost=cost,
     compare=compare,
+    fuzz=fuzz,
 )

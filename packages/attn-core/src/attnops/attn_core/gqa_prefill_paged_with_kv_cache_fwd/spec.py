@@ -7,10 +7,11 @@ import math
 import torch
 
 from attnops.attn_core.gqa_paged_fwd.spec import distinct_rows, fill_pool
-from attnops.kernel_utils import testing
+from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.cost import Cost, attention_flops, nbytes, roof_for
 from attnops.kernel_utils.fp8 import E4M3
 from attnops.kernel_utils.opspec import Case, OpSpec
+from attnops.kernel_utils.reliability import random_choice, random_int
 from attnops.kernel_utils.workloads import Workload, workloads_for
 
 from .op import gqa_prefill_paged_with_kv_cache_fwd
@@ -121,6 +122,36 @@ def build_case(q_lens, cache_lens, num_heads: int, num_kv: int, d: int, page_siz
                       "table": table})
 
 
+def fuzz(seed: int, device) -> Case:
+    """A random valid call: 1-4 requests with 0..24 new tokens over 0..80 cached ones, odd page sizes, G 1..5
+    or 8, D 16..128, causal or not, softcap, fused RoPE (full or partial R), fp8 pools with new values past
+    saturation, shared pages for the cached part only when no request appends into them, sometimes an
+    explicit plan with 1-3 splits."""
+    gen = testing.generator(seed)
+    dtype = random_choice(gen, [torch.float16] if runtime.interpreting() else [torch.float16, torch.bfloat16])
+    pool_dtype = random_choice(gen, [dtype, dtype, E4M3])
+    num_kv, group = random_int(gen, 1, 2), random_choice(gen, [1, 2, 3, 4, 5, 8])
+    d = random_choice(gen, [16, 32, 64, 64, 128])
+    batch = random_int(gen, 1, 4)
+    q_lens = [random_choice(gen, [0, 1, random_int(gen, 2, 24), random_int(gen, 2, 24)]) for _ in range(batch)]
+    cache_lens = [random_choice(gen, [0, random_int(gen, 1, 80), random_int(gen, 1, 80)]) for _ in range(batch)]
+    rope = random_choice(gen, [False, True])
+    causal = random_choice(gen, [True, True, False])
+    case = build_case(q_lens, cache_lens, num_kv * group, num_kv, d, random_choice(gen, [1, 5, 16, 16, 48]), dtype,
+                      pool_dtype, device, seed, is_causal=causal, softcap=random_choice(gen, [None, None, 4.0]),
+                      fuse_rope=rope, rotary_dim=random_choice(gen, [None, d // 2]) if rope else None,
+                      new_scale=random_choice(gen, [1.0, 1.0, 150.0]) if pool_dtype == E4M3 else 1.0,
+                      label=f"fuzz-{seed}")
+    splits = random_choice(gen, [None, None, 1, 3])
+    if splits is not None:
+        from .op import gqa_prefill_paged_plan
+
+        cu = [0] + torch.tensor(q_lens).cumsum(0).tolist()
+        case.inputs["plan"] = gqa_prefill_paged_plan(cu, cache_lens, num_kv * group, num_kv, d, is_causal=causal,
+                                                     num_splits=splits, device=device)
+    return case
+
+
 def cost(case: Case) -> Cost:
     a = case.inputs
     q, k_new, pool = a["q"], a["k_new"], a["k_pages"]
@@ -175,4 +206,5 @@ SPEC = OpSpec(
     make_case=make_case,
     cost=cost,
     compare=compare,
+    fuzz=fuzz,
 )

@@ -7,9 +7,10 @@ import math
 import torch
 
 from attnops.attn_core.gqa_paged_fwd.spec import distinct_rows, fill_pool, shrink_lengths, visible_counts
-from attnops.kernel_utils import testing
+from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.cost import Cost, attention_flops, nbytes, roof_for
 from attnops.kernel_utils.opspec import Case, OpSpec
+from attnops.kernel_utils.reliability import random_choice, random_int
 from attnops.kernel_utils.workloads import Workload, workloads_for
 
 from .op import mha_decode_paged_with_kv_cache_fwd
@@ -62,6 +63,29 @@ def build_case(lens, s_q: int, num_heads: int, d: int, page_size: int, dtype, de
     return Case(inputs, outputs=("o",), label=label, meta={"kv_lens": list(lens), "table": table})
 
 
+def fuzz(seed: int, device) -> Case:
+    """A random valid call: 1-4 requests, S_q 1..7 (causal or not), lengths 0, below S_q and off page
+    multiples, odd page sizes, H 1..4, D 16..128, shared pages, sometimes an explicit plan with 1-3 splits."""
+    gen = testing.generator(seed)
+    dtype = random_choice(gen, [torch.float16] if runtime.interpreting() else [torch.float16, torch.bfloat16])
+    s_q = random_choice(gen, [1, 1, 2, 4, 7])
+    lens = [random_choice(gen, [0, random_int(gen, 1, 8), random_int(gen, 1, 120), random_int(gen, 1, 120)])
+            for _ in range(random_int(gen, 1, 4))]
+    causal = random_choice(gen, [False, True])
+    d = random_choice(gen, [16, 32, 64, 64, 128])
+    case = build_case(lens, s_q, random_int(gen, 1, 4), d, random_choice(gen, [1, 7, 16, 32, 128]), dtype, device,
+                      seed, is_causal=causal, share_pages=random_choice(gen, [False, False, True]),
+                      label=f"fuzz-{seed}")
+    splits = random_choice(gen, [None, None, 1, 3])
+    if splits is not None:
+        from .op import mha_decode_paged_plan
+
+        q = case.inputs["q"]
+        case.inputs["plan"] = mha_decode_paged_plan(lens, s_q, q.shape[2], d, is_causal=causal, num_splits=splits,
+                                                    device=device)
+    return case
+
+
 def cost(case: Case) -> Cost:
     a = case.inputs
     q = a["q"]
@@ -95,4 +119,5 @@ SPEC = OpSpec(
     make_case=make_case,
     cost=cost,
     compare=compare,
+    fuzz=fuzz,
 )
