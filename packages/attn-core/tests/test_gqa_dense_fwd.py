@@ -13,7 +13,7 @@ import torch
 from attnops.attn_core import gqa_dense_fwd
 from attnops.attn_core.flash_fwd import launch as fwd
 from attnops.attn_core.gqa_dense_fwd.spec import DECLARED_SHAPE_DIFFERS, SPEC, make_case
-from attnops.kernel_utils import runtime, testing
+from attnops.kernel_utils import reliability, runtime, testing
 from attnops.kernel_utils.fp8 import E4M3
 
 DEV = runtime.device()
@@ -215,6 +215,24 @@ def test_kernel_compiles_for_sm90_without_spills():
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "SPILL" not in run.stdout and "FAIL" not in run.stdout, run.stdout
+
+
+FUZZ_SEEDS = reliability.fuzz_seeds(SPEC, reliability.fuzz_cases(16))
+
+
+@pytest.mark.parametrize("seed", FUZZ_SEEDS)
+def test_fuzz_case_matches_reference(seed):
+    """Seeded random valid calls (``spec.fuzz``): a few in CI, ATTNOPS_FUZZ_CASES=n for more."""
+    reliability.run_fuzz_case(SPEC, seed)
+
+
+def test_repeated_calls_are_bitwise_identical():
+    """No atomics: split partials are merged in a fixed order."""
+    assert SPEC.deterministic
+    for seed in FUZZ_SEEDS[:3]:
+        reliability.assert_deterministic(SPEC, SPEC.fuzz(seed, DEV))
+    with fwd.forced(num_splits=3):
+        reliability.assert_deterministic(SPEC, SPEC.fuzz(FUZZ_SEEDS[3], DEV))
 
 
 # --- bad input --------------------------------------------------------------------------------------

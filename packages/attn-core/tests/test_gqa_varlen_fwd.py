@@ -10,7 +10,7 @@ import torch
 from attnops.attn_core import gqa_varlen_fwd
 from attnops.attn_core.flash_fwd import launch as fwd
 from attnops.attn_core.gqa_varlen_fwd.spec import SPEC, make_case
-from attnops.kernel_utils import runtime, testing
+from attnops.kernel_utils import reliability, runtime, testing
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
@@ -205,6 +205,24 @@ def test_every_prefill_config_gpu(dtype, head_dim):
                 SPEC.check(case)
             except AssertionError as e:
                 raise AssertionError(f"config {cfg.name}: {e}") from None
+
+
+FUZZ_SEEDS = reliability.fuzz_seeds(SPEC, reliability.fuzz_cases(16))
+
+
+@pytest.mark.parametrize("seed", FUZZ_SEEDS)
+def test_fuzz_case_matches_reference(seed):
+    """Seeded random valid calls (``spec.fuzz``): a few in CI, ATTNOPS_FUZZ_CASES=n for more."""
+    reliability.run_fuzz_case(SPEC, seed)
+
+
+def test_repeated_calls_are_bitwise_identical():
+    """No atomics: split partials are merged in a fixed order."""
+    assert SPEC.deterministic
+    for seed in FUZZ_SEEDS[:3]:
+        reliability.assert_deterministic(SPEC, SPEC.fuzz(seed, DEV))
+    with fwd.forced(num_splits=3):
+        reliability.assert_deterministic(SPEC, SPEC.fuzz(FUZZ_SEEDS[3], DEV))
 
 
 # --- bad input --------------------------------------------------------------------------------------

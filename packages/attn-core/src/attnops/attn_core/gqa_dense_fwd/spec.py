@@ -34,6 +34,8 @@ def make_case(
     device = torch.device(device)
     gen = testing.generator(seed)
     dt, out_dtype = cases.input_dtypes(w)
+    if dt == E4M3 and "out_dtype" in params:  # fp8 rows: the 16-bit output dtype may be overridden
+        out_dtype = params.pop("out_dtype")
     B, S_q, H, D = w.shape("q")
     S_kv, H_kv = w.shape("k")[1], w.shape("k")[2]
     p = {"is_causal": True, **w.params, **params}
@@ -69,6 +71,47 @@ def make_case(
     return Case(inputs, outputs=("o",), label=w.id, meta=meta)
 
 
+def fuzz(seed: int, device) -> Case:
+    """A random valid call: B 0..3, S_kv 0..70 (up to 1500 on a GPU, where small grids then split the keys),
+    S_q 1..S_kv (causal / RoPE) or any, G 1..8 with 1-2 KV heads, D 16..128 incl. 80, f16 / bf16 (GPU) /
+    fp8 -> f16, causal or not, windows, softcap, sm_scale, RoPE (both layouts, partial)."""
+    from attnops.kernel_utils import runtime
+    from attnops.kernel_utils.reliability import random_choice, random_int
+
+    gen = testing.generator(seed)
+    rows = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
+    kinds = ["llama-8b-4k/f16", "llama-8b-4k/f16", "prefill-scaled/fp8e4m3/f16"]
+    if not runtime.interpreting():
+        kinds.append("llama-8b-4k/bf16")
+    w = rows[random_choice(gen, kinds)]
+    max_kv = 70 if runtime.interpreting() else 1500
+    s_kv = random_choice(gen, [0, 1, random_int(gen, 2, 20), random_int(gen, 1, max_kv)])
+    causal = random_choice(gen, [True, True, False])
+    rope = random_choice(gen, [False, False, True])
+    if causal or rope:
+        s_q = random_choice(gen, [1, 1, random_int(gen, 1, max(s_kv, 1))]) if s_kv else 0
+    else:
+        s_q = random_choice(gen, [1, random_int(gen, 1, 40)])
+    kv_heads, group = random_int(gen, 1, 2), random_choice(gen, [1, 2, 3, 4, 5, 8])
+    d = random_choice(gen, [16, 32, 64, 64, 80, 128])
+    params = {
+        "is_causal": causal,
+        "window_size_left": random_choice(gen, [-1, -1, 0, random_int(gen, 1, 30)]),
+        "window_size_right": random_choice(gen, [-1, -1, random_int(gen, 0, 10)]) if not causal else -1,
+        "softcap": random_choice(gen, [None, None, 3.0, 30.0]),
+        "sm_scale": random_choice(gen, [None, None, 0.05]),
+        "pos_encoding_mode": "rope" if rope else "none",
+        "rotary_dim": random_choice(gen, [None, d // 2 - (d // 2) % 2]) if rope else None,
+        "rope_layout": random_choice(gen, ["neox", "interleaved"]),
+    }
+    if rope and s_kv == 0:
+        params["pos_encoding_mode"], params["rotary_dim"] = "none", None
+    case = make_case(w, device, False, seed, batch=random_int(gen, 0, 3), s_q=s_q, s_kv=s_kv,
+                     heads=(kv_heads * group, kv_heads), head_dim=d, **params)
+    case.label = f"fuzz-{seed}"
+    return case
+
+
 def cost(case: Case) -> Cost:
     a = case.inputs
     q = a["q"]
@@ -101,4 +144,5 @@ SPEC = OpSpec(
     make_case=make_case,
     cost=cost,
     compare=compare,
+    fuzz=lambda seed, device: fuzz(seed, device),
 )

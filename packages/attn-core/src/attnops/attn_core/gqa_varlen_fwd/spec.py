@@ -30,6 +30,8 @@ def make_case(
     device = torch.device(device)
     gen = testing.generator(seed)
     dt, out_dtype = cases.input_dtypes(w)
+    if dt == E4M3 and "out_dtype" in params:  # fp8 rows: the 16-bit output dtype may be overridden
+        out_dtype = params.pop("out_dtype")
     _, H, D = w.shape("q")
     H_kv = w.shape("k")[1]
     ql, kl = list(w.params["q_lens"]), list(w.params["kv_lens"])
@@ -78,6 +80,53 @@ def make_case(
     return Case(inputs, outputs=("o",), label=w.id, meta={"q_lens": ql, "kv_lens": kl})
 
 
+def fuzz(seed: int, device) -> Case:
+    """A random valid call: 1-5 requests with lengths 0 / 1 / short / long (q_len > kv_len included),
+    G 1..8 with 1-2 KV heads, D 16..128 incl. 80, f16 / bf16 (GPU) / fp8 (-> f16 on the interpreter, bf16
+    or f16 on a GPU), causal or not, windows, softcap, sinks, sm_scale, RoPE (both layouts, partial), host
+    length bounds given or read."""
+    from attnops.kernel_utils import runtime
+    from attnops.kernel_utils.reliability import random_choice, random_int
+
+    gen = testing.generator(seed)
+    rows = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
+    kinds = ["llama-8b-uniform/f16", "llama-8b-uniform/f16", "llama-8b-fp8/fp8e4m3/bf16"]
+    if not runtime.interpreting():
+        kinds.append("llama-8b-uniform/bf16")
+    w = rows[random_choice(gen, kinds)]
+    long_len = 60 if runtime.interpreting() else 1200
+    batch = random_int(gen, 1, 5)
+    q_lens, kv_lens = [], []
+    for _ in range(batch):
+        kv = random_choice(gen, [0, 1, random_int(gen, 2, 20), random_int(gen, 1, long_len)])
+        q = random_choice(gen, [0, 1, random_int(gen, 1, max(kv, 1)), random_int(gen, 1, 30)])
+        q_lens.append(q)
+        kv_lens.append(kv)
+    kv_heads, group = random_int(gen, 1, 2), random_choice(gen, [1, 2, 3, 4, 5, 8])
+    d = random_choice(gen, [16, 32, 64, 64, 80, 128])
+    causal = random_choice(gen, [True, True, False])
+    rope = random_choice(gen, [False, False, True])
+    params = {
+        "is_causal": causal,
+        "window_size_left": random_choice(gen, [-1, -1, 0, random_int(gen, 1, 30)]),
+        "window_size_right": random_choice(gen, [-1, -1, random_int(gen, 0, 10)]) if not causal else -1,
+        "softcap": random_choice(gen, [None, None, 3.0, 30.0]),
+        "sm_scale": random_choice(gen, [None, None, 0.05]),
+        "pos_encoding_mode": "rope" if rope else "none",
+        "rotary_dim": random_choice(gen, [None, d // 2 - (d // 2) % 2]) if rope else None,
+        "rope_layout": random_choice(gen, ["neox", "interleaved"]),
+    }
+    if w.dtypes()[0] == E4M3:
+        params["out_dtype"] = torch.float16 if runtime.interpreting() else random_choice(
+            gen, [torch.float16, torch.bfloat16])
+    case = make_case(w, device, False, seed, q_lens=q_lens, kv_lens=kv_lens, heads=(kv_heads * group, kv_heads),
+                     head_dim=d, with_sinks=random_choice(gen, [False, True]), **params)
+    if random_choice(gen, [False, True]):  # read the lengths on the host instead
+        case.inputs["max_seqlen_q"] = case.inputs["max_seqlen_kv"] = None
+    case.label = f"fuzz-{seed}"
+    return case
+
+
 def cost(case: Case) -> Cost:
     a = case.inputs
     q = a["q"]
@@ -111,4 +160,5 @@ SPEC = OpSpec(
     make_case=make_case,
     cost=cost,
     compare=compare,
+    fuzz=lambda seed, device: fuzz(seed, device),
 )
