@@ -41,7 +41,7 @@ from attnops.kernel_utils.attention_fns import (
 @triton.jit
 def _attend_range(
     acc, m_i, l_i, q, q_pos, start, stop, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
-    k_base, v_base, table_row, num_pages, stride_kp, stride_kt, stride_vp, stride_vt,
+    k_base, v_base, table_row, num_pages, table_width, rope_rows, stride_kp, stride_kt, stride_vp, stride_vt,
     cos_ptr, sin_ptr, stride_cos, key_pos_shift,
     page_size, PAGED: tl.constexpr, ROPE_K: tl.constexpr, ROTARY_DIM: tl.constexpr,
     INTERLEAVED: tl.constexpr, MASKED: tl.constexpr, SOFTCAP: tl.constexpr,
@@ -49,8 +49,9 @@ def _attend_range(
 ):
     """Fold keys [start, stop) (tile-aligned start) of one source into (acc, m_i, l_i).
 
-    PAGED: key j lives in page table_row[j // page_size] at slot j % page_size (pages outside [0, num_pages)
-    read as zeros, so a bad table never reads outside the pool); else key j is row j of k_base / v_base.
+    PAGED: key j lives in page table_row[j // page_size] at slot j % page_size (columns past table_width and
+    pages outside [0, num_pages) read as zeros, positions past rope_rows are not rotated: invalid lengths or
+    tables that the host did not check never read outside the tensors); else key j is row j of k_base / v_base.
     ``key_pos_shift`` turns a key index into its RoPE position."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -60,8 +61,9 @@ def _attend_range(
         k_pos = n0 + offs_n
         ok = k_pos < stop
         if PAGED:
-            page = tl.load(table_row + k_pos // page_size, mask=ok, other=0)
-            ok = ok & (page >= 0) & (page < num_pages)
+            col_ok = ok & (k_pos // page_size < table_width)
+            page = tl.load(table_row + k_pos // page_size, mask=col_ok, other=-1)
+            ok = col_ok & (page >= 0) & (page < num_pages)
             page = page.to(tl.int64)
             slot = (k_pos % page_size).to(tl.int64)
             k_row = page * stride_kp + slot * stride_kt
@@ -72,7 +74,8 @@ def _attend_range(
         k = tl.load(k_base + k_row[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
         if ROPE_K:
             k_partner = tl.load(k_base + k_row[:, None] + partner[None, :], mask=ok[:, None], other=0.0)
-            cos, sin = rope_tables(cos_ptr, sin_ptr, k_pos + key_pos_shift, col, rotated, ok, stride_cos)
+            cos, sin = rope_tables(cos_ptr, sin_ptr, k_pos + key_pos_shift, col, rotated,
+                                   ok & (k_pos + key_pos_shift < rope_rows), stride_cos)
             k = rope_rotate(k, k_partner, cos, sin, sign)
         qk = tl.dot(q, tl.trans(k.to(q.dtype)))
         if SOFTCAP:
@@ -88,7 +91,7 @@ def _attend_range(
 @triton.jit
 def _attend_source(
     acc, m_i, l_i, q, q_pos, pos_lo, pos_hi, split_lo, split_hi, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
-    k_base, v_base, table_row, num_pages, stride_kp, stride_kt, stride_vp, stride_vt,
+    k_base, v_base, table_row, num_pages, table_width, rope_rows, stride_kp, stride_kt, stride_vp, stride_vt,
     cos_ptr, sin_ptr, stride_cos, key_pos_shift,
     page_size, PAGED: tl.constexpr, ROPE_K: tl.constexpr, ROTARY_DIM: tl.constexpr,
     INTERLEAVED: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -102,17 +105,17 @@ def _attend_source(
     f_hi = clamp_range(full_hi, f_lo, b)
     acc, m_i, l_i = _attend_range(
         acc, m_i, l_i, q, q_pos, a, f_lo, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
-        k_base, v_base, table_row, num_pages, stride_kp, stride_kt, stride_vp, stride_vt,
+        k_base, v_base, table_row, num_pages, table_width, rope_rows, stride_kp, stride_kt, stride_vp, stride_vt,
         cos_ptr, sin_ptr, stride_cos, key_pos_shift,
         page_size, PAGED, ROPE_K, ROTARY_DIM, INTERLEAVED, True, SOFTCAP, BLOCK_N, BLOCK_D)
     acc, m_i, l_i = _attend_range(
         acc, m_i, l_i, q, q_pos, f_lo, f_hi, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
-        k_base, v_base, table_row, num_pages, stride_kp, stride_kt, stride_vp, stride_vt,
+        k_base, v_base, table_row, num_pages, table_width, rope_rows, stride_kp, stride_kt, stride_vp, stride_vt,
         cos_ptr, sin_ptr, stride_cos, key_pos_shift,
         page_size, PAGED, ROPE_K, ROTARY_DIM, INTERLEAVED, False, SOFTCAP, BLOCK_N, BLOCK_D)
     acc, m_i, l_i = _attend_range(
         acc, m_i, l_i, q, q_pos, f_hi, b, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
-        k_base, v_base, table_row, num_pages, stride_kp, stride_kt, stride_vp, stride_vt,
+        k_base, v_base, table_row, num_pages, table_width, rope_rows, stride_kp, stride_kt, stride_vp, stride_vt,
         cos_ptr, sin_ptr, stride_cos, key_pos_shift,
         page_size, PAGED, ROPE_K, ROTARY_DIM, INTERLEAVED, True, SOFTCAP, BLOCK_N, BLOCK_D)
     return acc, m_i, l_i
@@ -123,7 +126,8 @@ def paged_attention_kernel(
     q_ptr, k_ptr, v_ptr, kn_ptr, vn_ptr, o_ptr,
     table_ptr, cache_len_ptr, cu_q_ptr, items_ptr, part_o_ptr, part_lse_ptr,
     q_scale_ptr, k_scale_ptr, v_scale_ptr, sinks_ptr, cos_ptr, sin_ptr,
-    qk_scale, cap_scale, cap_log2, WL, WR, num_pages, num_kv_heads, group, page_size, q_uniform,
+    qk_scale, cap_scale, cap_log2, WL, WR, num_pages, table_width, rope_rows, num_kv_heads, group, page_size,
+    q_uniform,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh,
     stride_knt, stride_knh, stride_vnt, stride_vnh,
@@ -174,7 +178,8 @@ def paged_attention_kernel(
     if ROPE_Q:
         partner, col, sign, rotated = rope_pairing(offs_d, ROTARY_DIM, INTERLEAVED)
         q_partner = tl.load(q_ptr + q_row[:, None] + partner[None, :], mask=row_ok[:, None], other=0.0)
-        cos, sin = rope_tables(cos_ptr, sin_ptr, q_pos, col, rotated, row_ok, stride_cos)
+        cos, sin = rope_tables(cos_ptr, sin_ptr, q_pos, col, rotated, row_ok & (q_pos >= 0) & (q_pos < rope_rows),
+                               stride_cos)
         q = rope_rotate(q, q_partner, cos, sin, sign)
     q = q.to(o_ptr.dtype.element_ty)
 
@@ -205,6 +210,7 @@ def paged_attention_kernel(
             acc, m_i, l_i, q, q_pos, offset + t_lo, offset + t_hi, s_lo, s_hi, pool_len, WL, WR,
             step_pool, cap_pool, cap_log2,
             k_ptr + h_kv * stride_kh, v_ptr + h_kv * stride_vh, table_ptr + b.to(tl.int64) * stride_tb, num_pages,
+            table_width, rope_rows,
             stride_kp, stride_kt, stride_vp, stride_vt, cos_ptr, sin_ptr, stride_cos, 0,
             page_size, True, ROPE_POOL_K, ROTARY_DIM, INTERLEAVED, SOFTCAP, BLOCK_N, BLOCK_D)
     if KV_FP8:
@@ -219,6 +225,7 @@ def paged_attention_kernel(
                 acc, m_i, l_i, q, tok, t_lo, t_hi, 0, big, q_len, WL, WR, step_new, cap_scale * dq, cap_log2,
                 kn_ptr + q_start.to(tl.int64) * stride_knt + h_kv * stride_knh,
                 vn_ptr + q_start.to(tl.int64) * stride_vnt + h_kv * stride_vnh, table_ptr, num_pages,
+                table_width, rope_rows,
                 0, stride_knt, 0, stride_vnt, cos_ptr, sin_ptr, stride_cos, pool_len,
                 page_size, False, ROPE_NEW_K, ROTARY_DIM, INTERLEAVED, SOFTCAP, BLOCK_N, BLOCK_D)
 

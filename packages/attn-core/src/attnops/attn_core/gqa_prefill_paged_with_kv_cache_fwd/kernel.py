@@ -15,7 +15,7 @@ __all__ = ["paged_append_kernel", "paged_attention_combine_kernel", "paged_atten
 @triton.jit
 def paged_append_kernel(
     kn_ptr, vn_ptr, kp_ptr, vp_ptr, table_ptr, cache_len_ptr, cu_q_ptr, items_ptr, k_scale_ptr, v_scale_ptr,
-    cos_ptr, sin_ptr, num_pages, num_kv_heads, page_size,
+    cos_ptr, sin_ptr, num_pages, table_width, rope_rows, num_kv_heads, page_size,
     stride_knt, stride_knh, stride_vnt, stride_vnh, stride_kpt, stride_kph, stride_vpt, stride_vph,
     stride_tb, stride_cos,
     ROPE: tl.constexpr, ROTARY_DIM: tl.constexpr, QUANT: tl.constexpr,
@@ -23,7 +23,8 @@ def paged_append_kernel(
 ):
     """Grid: (n_items · H_kv,). items[i] = (b, first token): tokens [t0, t0 + BLOCK_T) of request b, one KV
     head. New token i of request b sits at position p = cache_len[b] + i and lands in flat pool row
-    ``table[b, p // page_size] · page_size + p % page_size`` (rows of pages outside the pool are skipped)."""
+    ``table[b, p // page_size] · page_size + p % page_size`` (tokens past the table's width or on pages outside
+    the pool are skipped: unchecked bad input never writes outside the tensors)."""
     pid = tl.program_id(0)
     item = pid // num_kv_heads
     h = pid % num_kv_heads
@@ -35,7 +36,8 @@ def paged_append_kernel(
     i = t0 + tl.arange(0, BLOCK_T)
     ok = i < q_len
     pos = c + i
-    page = tl.load(table_ptr + b.to(tl.int64) * stride_tb + pos // page_size, mask=ok, other=0)
+    ok = ok & (pos // page_size < table_width)
+    page = tl.load(table_ptr + b.to(tl.int64) * stride_tb + pos // page_size, mask=ok, other=-1)
     ok = ok & (page >= 0) & (page < num_pages)
     row = page.to(tl.int64) * page_size + (pos % page_size).to(tl.int64)
     src = (q_start + i).to(tl.int64)
@@ -45,7 +47,7 @@ def paged_append_kernel(
         partner, col, sign, rotated = rope_pairing(offs_d, ROTARY_DIM, False)
         k_partner = tl.load(kn_ptr + src[:, None] * stride_knt + h * stride_knh + partner[None, :],
                             mask=ok[:, None])
-        cos, sin = rope_tables(cos_ptr, sin_ptr, pos, col, rotated, ok, stride_cos)
+        cos, sin = rope_tables(cos_ptr, sin_ptr, pos, col, rotated, ok & (pos < rope_rows), stride_cos)
         k = rope_rotate(k, k_partner, cos, sin, sign).to(kn_ptr.dtype.element_ty)
     v = tl.load(vn_ptr + src[:, None] * stride_vnt + h * stride_vnh + offs_d[None, :], mask=ok[:, None])
     if QUANT:
