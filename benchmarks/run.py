@@ -70,6 +70,11 @@ def environment(ceilings: dict) -> dict:
     }
 
 
+def matches(row_id: str, row_filter: str) -> bool:
+    """``--filter a,b``: rows whose id contains any of the comma-separated parts (empty: every row)."""
+    return not row_filter or any(part in row_id for part in row_filter.split(","))
+
+
 def _short(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}".splitlines()[0][:300]
 
@@ -122,7 +127,7 @@ def run_gpu(families, row_filter: str, use_peers: bool, out: Path) -> list[dict]
     from .timing import L2Flusher
 
     flush = L2Flusher()
-    rows = [(spec, w) for f in families for spec in family_specs(f) for w in spec.workloads if row_filter in w.id]
+    rows = [(spec, w) for f in families for spec in family_specs(f) for w in spec.workloads if matches(w.id, row_filter)]
     header = environment(measure_ceilings(flush))
     print(f"# {header['gpu']}  copy {header['ceilings']['copy_tb_s']:.2f} TB/s  "
           f"bf16 mm {header['ceilings']['bf16_matmul_tflop_s']:.0f} TFLOP/s  ({len(rows)} rows)", file=sys.stderr)
@@ -155,7 +160,7 @@ def run_cpu(families, row_filter: str) -> int:
     for family in families:
         for spec in family_specs(family):
             for w in spec.workloads:
-                if row_filter not in w.id or not spec.interpreter_ok(w):
+                if not matches(w.id, row_filter) or not spec.interpreter_ok(w):
                     continue
                 t0 = time.perf_counter()
                 try:
@@ -181,7 +186,7 @@ def print_table(records: list[dict]):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--family", default="all", choices=("all", *FAMILIES))
-    p.add_argument("--filter", default="", help="only rows whose id contains this")
+    p.add_argument("--filter", default="", help="only rows whose id contains one of these (comma-separated)")
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--out", type=Path, help="JSONL path (default: benchmarks/results/h200/<date>-<family>.jsonl)")
     args = p.parse_args(argv)
