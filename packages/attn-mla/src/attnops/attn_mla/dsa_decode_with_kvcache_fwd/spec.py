@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from attnops.kernel_utils import testing
+from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.cost import Cost, nbytes, roof_for
 from attnops.kernel_utils.opspec import Case, OpSpec
+from attnops.kernel_utils.reliability import random_choice, random_int
 from attnops.kernel_utils.workloads import Workload, workloads_for
 
 from .op import dsa_decode_with_kvcache_fwd
@@ -60,6 +61,34 @@ def make_case(w: Workload, device, shrink: bool = False, seed: int = 0) -> Case:
         "dim_tail": width - 512 if width > 512 else 0,
     }
     return Case(inputs, outputs=("o",), label=w.id)
+
+
+def fuzz(seed: int, device) -> Case:
+    """A random valid call: 1-2 requests, 1-4 query rows, 1-2 KV heads of 1-20 query heads, value width
+    64 or 512 with a rope tail of 0, 16 or 64, KV stride 1-3, causal or not, slots drawn from
+    [−3, S_kv + 3) (pads, −1, out of range, future rows and repeats), f16 (and bf16 on the GPU)."""
+    gen = testing.generator(seed)
+    dtype = random_choice(gen, [torch.float16] if runtime.interpreting() else [torch.float16, torch.bfloat16])
+    b, s, h_kv = random_int(gen, 1, 2), random_int(gen, 1, 4), random_choice(gen, [1, 1, 2])
+    group = random_choice(gen, [1, 4, 16, 20])
+    d, tail = random_choice(gen, [64, 512]), random_choice(gen, [0, 16, 64])
+    s_kv, k = random_int(gen, 1, 100), random_int(gen, 1, 40)
+    stride = random_choice(gen, [1, 1, 2, 3])
+    if stride == 1 and random_int(gen, 0, 3) == 0:
+        q_start = 0  # the only start the rule allows at or below the stride
+    else:
+        q_start = random_int(gen, stride + 1, stride + 1 + 2 * s_kv)
+    indices = torch.randint(-3, s_kv + 3, (b, s, h_kv, k), generator=gen, dtype=torch.int32)
+    inputs = {
+        "q": testing.randn((b, s, h_kv * group, d + tail), dtype, device, gen),
+        "kv": testing.randn((b, s_kv, h_kv, d + tail), dtype, device, gen),
+        "indices": indices.to(device),
+        "q_start_index_s": q_start,
+        "stride_kv": stride,
+        "dim_tail": tail,
+        "is_causal": bool(random_int(gen, 0, 3)),
+    }
+    return Case(inputs, outputs=("o",), label=f"fuzz-{seed}")
 
 
 def selection(indices, s_kv, q_start, stride, is_causal=True):
@@ -135,4 +164,5 @@ SPEC = OpSpec(
     make_case=make_case,
     cost=cost,
     compare=compare,
+    fuzz=fuzz,
 )

@@ -8,7 +8,9 @@ import torch
 
 from attnops.kernel_utils import testing
 from attnops.kernel_utils.cost import Cost, nbytes
+from attnops.kernel_utils.fp8 import E4M3
 from attnops.kernel_utils.opspec import Case, OpSpec
+from attnops.kernel_utils.reliability import random_choice, random_int
 from attnops.kernel_utils.workloads import Workload, workloads_for
 
 from .op import fp8_lightning_indexer_fwd
@@ -70,6 +72,29 @@ def make_case(w: Workload, device, shrink: bool = False, seed: int = 0) -> Case:
     return Case(inputs, outputs=("logits",), label=w.id)
 
 
+def fuzz(seed: int, device) -> Case:
+    """A random valid call: bf16 or fp8, D 16-128, 1-2 requests, 1-2 key groups of 1-8 heads, random
+    windows (empty, reversed, past both ends), optional per-key scales, clean or unclean logits."""
+    gen = testing.generator(seed)
+    dtype = random_choice(gen, [E4M3, torch.bfloat16])
+    b, g, heads = random_int(gen, 1, 2), random_choice(gen, [1, 1, 2]), random_choice(gen, [1, 3, 8])
+    d = random_choice(gen, [16, 32, 64, 128])
+    s, s_kv = random_int(gen, 1, 20), random_int(gen, 1, 150)
+    ks = torch.randint(-4, s_kv + 2, (s,), generator=gen)
+    ke = ks + torch.randint(-3, s_kv + 4, (s,), generator=gen)
+    inputs = {
+        "index_q": testing.randn((b, s, g * heads, d), dtype, device, gen, scale=2.0),
+        "index_k": testing.randn((b, s_kv, g, d), dtype, device, gen, scale=2.0),
+        "weights": testing.randn((s, g * heads), torch.float32, device, gen),
+        "cu_seqlen_ks": ks.to(torch.int32).to(device),
+        "cu_seqlen_ke": ke.to(torch.int32).to(device),
+        "clean_logits": bool(random_int(gen, 0, 3)),
+    }
+    if random_int(gen, 0, 1):
+        inputs["index_k_scale"] = torch.rand((b, s_kv, g), generator=gen).to(device)
+    return Case(inputs, outputs=("logits",), label=f"fuzz-{seed}")
+
+
 def window_lengths(case: Case) -> torch.Tensor:
     s_kv = case.inputs["index_k"].shape[1]
     ks = case.inputs["cu_seqlen_ks"].long().clamp(min=0)
@@ -124,4 +149,5 @@ SPEC = OpSpec(
     # Under the interpreter the kernel widens bf16/fp8 tiles to fp32 before the dot (exact: both upcasts
     # are), accumulates in fp32 and never rounds to bf16: every row, bf16 included, is computed right.
     interpreter_ok=lambda w: True,
+    fuzz=fuzz,
 )

@@ -6,9 +6,10 @@ import math
 
 import torch
 
-from attnops.kernel_utils import testing
+from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.cost import Cost, attention_flops, nbytes, roof_for
 from attnops.kernel_utils.opspec import Case, OpSpec
+from attnops.kernel_utils.reliability import random_choice, random_int
 from attnops.kernel_utils.workloads import Workload, workloads_for
 
 from .op import mla_decode_with_kvcache_fwd
@@ -35,6 +36,26 @@ def make_case(w: Workload, device, shrink: bool = False, seed: int = 0) -> Case:
         "k_pe": testing.randn((b, n_kv, h_kv, pe), dtype, device, gen),
     }
     return Case(inputs, outputs=("o",), label=w.id)
+
+
+def fuzz(seed: int, device) -> Case:
+    """A random valid call: 1-3 requests, 0-150 keys, 1-2 KV heads of 1-20 query heads (partial head
+    blocks), latent width 64-512, rope width 16 or 64, f16 (and bf16 on the GPU), sharper or flatter
+    softmax."""
+    gen = testing.generator(seed)
+    dtype = random_choice(gen, [torch.float16] if runtime.interpreting() else [torch.float16, torch.bfloat16])
+    b, h_kv, group = random_int(gen, 1, 3), random_choice(gen, [1, 1, 2]), random_choice(gen, [1, 4, 16, 20])
+    d, pe = random_choice(gen, [64, 128, 512]), random_choice(gen, [16, 64])
+    n_kv = random_choice(gen, [0, 1, random_int(gen, 2, 150)])
+    scale = random_choice(gen, [0.5, 1.0, 3.0])
+    h = h_kv * group
+    inputs = {
+        "q": testing.randn((b, h, d), dtype, device, gen, scale=scale),
+        "q_pe": testing.randn((b, h, pe), dtype, device, gen, scale=scale),
+        "k": testing.randn((b, n_kv, h_kv, d), dtype, device, gen),
+        "k_pe": testing.randn((b, n_kv, h_kv, pe), dtype, device, gen),
+    }
+    return Case(inputs, outputs=("o",), label=f"fuzz-{seed}")
 
 
 def cost(case: Case) -> Cost:
@@ -78,4 +99,5 @@ SPEC = OpSpec(
     make_case=make_case,
     cost=cost,
     compare=compare,
+    fuzz=fuzz,
 )

@@ -7,6 +7,7 @@ import torch
 from attnops.kernel_utils import testing
 from attnops.kernel_utils.cost import Cost
 from attnops.kernel_utils.opspec import Case, OpSpec
+from attnops.kernel_utils.reliability import random_choice, random_int
 from attnops.kernel_utils.workloads import Workload, workloads_for
 
 from .op import topk_select_fwd
@@ -43,6 +44,34 @@ def make_case(w: Workload, device, shrink: bool = False, seed: int = 0) -> Case:
         "topk": topk,
     }
     return Case(inputs, outputs=("indexes",), label=w.id)
+
+
+def fuzz(seed: int, device) -> Case:
+    """A random valid call: 1-3 groups, 1-3000 keys, topk anywhere in [1, S_kv], windows empty / clipped /
+    short / whole, scores normal, heavily tied (few levels incl. ±0 and −inf) or all equal, sometimes a
+    transposed [B, S, G, S_kv] view."""
+    gen = testing.generator(seed)
+    b, s, g = random_int(gen, 1, 2), random_int(gen, 1, 4), random_choice(gen, [1, 1, 2, 3])
+    s_kv = random_choice(gen, [1, 7, 100, 700, 3000])
+    topk = random_int(gen, 1, s_kv)
+    kind = random_choice(gen, ["normal", "normal", "levels", "equal"])
+    if kind == "normal":
+        values = torch.randn((b, s, g, s_kv), generator=gen)
+    elif kind == "levels":
+        levels = torch.tensor([float("-inf"), -1.0, -0.0, 0.0, 0.5, 3.0])
+        values = levels[torch.randint(0, 6, (b, s, g, s_kv), generator=gen)]
+    else:
+        values = torch.full((b, s, g, s_kv), 1.25)
+    scores = values.to(device).transpose(2, 3)  # [B, S, S_kv, G]; G > 1: strided along S_kv
+    if random_int(gen, 0, 1):
+        scores = scores.contiguous()
+    lo = torch.randint(-5, s_kv + 1, (b, s), generator=gen)
+    hi = lo + torch.randint(-2, s_kv + 6, (b, s), generator=gen)
+    whole = torch.rand((b, s), generator=gen) < 0.3
+    lo, hi = torch.where(whole, 0, lo), torch.where(whole, s_kv, hi)
+    inputs = {"index_score": scores, "starts": lo.to(torch.int32).to(device), "ends": hi.to(torch.int32).to(device),
+              "topk": topk}
+    return Case(inputs, outputs=("indexes",), label=f"fuzz-{seed}")
 
 
 def window_sizes(case: Case) -> torch.Tensor:
@@ -95,4 +124,5 @@ SPEC = OpSpec(
     compare=compare,
     # f32 scores and int32 positions only: the interpreter computes every row right.
     interpreter_ok=lambda w: True,
+    fuzz=fuzz,
 )
