@@ -20,22 +20,26 @@ export PYTHONPATH ATTNOPS_FUZZ_CASES=${ATTNOPS_FUZZ_CASES:-100}
 DEADLINE=${DEADLINE:-$(( $(date +%s) + 540 ))}
 left() { local s=$(( DEADLINE - $(date +%s) )); echo $(( s > 5 ? s : 5 )); }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+run_tests() {
+  timeout "$(left)" python3 -m pytest -q -p no:cacheprovider "packages/$1/tests" >"$OUT/tests-$1.log" 2>&1
+  echo "tests $1: $(tail -n 1 "$OUT/tests-$1.log")"
+}
+run_bench() {
+  timeout "$(left)" python3 -m benchmarks.run --family "$1" --out "$OUT/bench-$1.jsonl" "${bench_args[@]}" \
+    >"$OUT/bench-$1.txt" 2>"$OUT/bench-$1.err"
+  echo "bench $1: $(grep -c '"type": "row"' "$OUT/bench-$1.jsonl") rows; $(tail -n 1 "$OUT/bench-$1.err")"
+}
+bench_args=("$@")
 for family in "${families[@]}"; do
-  if [ "${TESTS:-1}" = 1 ]; then
-    timeout "$(left)" python3 -m pytest -q -p no:cacheprovider "packages/$family/tests" >"$OUT/tests-$family.log" 2>&1
-    echo "tests $family: $(tail -n 1 "$OUT/tests-$family.log")"
-  fi
+  [ "${BENCH_FIRST:-0}" = 1 ] && [ "${BENCH:-1}" = 1 ] && run_bench "$family"
+  [ "${TESTS:-1}" = 1 ] && run_tests "$family"
   if [ "${SANITIZE:-0}" = 1 ]; then
     ATTNOPS_FUZZ_CASES=8 timeout "$(left)" compute-sanitizer --tool memcheck --error-exitcode 3 \
       python3 -m pytest -q -p no:cacheprovider -x -m "not gpu" -k "seed_row_shrunk or fuzz" \
       "packages/$family/tests" >"$OUT/memcheck-$family.log" 2>&1
     echo "memcheck $family: rc=$? $(grep -E 'ERROR SUMMARY|passed|failed' "$OUT/memcheck-$family.log" | tail -n 2 | tr '\n' ' ')"
   fi
-  if [ "${BENCH:-1}" = 1 ]; then
-    timeout "$(left)" python3 -m benchmarks.run --family "$family" --out "$OUT/bench-$family.jsonl" "$@" >"$OUT/bench-$family.txt" \
-      2>"$OUT/bench-$family.err"
-    echo "bench $family: $(grep -c '"type": "row"' "$OUT/bench-$family.jsonl") rows; $(tail -n 1 "$OUT/bench-$family.err")"
-  fi
+  [ "${BENCH_FIRST:-0}" != 1 ] && [ "${BENCH:-1}" = 1 ] && run_bench "$family"
 done
 # At most 8 files come back from $OUT: keep the JSONL, pack the logs.
 (cd "$OUT" && tar czf logs.tgz --remove-files ./*.log ./*.txt ./*.err 2>/dev/null)

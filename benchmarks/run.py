@@ -127,7 +127,8 @@ def run_gpu(families, row_filter: str, use_peers: bool, out: Path) -> list[dict]
     from .timing import L2Flusher
 
     flush = L2Flusher()
-    rows = [(spec, w) for f in families for spec in family_specs(f) for w in spec.workloads if matches(w.id, row_filter)]
+    rows = [(spec, w) for f in families for spec in family_specs(f) for w in spec.workloads
+            if matches(w.id, row_filter)]
     header = environment(measure_ceilings(flush))
     print(f"# {header['gpu']}  copy {header['ceilings']['copy_tb_s']:.2f} TB/s  "
           f"bf16 mm {header['ceilings']['bf16_matmul_tflop_s']:.0f} TFLOP/s  ({len(rows)} rows)", file=sys.stderr)
