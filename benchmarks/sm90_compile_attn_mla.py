@@ -10,6 +10,7 @@ compile errors, spills, shared memory over 227 KB and unpipelined loads.
 
     python -m benchmarks.sm90_compile_attn_mla            # every variant (a few minutes on 2 cores)
     python -m benchmarks.sm90_compile_attn_mla --op mla   # one op: topk, indexer, mla, dsa
+    python -m benchmarks.sm90_compile_attn_mla --ones     # every int argument 1 (a constant at launch)
 """
 
 from __future__ import annotations
@@ -37,9 +38,13 @@ from attnops.attn_mla.topk_select_fwd.kernel import topk_select_kernel  # noqa: 
 
 from .sm90_compile import SM90_SMEM, ptxas_report  # noqa: E402
 
+ALL_ONES = False  # --ones: Triton turns an int argument equal to 1 into a constant; code calling .to on it breaks
+
 
 def compile_sm90(fn, pointers: dict[str, str], ints: dict[str, int], constexprs: dict, num_warps: int,
                  num_stages: int, floats=()):
+    if ALL_ONES:
+        ints = {n: 1 for n in fn.arg_names if n not in pointers and n not in constexprs and n not in floats}
     sig, consts, attrs = {}, dict(constexprs), {}
     for i, (name, prm) in enumerate(zip(fn.arg_names, fn.params)):
         if prm.is_constexpr:
@@ -134,7 +139,10 @@ OPS = {"topk": topk_variants, "indexer": indexer_variants, "mla": mla_variants, 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--op", choices=sorted(OPS), action="append", help="default: all")
+    p.add_argument("--ones", action="store_true", help="specialize every int argument to 1")
     args = p.parse_args(argv)
+    global ALL_ONES
+    ALL_ONES = args.ones
     bad = 0
     for op in args.op or list(OPS):
         for label, build in OPS[op]():

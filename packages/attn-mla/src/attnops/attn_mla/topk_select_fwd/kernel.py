@@ -123,7 +123,8 @@ def topk_select_kernel(
                 so = tl.arange(0, SAMPLES)
                 spos = lo + ((so // 8).to(tl.int64) * (n - 8)) // (SAMPLES // 8 - 1) + so % 8
                 ranked = tl.sort(_ordered_key(tl.load(row_ptr + spos * stride_st)), descending=True)
-                rank = (SLACK_NUM * topk.to(tl.int64) * SAMPLES + SLACK_DEN * n - 1) // (SLACK_DEN * n)
+                # (int64 via a zero: a launch with topk == 1 makes topk a constant, which has no .to)
+                rank = (SLACK_NUM * SAMPLES * (tl.zeros([], tl.int64) + topk) + SLACK_DEN * n - 1) // (SLACK_DEN * n)
                 rank = tl.minimum(tl.maximum(rank, 1), SAMPLES)
                 threshold = tl.sum(tl.where(so == rank - 1, ranked, 0), axis=0)
                 # Compaction: keys >= threshold, in position order, into the program's scratch. The next
