@@ -140,6 +140,8 @@ BAD_INPUTS = {
                                    ValueError, "index_k: key groups G = 3 must divide"),
     "head dim not a power of two": (lambda: _bad(index_q=_q(1, 4, 4, 48), index_k=_q(1, 16, 1, 48)), ValueError,
                                     "index_q: head dim must be a power of two"),
+    "fp8 head dim 16": (lambda: _bad(index_q=_q(1, 4, 4, 16), index_k=_q(1, 16, 1, 16)), ValueError,
+                        "index_q: an fp8 head dim must be at least 32"),
     "weights shape": (lambda: _bad(weights=_f32(4, 5)), ValueError, "weights: expected shape"),
     "weights dtype": (lambda: _bad(weights=_f32(4, 4).half()), TypeError, "weights: expected dtype float32"),
     "ks dtype": (lambda: _bad(cu_seqlen_ks=torch.zeros(4, dtype=torch.int64, device=DEV)), TypeError,

@@ -99,6 +99,8 @@ def check_inputs(index_q, index_k, weights, cu_seqlen_ks, cu_seqlen_ke, index_k_
         raise ValueError(f"index_k: key groups G = {g} must divide the query heads H = {h}")
     if d not in (16, 32, 64, 128, 256):
         raise ValueError(f"index_q: head dim must be a power of two in [16, 256], got {d}")
+    if index_q.dtype == E4M3 and d < 32:
+        raise ValueError(f"index_q: an fp8 head dim must be at least 32 (the fp8 dot's K step), got {d}")
     checks.check_tensor("weights", weights, dtype=torch.float32, shape=(s, h), device=dev)
     checks.check_tensor("cu_seqlen_ks", cu_seqlen_ks, dtype=torch.int32, shape=(s,), device=dev)
     checks.check_tensor("cu_seqlen_ke", cu_seqlen_ke, dtype=torch.int32, shape=(s,), device=dev)
@@ -137,7 +139,7 @@ def fp8_lightning_indexer_fwd(
 
     Args:
         index_q: ``[B, S, H, D]`` bfloat16 or float8_e4m3fn (no query scale); ``[H, D]`` contiguous;
-            D a power of two in [16, 256].
+            D a power of two in [16, 256] (fp8: at least 32).
         index_k: ``[B, S_kv, G, D]`` same dtype; head h reads key group ``h // (H / G)``.
         weights: ``[S, H]`` float32, shared by the batch (scaling lives here: no sm_scale).
         cu_seqlen_ks, cu_seqlen_ke: ``[S]`` int32: row s sees keys ``ks[s] <= t < ke[s]``
