@@ -109,7 +109,9 @@ BAD_INPUTS = {
 
 
 @pytest.mark.parametrize("name", BAD_INPUTS)
-def test_bad_input_is_rejected_before_launch(name):
+def test_bad_input_is_rejected_before_launch(name, monkeypatch):
+    """Value checks (index ranges, prefix sums) read device memory: on a GPU they run when asked for."""
+    monkeypatch.setenv("ATTNOPS_VALIDATE", "1")
     make_inputs, error, message = BAD_INPUTS[name]
     inputs = make_inputs()
     before = inputs["k_pages"].clone() if isinstance(inputs.get("k_pages"), torch.Tensor) else None
