@@ -79,7 +79,7 @@ def _short(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}".splitlines()[0][:300]
 
 
-def bench_row(spec: OpSpec, w, flush, use_peers: bool) -> dict:
+def bench_row(spec: OpSpec, w, flush, use_peers: bool, exclude: frozenset[str] = frozenset()) -> dict:
     from .timing import measure
 
     case = spec.make_case(w, torch.device("cuda"), False, 0)
@@ -89,7 +89,8 @@ def bench_row(spec: OpSpec, w, flush, use_peers: bool) -> dict:
     impls, record = {}, {}
     candidates = [(OURS, lambda c: baselines.runner_of(spec.fn, c))]
     if use_peers:
-        candidates += [(a.name, a.prepare) for a in baselines.adapters_for(spec.name, spec.family)]
+        candidates += [(a.name, a.prepare) for a in baselines.adapters_for(spec.name, spec.family)
+                       if a.name not in exclude]
     for name, prepare in candidates:
         entry: dict = {}
         try:
@@ -122,7 +123,7 @@ def bench_row(spec: OpSpec, w, flush, use_peers: bool) -> dict:
     }
 
 
-def run_gpu(families, row_filter: str, use_peers: bool, out: Path) -> list[dict]:
+def run_gpu(families, row_filter: str, use_peers: bool, out: Path, exclude: frozenset[str]) -> list[dict]:
     from .ceilings import measure_ceilings
     from .timing import L2Flusher
 
@@ -139,7 +140,7 @@ def run_gpu(families, row_filter: str, use_peers: bool, out: Path) -> list[dict]
         for i, (spec, w) in enumerate(rows, 1):
             t0 = time.perf_counter()
             try:
-                rec = bench_row(spec, w, flush, use_peers)
+                rec = bench_row(spec, w, flush, use_peers, exclude)
             except Exception as e:
                 traceback.print_exc()
                 rec = {"type": "row", "id": w.id, "op": w.op, "workload": w.name, "dtype": w.dtype,
@@ -189,6 +190,7 @@ def main(argv=None) -> int:
     p.add_argument("--family", default="all", choices=("all", *FAMILIES))
     p.add_argument("--filter", default="", help="only rows whose id contains one of these (comma-separated)")
     p.add_argument("--no-peers", action="store_true")
+    p.add_argument("--exclude-peers", default="", help="comma-separated peer names not to run (e.g. torch-compile)")
     p.add_argument("--out", type=Path, help="JSONL path (default: benchmarks/results/h200/<date>-<family>.jsonl)")
     args = p.parse_args(argv)
     families = FAMILIES if args.family == "all" else (args.family,)
@@ -196,7 +198,8 @@ def main(argv=None) -> int:
         return 1 if run_cpu(families, args.filter) else 0
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M")
     out = args.out or RESULTS / f"{stamp}-{args.family}.jsonl"
-    records = run_gpu(families, args.filter, not args.no_peers, out)
+    exclude = frozenset(filter(None, args.exclude_peers.split(",")))
+    records = run_gpu(families, args.filter, not args.no_peers, out, exclude)
     print_table(records)
     print(f"wrote {out}", file=sys.stderr)
     return 0
