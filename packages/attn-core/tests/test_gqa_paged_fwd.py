@@ -105,7 +105,8 @@ def test_plan_is_reused_while_kv_lengths_grow():
         SPEC.compare(out, c.fresh().run(SPEC.reference), c)
 
 
-def test_plan_for_other_query_lengths_is_rejected():
+def test_plan_for_other_query_lengths_is_rejected(monkeypatch):
+    monkeypatch.setenv("ATTNOPS_VALIDATE", "1")  # the query-length comparison reads cu_seqlens_q on the host
     case = build_case([2, 1], [40, 30], 4, 1, 64, 16, torch.float16, torch.float16, DEV)
     a = case.inputs
     plan = gqa_paged_plan([0, 1, 2], [40, 30], 4, 1, 64)
@@ -321,7 +322,8 @@ BAD_INPUTS = {
 
 
 @pytest.mark.parametrize("name", BAD_INPUTS)
-def test_bad_input_is_rejected_before_launch(name):
+def test_bad_input_is_rejected_before_launch(name, monkeypatch):
+    monkeypatch.setenv("ATTNOPS_VALIDATE", "1")  # value checks also for CUDA tensors (default: CPU tensors only)
     make_inputs, error, message = BAD_INPUTS[name]
     with pytest.raises(error, match=message):
         gqa_paged_fwd(**make_inputs())

@@ -12,8 +12,8 @@ Keys come from up to two sources, visited in order:
     [pool_len, pool_len + q_len), optionally rotated at their positions.
 Query i of a request with kv_len keys in total sits at position kv_len − q_len + i (bottom-right).
 
-Each source's key range is cut into a masked head, an unmasked middle and a masked tail
-(``kv_block_range``), so only boundary tiles pay for the mask. Splits of the pool range write normalized
+Each source's key range is walked in one loop; only tiles outside the all-visible middle
+(``kv_block_range``: window edge, causal diagonal, ragged tail) pay for the mask. Splits of the pool range write normalized
 partial outputs and base-2 lse to a workspace; ``paged_attention_combine_kernel`` merges them.
 """
 
@@ -26,6 +26,7 @@ from attnops.kernel_utils.attention_fns import (
     clamp_range,
     kv_block_range,
     merge_partial,
+    mma,
     normalize_rows,
     online_softmax_step,
     rope_pairing,
@@ -37,29 +38,39 @@ from attnops.kernel_utils.attention_fns import (
     visible,
 )
 
+# Kernels may only read constexpr globals (the interpreter is laxer: sm90_compile_paged catches this).
+LOG2E_C = tl.constexpr(LOG2E)
+
 
 @triton.jit
-def _attend_range(
-    acc, m_i, l_i, q, q_pos, start, stop, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
+def _attend_source(
+    acc, m_i, l_i, q, q_pos, pos_lo, pos_hi, split_lo, split_hi, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
     k_base, v_base, table_row, num_pages, table_width, rope_rows, stride_kp, stride_kt, stride_vp, stride_vt,
     cos_ptr, sin_ptr, stride_cos, key_pos_shift,
     page_size, PAGED: tl.constexpr, ROPE_K: tl.constexpr, ROTARY_DIM: tl.constexpr,
-    INTERLEAVED: tl.constexpr, MASKED: tl.constexpr, SOFTCAP: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    INTERLEAVED: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    EXACT_DOT: tl.constexpr,
 ):
-    """Fold keys [start, stop) (tile-aligned start) of one source into (acc, m_i, l_i).
+    """Fold the keys of one source that rows at positions [pos_lo, pos_hi] see, restricted to
+    [split_lo, split_hi), into (acc, m_i, l_i). One software-pipelined loop; only tiles outside the
+    all-visible middle ``[full_lo, full_hi)`` (window edge, causal diagonal, ragged tail) apply the mask
+    (a uniform branch per tile: separate masked / unmasked loops raise register pressure into spills on
+    sm_90).
 
     PAGED: key j lives in page table_row[j // page_size] at slot j % page_size (columns past table_width and
     pages outside [0, num_pages) read as zeros, positions past rope_rows are not rotated: invalid lengths or
     tables that the host did not check never read outside the tensors); else key j is row j of k_base / v_base.
     ``key_pos_shift`` turns a key index into its RoPE position."""
+    n_lo, full_lo, full_hi, n_hi = kv_block_range(pos_lo, pos_hi, kv_len, WL, WR, BLOCK_N)
+    a = clamp_range(n_lo, split_lo, split_hi)
+    b = clamp_range(n_hi, split_lo, split_hi)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     if ROPE_K:
         partner, col, sign, rotated = rope_pairing(offs_d, ROTARY_DIM, INTERLEAVED)
-    for n0 in range(start, stop, BLOCK_N):
+    for n0 in range(a, b, BLOCK_N):
         k_pos = n0 + offs_n
-        ok = k_pos < stop
+        ok = k_pos < b
         if PAGED:
             col_ok = ok & (k_pos // page_size < table_width)
             page = tl.load(table_row + k_pos // page_size, mask=col_ok, other=-1)
@@ -77,47 +88,14 @@ def _attend_range(
             cos, sin = rope_tables(cos_ptr, sin_ptr, k_pos + key_pos_shift, col, rotated,
                                    ok & (k_pos + key_pos_shift < rope_rows), stride_cos)
             k = rope_rotate(k, k_partner, cos, sin, sign)
-        qk = tl.dot(q, tl.trans(k.to(q.dtype)))
+        qk = mma(q, tl.trans(k.to(q.dtype)), None, EXACT_DOT)
         if SOFTCAP:
             qk = softcap_scores(qk, cap_scale, cap_log2)
-        if MASKED:
+        if (n0 < full_lo) | (n0 + BLOCK_N > full_hi):
             qk = tl.where(visible(q_pos, k_pos, kv_len, WL, WR), qk, float("-inf"))
         p, alpha, m_i, l_i = online_softmax_step(qk, m_i, l_i, step_scale)
         v = tl.load(v_base + v_row[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
-    return acc, m_i, l_i
-
-
-@triton.jit
-def _attend_source(
-    acc, m_i, l_i, q, q_pos, pos_lo, pos_hi, split_lo, split_hi, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
-    k_base, v_base, table_row, num_pages, table_width, rope_rows, stride_kp, stride_kt, stride_vp, stride_vt,
-    cos_ptr, sin_ptr, stride_cos, key_pos_shift,
-    page_size, PAGED: tl.constexpr, ROPE_K: tl.constexpr, ROTARY_DIM: tl.constexpr,
-    INTERLEAVED: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):
-    """Visit the keys of one source that rows at positions [pos_lo, pos_hi] see, restricted to
-    [split_lo, split_hi): masked head, unmasked middle, masked tail."""
-    n_lo, full_lo, full_hi, n_hi = kv_block_range(pos_lo, pos_hi, kv_len, WL, WR, BLOCK_N)
-    a = clamp_range(n_lo, split_lo, split_hi)
-    b = clamp_range(n_hi, split_lo, split_hi)
-    f_lo = clamp_range(full_lo, a, b)
-    f_hi = clamp_range(full_hi, f_lo, b)
-    acc, m_i, l_i = _attend_range(
-        acc, m_i, l_i, q, q_pos, a, f_lo, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
-        k_base, v_base, table_row, num_pages, table_width, rope_rows, stride_kp, stride_kt, stride_vp, stride_vt,
-        cos_ptr, sin_ptr, stride_cos, key_pos_shift,
-        page_size, PAGED, ROPE_K, ROTARY_DIM, INTERLEAVED, True, SOFTCAP, BLOCK_N, BLOCK_D)
-    acc, m_i, l_i = _attend_range(
-        acc, m_i, l_i, q, q_pos, f_lo, f_hi, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
-        k_base, v_base, table_row, num_pages, table_width, rope_rows, stride_kp, stride_kt, stride_vp, stride_vt,
-        cos_ptr, sin_ptr, stride_cos, key_pos_shift,
-        page_size, PAGED, ROPE_K, ROTARY_DIM, INTERLEAVED, False, SOFTCAP, BLOCK_N, BLOCK_D)
-    acc, m_i, l_i = _attend_range(
-        acc, m_i, l_i, q, q_pos, f_hi, b, kv_len, WL, WR, step_scale, cap_scale, cap_log2,
-        k_base, v_base, table_row, num_pages, table_width, rope_rows, stride_kp, stride_kt, stride_vp, stride_vt,
-        cos_ptr, sin_ptr, stride_cos, key_pos_shift,
-        page_size, PAGED, ROPE_K, ROTARY_DIM, INTERLEAVED, True, SOFTCAP, BLOCK_N, BLOCK_D)
+        acc = mma(p.to(q.dtype), v.to(q.dtype), acc * alpha[:, None], EXACT_DOT)
     return acc, m_i, l_i
 
 
@@ -135,7 +113,7 @@ def paged_attention_kernel(
     HAS_NEW: tl.constexpr, Q_FP8: tl.constexpr, KV_FP8: tl.constexpr, ROPE_Q: tl.constexpr, ROPE_POOL_K: tl.constexpr,
     ROPE_NEW_K: tl.constexpr, ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr,
     SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EXACT_DOT: tl.constexpr,
 ):
     """Grid: (n_items · H_kv,); program → item pid // H_kv, KV head pid % H_kv (heavy items first).
 
@@ -212,7 +190,7 @@ def paged_attention_kernel(
             k_ptr + h_kv * stride_kh, v_ptr + h_kv * stride_vh, table_ptr + b.to(tl.int64) * stride_tb, num_pages,
             table_width, rope_rows,
             stride_kp, stride_kt, stride_vp, stride_vt, cos_ptr, sin_ptr, stride_cos, 0,
-            page_size, True, ROPE_POOL_K, ROTARY_DIM, INTERLEAVED, SOFTCAP, BLOCK_N, BLOCK_D)
+            page_size, True, ROPE_POOL_K, ROTARY_DIM, INTERLEAVED, SOFTCAP, BLOCK_N, BLOCK_D, EXACT_DOT)
     if KV_FP8:
         acc = acc * dv_pool  # pool values were raw e4m3: scale the pool's contribution once
     # ---- source 2: this request's new rows, keys [pool_len, kv_len) (relative index i = key − pool_len)
@@ -227,12 +205,12 @@ def paged_attention_kernel(
                 vn_ptr + q_start.to(tl.int64) * stride_vnt + h_kv * stride_vnh, table_ptr, num_pages,
                 table_width, rope_rows,
                 0, stride_knt, 0, stride_vnt, cos_ptr, sin_ptr, stride_cos, pool_len,
-                page_size, False, ROPE_NEW_K, ROTARY_DIM, INTERLEAVED, SOFTCAP, BLOCK_N, BLOCK_D)
+                page_size, False, ROPE_NEW_K, ROTARY_DIM, INTERLEAVED, SOFTCAP, BLOCK_N, BLOCK_D, EXACT_DOT)
 
     # ---- epilogue
     if num_splits == 1:
         if HAS_SINKS:
-            sink2 = tl.load(sinks_ptr + head, mask=row_ok, other=0.0) * LOG2E
+            sink2 = tl.load(sinks_ptr + head, mask=row_ok, other=0.0) * LOG2E_C
             acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)
         o = normalize_rows(acc, l_i)
         o_row = (q_start + tok).to(tl.int64) * stride_ot + head.to(tl.int64) * stride_oh
@@ -249,13 +227,16 @@ def paged_attention_kernel(
 def paged_attention_combine_kernel(
     o_ptr, cu_q_ptr, combine_ptr, part_o_ptr, part_lse_ptr, sinks_ptr,
     num_kv_heads, group, q_uniform, stride_ot, stride_oh,
-    HAS_SINKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_SINKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """Grid: (n_combine · H_kv,). combine[i] = (b, m_block, first slot, num_splits): merge the splits'
-    normalized partials by their base-2 lse, add the sink, normalize, store."""
+    """Grid: (n_combine · H_kv · BLOCK_M / BLOCK_R,). combine[i] = (b, m_block, first slot, num_splits): merge
+    the splits' normalized partials of BLOCK_R of the block's rows by their base-2 lse, add the sink,
+    normalize, store (row chunks keep the fp32 tile small: no spills at D = 256)."""
     pid = tl.program_id(0)
-    item = pid // num_kv_heads
-    h_kv = pid % num_kv_heads
+    chunks = BLOCK_M // BLOCK_R
+    item = pid // (num_kv_heads * chunks)
+    h_kv = (pid // chunks) % num_kv_heads
+    r0 = (pid % chunks) * BLOCK_R
     b = tl.load(combine_ptr + item * 4 + 0)
     m_block = tl.load(combine_ptr + item * 4 + 1)
     slot0 = tl.load(combine_ptr + item * 4 + 2)
@@ -266,21 +247,21 @@ def paged_attention_combine_kernel(
     else:
         q_start = tl.load(cu_q_ptr + b)
         q_len = tl.load(cu_q_ptr + b + 1) - q_start
-    rows = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows = m_block * BLOCK_M + r0 + tl.arange(0, BLOCK_R)
     tok = rows // group
     head = h_kv * group + rows % group
     row_ok = tok < q_len
     offs_d = tl.arange(0, BLOCK_D)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
+    m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
     for s in range(0, num_splits):
-        part = ((slot0 + s).to(tl.int64) * num_kv_heads + h_kv) * BLOCK_M + tl.arange(0, BLOCK_M)
+        part = ((slot0 + s).to(tl.int64) * num_kv_heads + h_kv) * BLOCK_M + r0 + tl.arange(0, BLOCK_R)
         o_part = tl.load(part_o_ptr + part[:, None] * BLOCK_D + offs_d[None, :], mask=row_ok[:, None], other=0.0)
         lse2 = tl.load(part_lse_ptr + part, mask=row_ok, other=float("-inf"))
         acc, m_i, l_i = merge_partial(acc, m_i, l_i, o_part, lse2)
     if HAS_SINKS:
-        sink2 = tl.load(sinks_ptr + head, mask=row_ok, other=0.0) * LOG2E
+        sink2 = tl.load(sinks_ptr + head, mask=row_ok, other=0.0) * LOG2E_C
         acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)
     o = normalize_rows(acc, l_i)
     o_row = (q_start + tok).to(tl.int64) * stride_ot + head.to(tl.int64) * stride_oh

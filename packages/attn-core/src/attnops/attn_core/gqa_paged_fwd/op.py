@@ -68,6 +68,7 @@ def scale_strides(t: torch.Tensor | None) -> tuple[int, int]:
 # {(kind, BM, BN, warps, stages, constexpr flags): TileConfig}. Tests on the GPU assert it stays empty for
 # the shipped table; a fallback keeps BLOCK_M (the plan's workspace depends on it).
 FALLBACKS: dict[tuple, TileConfig] = {}
+COMBINE_ROWS = 16  # rows per combine program
 
 
 def _smaller(cfg: TileConfig) -> TileConfig | None:
@@ -113,6 +114,7 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
         Q_FP8=q.dtype == E4M3, KV_FP8=k_pool.dtype == E4M3, ROPE_Q=rope_q, ROPE_POOL_K=rope_pool_k,
         ROPE_NEW_K=rope_new_k, ROTARY_DIM=rotary_dim or d, INTERLEAVED=interleaved,
         SOFTCAP=bool(cap), HAS_SINKS=sinks is not None, BLOCK_D=d,
+        EXACT_DOT=runtime.interpreting(),  # fp32 dots on the interpreter: same products, BLAS speed
     )
     for ln in plan.launches:
         if ln.n_items == 0:
@@ -139,11 +141,12 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
         key = (ln.kind, ln.cfg, str(q.dtype), str(k_pool.dtype), *sorted(flags.items()))
         _launch(ln.cfg, key, launch)
         if ln.n_combine:
-            paged_attention_combine_kernel[(ln.n_combine * num_kv,)](
+            rows = min(COMBINE_ROWS, ln.cfg.block_m)
+            paged_attention_combine_kernel[(ln.n_combine * num_kv * (ln.cfg.block_m // rows),)](
                 o, cu_q if cu_q is not None else dummy, ln.combine, ln.part_o, ln.part_lse,
                 sinks if sinks is not None else dummy,
                 num_kv, group, q_uniform, o.stride(-3), o.stride(-2), HAS_SINKS=sinks is not None,
-                BLOCK_M=ln.cfg.block_m, BLOCK_D=d, num_warps=4,
+                BLOCK_M=ln.cfg.block_m, BLOCK_R=rows, BLOCK_D=d, num_warps=4,
             )
 
 
