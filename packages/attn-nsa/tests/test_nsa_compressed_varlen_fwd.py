@@ -63,6 +63,40 @@ def test_large_scores_stay_finite():
     SPEC.check(case)
 
 
+def _nan_case():
+    """Four sequences (40, 0, 37, 50 tokens), bs 16, G 3 (16-row groups: 32 tokens per interpreter tile), so that
+    token tiles straddle sequences: tokens 32..63 hold the tail of sequence 0 and the head of sequence 2."""
+    return build_case([40, 0, 37, 50], 6, 2, 64, 64, torch.float16, 0.125, 16, DEV, seed=1)
+
+
+def test_nan_query_gives_nan_lse():
+    """Regression (fuzz NaN check): a NaN query row gave o = NaN but lse = 0 (the kernel's "saw a key" test
+    ``l > 0`` is false for l = NaN); now o and lse are NaN for that (token, head) and nothing else changes."""
+    case = _nan_case()
+    clean = case.fresh().run(SPEC.fn)
+    case.inputs["q"][20, 1, 0] = float("nan")
+    out = case.fresh().run(SPEC.fn)
+    assert bool(out["o"][20, 1].isnan().all()) and bool(out["lse"][20, 1].isnan())
+    for name in ("o", "lse"):
+        out[name][20, 1], clean[name][20, 1] = 0, 0
+        testing.assert_bitwise(name, out[name], clean[name])
+
+
+def test_nan_in_v_cmp_stays_in_its_sequence():
+    """Regression (fuzz NaN check): a NaN in v_cmp of sequence 2 reached the tokens of sequences 0 and 3 that
+    share its token tiles (their probabilities for sequence 2's chunks are 0, and 0 · NaN = NaN in the P·V
+    product); rows with no visible chunk in a chunk tile now keep their accumulator."""
+    case = _nan_case()
+    clean = case.fresh().run(SPEC.fn)
+    case.inputs["v_cmp"][3, 0, 0] = float("nan")  # sequence 2, chunk 0, KV head 0
+    out = case.fresh().run(SPEC.fn)
+    others = torch.ones(127, dtype=torch.bool, device=DEV)
+    others[40:77] = False  # sequence 2
+    testing.assert_bitwise("o (other sequences)", out["o"][others], clean["o"][others])
+    testing.assert_bitwise("lse", out["lse"], clean["lse"])
+    assert bool(out["o"][40 + 15 :77, :3, 0].isnan().all())  # tokens that see chunk 0, heads of KV head 0
+
+
 @pytest.mark.parametrize("config", config_params(op.CONFIGS))
 def test_every_config_small(config):
     """Each autotune config (constexpr path) on a two-sequence case; bs 8 gives 37 chunks, more than one BC tile."""

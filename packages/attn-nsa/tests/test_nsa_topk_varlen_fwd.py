@@ -61,6 +61,13 @@ def test_edge_shapes(lengths, h, h_kv, d, selected, bs, scale):
     _layout_ok(out["block_indices"], case)
 
 
+@pytest.mark.parametrize("lengths", [[], [0, 0]], ids=["no-sequences", "empty-sequences"])
+def test_no_tokens(lengths):
+    """T_q = 0: an empty block_indices, no launch. Regression (fuzz NSATopKVarlenFwd-1513008): the acceptance
+    check itself crashed on zero rows (``assert_selection`` reshaped an empty tensor with ``-1``)."""
+    SPEC.check(build_case(lengths, 16, 1, 64, torch.float16, 0.125, 4, 32, DEV))
+
+
 def test_all_candidates_fit():
     """S >= every token's candidate count: each token lists chunks 0..cur, no score is needed."""
     case = build_case([31, 64, 150], 16, 1, 64, torch.float16, 0.125, 16, 32, DEV, seed=2)

@@ -77,10 +77,12 @@ def nsa_compressed_fwd_kernel(
             l = l * alpha + tl.sum(p, axis=1)
             vt = tl.load(v_base + c[:, None].to(tl.int64) * stride_vc + dv[None, :],
                          mask=c_ok[:, None] & (dv < DV)[None, :], other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
+            # Rows that see no chunk of this tile (other sequences of the token tile, or not yet closed) keep
+            # their accumulator: their p is 0, but 0 · NaN = NaN would carry a NaN / inf of v_cmp into them.
+            acc = tl.where((c0 < nc)[:, None], acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt), acc)
             m = m_new
 
-    seen = l > 0
+    seen = l != 0  # l >= 0, or NaN (a NaN score or value): NaN must reach o and lse, not read as "no key"
     inv = tl.where(seen, 1.0 / tl.where(seen, l, 1.0), 0.0)
     o = acc * inv[:, None]
     lse = tl.where(seen, (m + tl.math.log2(tl.where(seen, l, 1.0))) * LN2, 0.0)

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import torch
 
-from attnops.attn_nsa._cases import assert_empty_rows_zero, seq_lengths, shrink_lengths
+from attnops.attn_nsa._cases import (
+    assert_empty_rows_zero,
+    fuzz_dtype,
+    fuzz_lengths,
+    head_slices,
+    seq_lengths,
+    shrink_lengths,
+)
 from attnops.attn_nsa._varlen import chunk_counts, varlen_metadata
 from attnops.kernel_utils import testing
 from attnops.kernel_utils.cost import Cost, attention_flops, nbytes, roof_for
 from attnops.kernel_utils.opspec import Case, OpSpec
+from attnops.kernel_utils.reliability import random_choice, random_int
 from attnops.kernel_utils.workloads import Workload, workloads_for
 
 from .op import nsa_compressed_varlen_fwd
@@ -43,6 +51,29 @@ def make_case(w: Workload, device, shrink: bool = False, seed: int = 0) -> Case:
     if shrink:
         lengths = shrink_lengths(lengths, bs)
     return build_case(lengths, h, h_kv, dk, dv, dtype, w.params["scale"], bs, device, seed, w.id)
+
+
+def fuzz(seed: int, device) -> Case:
+    """A random valid call: 0..4 sequences of lengths 0, 1, < bs, whole blocks or ragged (<= 160 tokens); bs 16 / 32
+    / 64; G 1..16 incl. non-powers of two; DK and DV drawn apart in [1, 256]; scale from DK^-1/2 / 4 to 4·DK^-1/2;
+    sometimes q and k_cmp / v_cmp as head slices of wider tensors."""
+    gen = testing.generator(seed)
+    dtype = fuzz_dtype(gen)
+    bs = random_choice(gen, [16, 32, 64])
+    g, h_kv = random_choice(gen, [1, 2, 3, 4, 5, 8, 16]), random_int(gen, 1, 2)
+    dk, dv = random_choice(gen, FUZZ_DIMS), random_choice(gen, FUZZ_DIMS)
+    scale = dk**-0.5 * random_choice(gen, [0.25, 1.0, 4.0])
+    lengths = fuzz_lengths(gen, bs, max_tokens=160)
+    case = build_case(lengths, g * h_kv, h_kv, dk, dv, dtype, scale, bs, device, seed, f"fuzz-{seed}")
+    a = case.inputs
+    if random_int(gen, 0, 1):
+        (a["q"],) = head_slices(a["q"])
+    if dk == dv and random_int(gen, 0, 1):
+        a["k_cmp"], a["v_cmp"] = head_slices(a["k_cmp"], a["v_cmp"])
+    return case
+
+
+FUZZ_DIMS = (1, 8, 40, 64, 72, 128, 192, 256)
 
 
 def pairs_and_rows(lengths, bs: int) -> tuple[int, int]:
@@ -90,4 +121,6 @@ SPEC = OpSpec(
     make_case=make_case,
     cost=cost,
     compare=compare,
+    fuzz=fuzz,
+    deterministic=True,  # no atomics: each (token tile, KV head) program reduces its chunks in a fixed order
 )

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from attnops.attn_nsa._cases import seq_lengths, shrink_lengths
+from attnops.attn_nsa._cases import fuzz_dtype, fuzz_lengths, head_slices, seq_lengths, shrink_lengths
 from attnops.attn_nsa._varlen import chunk_counts, varlen_metadata
 from attnops.kernel_utils import testing
 from attnops.kernel_utils.cost import Cost, nbytes, roof_for
 from attnops.kernel_utils.opspec import Case, OpSpec
+from attnops.kernel_utils.reliability import random_choice, random_int
 from attnops.kernel_utils.workloads import Workload, workloads_for
 
 from .op import nsa_topk_varlen_fwd
@@ -49,6 +50,27 @@ def make_case(w: Workload, device, shrink: bool = False, seed: int = 0) -> Case:
     return build_case(lengths, h, h_kv, d, dtype, w.params["scale"], selected, bs, device, seed, w.id)
 
 
+def fuzz(seed: int, device) -> Case:
+    """A random valid call: 0..4 sequences of lengths 0, 1, < bs, whole blocks or ragged (<= 200 tokens); bs 16 / 32
+    / 64; S in 1..16 (more or fewer than a sequence's candidates); G 1..16 incl. non-powers of two; D in [1, 256];
+    scale 1 or about D^-1/2; sometimes q and k_cmp as head slices of wider tensors."""
+    gen = testing.generator(seed)
+    dtype = fuzz_dtype(gen)
+    bs = random_choice(gen, [16, 32, 64])
+    g, h_kv = random_choice(gen, [1, 2, 3, 4, 6, 8, 16]), random_int(gen, 1, 2)
+    d = random_choice(gen, (1, 8, 40, 64, 72, 128, 192, 256))
+    selected = random_choice(gen, [1, 2, 3, 4, 5, 8, 16])
+    scale = random_choice(gen, [1.0, 0.125, d**-0.5])
+    lengths = fuzz_lengths(gen, bs, max_tokens=200)
+    case = build_case(lengths, g * h_kv, h_kv, d, dtype, scale, selected, bs, device, seed, f"fuzz-{seed}")
+    a = case.inputs
+    if random_int(gen, 0, 1):
+        (a["q"],) = head_slices(a["q"])
+    if random_int(gen, 0, 1):
+        (a["k_cmp"],) = head_slices(a["k_cmp"])
+    return case
+
+
 def scored_chunks(lengths, bs: int) -> int:
     """``Σ_n [ Σ_t floor((t+1)/bs) + Σ_t (floor(t/bs) + 1) ]``: lse pass plus selection pass."""
     total = 0
@@ -86,6 +108,10 @@ def assert_selection(name: str, idx: torch.Tensor, ref_idx: torch.Tensor, imp: t
         raise AssertionError(f"{name}: dtype {idx.dtype}, expected int32")
     pad = imp.shape[-1]
     idx, ref_idx = idx.cpu().long(), ref_idx.cpu().long()
+    if idx.shape != ref_idx.shape:
+        raise AssertionError(f"{name}: shape {tuple(idx.shape)}, expected {tuple(ref_idx.shape)}")
+    if idx.numel() == 0:  # no (token, KV head) rows (T_q = 0): nothing to rank, and no -1 row width to infer
+        return
     if bool((idx < -1).any()) or bool((idx >= pad).any()):
         raise AssertionError(f"{name}: ids outside [-1, {pad})")
     scores = imp.cpu().reshape(-1, pad)
@@ -110,4 +136,6 @@ SPEC = OpSpec(
     make_case=make_case,
     cost=cost,
     compare=compare,
+    fuzz=fuzz,
+    deterministic=True,  # no atomics: each (token tile, KV head) program ranks its chunks in a fixed order
 )

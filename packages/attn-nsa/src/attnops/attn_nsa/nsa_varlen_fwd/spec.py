@@ -6,11 +6,19 @@ import math
 
 import torch
 
-from attnops.attn_nsa._cases import assert_empty_rows_zero, seq_lengths, shrink_lengths
+from attnops.attn_nsa._cases import (
+    assert_empty_rows_zero,
+    fuzz_dtype,
+    fuzz_lengths,
+    head_slices,
+    seq_lengths,
+    shrink_lengths,
+)
 from attnops.attn_nsa._varlen import varlen_metadata
 from attnops.kernel_utils import testing
 from attnops.kernel_utils.cost import Cost, attention_flops, nbytes, roof_for
 from attnops.kernel_utils.opspec import Case, OpSpec
+from attnops.kernel_utils.reliability import random_choice, random_int
 from attnops.kernel_utils.workloads import Workload, workloads_for
 
 from .op import nsa_varlen_fwd
@@ -81,6 +89,35 @@ def make_case(w: Workload, device, shrink: bool = False, seed: int = 0) -> Case:
                       seed, w.id)
 
 
+def fuzz(seed: int, device) -> Case:
+    """A random valid call: 0..4 sequences of lengths 0, 1, < bs, whole blocks or ragged (<= 96 tokens); bs 16 / 32
+    / 64; causal or not; G 1..16 incl. non-powers of two; D in [1, 128]; SEL 0..8. The page's selection generator,
+    padded with −1, T_q or a block past every sequence, then some slots overwritten with any id in [−1, blocks + 1]
+    (future blocks, blocks past the sequence, repeated ids: the spec defines them) and some block_counts set to 0
+    (empty selections); sometimes q, k, v as head slices of one packed qkv tensor."""
+    gen = testing.generator(seed)
+    dtype = fuzz_dtype(gen)
+    bs = random_choice(gen, [16, 32, 64])
+    g, h_kv = random_choice(gen, [1, 2, 3, 4, 5, 8, 16]), random_int(gen, 1, 2)
+    d = random_choice(gen, (1, 8, 40, 64, 72, 96, 128))
+    sel = random_choice(gen, [0, 1, 2, 3, 4, 5, 8])
+    causal = bool(random_int(gen, 0, 1))
+    lengths = fuzz_lengths(gen, bs, max_tokens=96 // h_kv)
+    blocks = max([math.ceil(n / bs) for n in lengths], default=0)
+    pad = random_choice(gen, [-1, None, blocks + 1])
+    scale = d**-0.5 * random_choice(gen, [0.25, 1.0, 4.0])
+    case = build_case(lengths, g * h_kv, h_kv, d, dtype, sel, bs, causal, scale, device, seed, f"fuzz-{seed}", pad)
+    a = case.inputs
+    ids, counts = a["block_indices"].cpu(), a["block_counts"].cpu()
+    odd = torch.rand(ids.shape, generator=gen) < 0.2
+    ids[odd] = torch.randint(-1, blocks + 2, ids.shape, generator=gen, dtype=ids.dtype)[odd]
+    counts[torch.rand(counts.shape, generator=gen) < 0.15] = 0
+    a["block_indices"], a["block_counts"] = ids.to(device), counts.to(device)
+    if random_int(gen, 0, 1):
+        a["q"], a["k"], a["v"] = head_slices(a["q"], a["k"], a["v"])
+    return case
+
+
 def collected_keys(case: Case) -> tuple[int, int, int]:
     """(keys scored summed over (token, KV head), (token, KV head) pairs with >= 1 key, distinct (KV head, row)
     pairs read) for this case's selection."""
@@ -147,4 +184,6 @@ SPEC = OpSpec(
     make_case=make_case,
     cost=cost,
     compare=compare,
+    fuzz=fuzz,
+    deterministic=True,  # no atomics: one program per (token, KV head) walks its slots in order
 )
