@@ -99,7 +99,7 @@ def test_importance_reference_matches_naive_rule():
     imp = nsa_topk_importance(a["q"], a["k_cmp"], a["offsets"], a["chunk_offsets"], a["scale"], a["bs"])
     t, g = 80, 16  # token 80 (bs 16): closed chunks 0..4, current chunk 5
     for kv in range(2):
-        expect = torch.zeros(6, dtype=torch.float64)
+        expect = torch.zeros(6, dtype=torch.float64, device=imp.device)
         for hh in range(kv * g, (kv + 1) * g):
             qs = (a["q"][t, hh].float() * a["scale"]).half().double()
             s = torch.stack([qs @ a["k_cmp"][c, kv].double() for c in range(6)])
