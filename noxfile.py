@@ -56,8 +56,7 @@ def tests(session: nox.Session):
 def fuzz(session: nox.Session):
     """Many more seeded fuzz cases per op than CI runs (ATTNOPS_FUZZ_CASES, default 500)."""
     _install(session, *TEST)
-    paths = [f"packages/{p}/tests/test_reliability.py" for p in _chosen(session, FAMILIES)]
-    paths = [p for p in paths if Path(p).exists()]
+    paths = [str(t) for p in _chosen(session, FAMILIES) for t in Path(f"packages/{p}/tests").glob("test_*reliability.py")]
     cases = os.environ.get("ATTNOPS_FUZZ_CASES", "500")
     session.run("python", "-m", "pytest", "-q", "-n", "2", "-k", "fuzz", *paths, env={"ATTNOPS_FUZZ_CASES": cases})
 
