@@ -4,7 +4,8 @@
 * every op folder (one holding ``op.py``) has ``__init__``, ``kernel``, ``op``, ``reference`` and ``spec``
   modules, a ``tests/test_<op>.py`` and a ``docs/ops/<op>.md``;
 * ``kernel.py`` files are Triton only (no torch import); families never import each other; nothing under
-  ``packages/`` imports ``benchmarks`` or a peer library.
+  ``packages/`` imports ``benchmarks`` or a peer library;
+* test module names are unique across packages (pytest imports them by basename).
 """
 
 from __future__ import annotations
@@ -19,8 +20,21 @@ OP_FILES = ("__init__.py", "kernel.py", "op.py", "reference.py", "spec.py")
 PEERS = ("vllm", "flashinfer", "flash_attn", "vllm_flash_attn", "vllm_flashmla", "deep_gemm", "fla", "benchmarks")
 
 
-def problems() -> list[str]:
+def duplicate_test_modules() -> list[str]:
+    """pytest's default import mode needs test module basenames unique across the packages."""
+    seen: dict[str, Path] = {}
     found = []
+    for test in sorted((ROOT / "packages").glob("*/tests/*.py")):
+        if test.name == "conftest.py":
+            continue
+        if test.name in seen:
+            found.append(f"{test.relative_to(ROOT)}: same module name as {seen[test.name].relative_to(ROOT)}")
+        seen[test.name] = test
+    return found
+
+
+def problems() -> list[str]:
+    found = duplicate_test_modules()
     for pkg_dir in sorted((ROOT / "packages").iterdir()):
         if not pkg_dir.is_dir():
             continue
