@@ -184,6 +184,19 @@ def test_empty_batch_and_empty_keys():
     SPEC.check(make_case(DECODE, DEV, shrink=True, seed=12, s_q=3, s_kv=0, head_dim=64, is_causal=False))
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_nan_key_gives_nan_rows_in_kernel_and_reference():
+    """A NaN in k[b, j, g] makes o NaN for every row of batch element b that sees key j, on the heads of KV head g,
+    in the kernel and in the reference (found by test_attn_core_reliability.py: the reference's ``z > 0`` test
+    turned a NaN softmax denominator into p = 0, so it returned zeros there)."""
+    case = make_case(DECODE, DEV, shrink=True, seed=13, batch=2, s_q=5, s_kv=9, heads=(4, 2), head_dim=64)
+    case.inputs["k"][1, 0, 0, 3] = float("nan")  # key 0: seen by every row (bottom-right causal)
+    for who, fn in (("kernel", SPEC.fn), ("reference", SPEC.reference)):
+        o = case.fresh().run(fn)["o"]
+        assert bool(o[1, :, :2].isnan().all()), f"{who}: NaN key did not give NaN rows"
+        assert not bool(o[0].isnan().any()) and not bool(o[1, :, 2:].isnan().any()), f"{who}: NaN spread"
+
+
 GPU_SWEEP = [(dt, d) for dt in ("f16", "fp8") for d in (64, 128, 256, 512)] + [("bf16", 128)]
 
 

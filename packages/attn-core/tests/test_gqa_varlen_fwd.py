@@ -129,6 +129,21 @@ def test_host_length_bounds(bounds):
     SPEC.check(case)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_nan_key_gives_nan_rows_in_kernel_and_reference():
+    """A NaN in one request's key makes o NaN for that request's rows that see it, on the heads of its KV head, in
+    the kernel and in the reference (found by test_attn_core_reliability.py: the reference's ``z > 0`` test turned
+    a NaN softmax denominator into p = 0, so it returned zeros there)."""
+    case = make_case(UNIFORM, DEV, seed=14, q_lens=[3, 4, 2], kv_lens=[7, 12, 5], heads=(4, 2), head_dim=64,
+                     with_sinks=False)
+    case.inputs["k"][7, 1, 3] = float("nan")  # request 1, key 0: seen by every row (bottom-right causal)
+    for who, fn in (("kernel", SPEC.fn), ("reference", SPEC.reference)):
+        o = case.fresh().run(fn)["o"]
+        assert bool(o[3:7, 2:].isnan().all()), f"{who}: NaN key did not give NaN rows"
+        o[3:7, 2:] = 0
+        assert not bool(o.isnan().any()), f"{who}: NaN spread"
+
+
 def test_config_that_does_not_fit_falls_through(monkeypatch):
     """A config the GPU cannot hold (OutOfResources, raised before anything runs) hands over to the next."""
     import triton

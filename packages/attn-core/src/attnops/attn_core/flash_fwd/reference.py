@@ -97,7 +97,8 @@ def attend_request(
         if sinks is not None:
             z = z + torch.exp(sink - m)
         empty = ~vis.any(-1)  # [q_len]
-        p = torch.where(z > 0, e / torch.where(z > 0, z, torch.ones_like(z)), torch.zeros_like(e))
+        # z = 0 only where every e is 0 (p = 0 then); a NaN z (a NaN score) must stay NaN, not become p = 0
+        p = e / torch.where(z > 0, z, torch.ones_like(z))
         o = torch.matmul(p.to(compute_dtype), vc[:, g][None]).float()  # [G, q_len, D]
         o[:, empty] = 0.0
         out[:, heads] = o.transpose(0, 1)

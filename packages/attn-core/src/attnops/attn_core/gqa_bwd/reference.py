@@ -80,3 +80,25 @@ def gqa_bwd_ref(q, k, v, o, do, lse, *, is_causal=True, sm_scale=None, compute_d
             gq, gk, gv = torch.autograd.grad(ob, (qb, kb, vb), do[b].to(compute_dtype))
         dq[b], dk[b], dv[b] = gq.to(out_dt), gk.to(out_dt), gv.to(out_dt)
     return dq, dk, dv
+
+
+def gqa_bwd_closed_form(q, k, v, o, do, lse, *, is_causal=True, sm_scale=None, compute_dtype=torch.float32):
+    """The spec's closed form from the given forward, as the kernel computes it (fp32 or fp64 throughout):
+    ``P = 2^(s·log2 e − lse2)``, ``Δ = rowsum(o·dO)``, ``dS = P(dP − Δ)``, dK / dV summed over the G heads. Unlike
+    :func:`gqa_bwd_ref` it reads ``o`` and ``lse``: with a 16-bit ``o`` it gives the exact gradients of the inputs the
+    kernel was handed (``compare`` falls back to it when the rounding of ``o`` dominates)."""
+    B, S_q, H, D = q.shape
+    S_kv, H_kv = k.shape[1], k.shape[2]
+    G = H // H_kv
+    scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
+    q, k, v, o, do, lse = (x.to(compute_dtype) for x in (q, k, v, o, do, lse))
+    vis = visible_mask(S_q, S_kv, is_causal, q.device)
+    ke, ve = k.repeat_interleave(G, 2), v.repeat_interleave(G, 2)
+    s = torch.einsum("bihd,bjhd->bhij", q, ke) * scale
+    p = torch.where(vis, torch.exp2(s * LOG2E - lse[..., None]), 0.0)
+    delta = (o * do).sum(-1).transpose(1, 2)  # [B, H, S_q]
+    ds = p * (torch.einsum("bihd,bjhd->bhij", do, ve) - delta[..., None])
+    dq = scale * torch.einsum("bhij,bjhd->bihd", ds, ke)
+    dk = scale * torch.einsum("bhij,bihd->bjhd", ds, q).unflatten(2, (H_kv, G)).sum(3)
+    dv = torch.einsum("bhij,bihd->bjhd", p, do).unflatten(2, (H_kv, G)).sum(3)
+    return dq, dk, dv
