@@ -56,7 +56,9 @@ def tests(session: nox.Session):
 def fuzz(session: nox.Session):
     """Many more seeded fuzz cases per op than CI runs (ATTNOPS_FUZZ_CASES, default 500)."""
     _install(session, *TEST)
-    paths = [str(t) for p in _chosen(session, FAMILIES) for t in Path(f"packages/{p}/tests").glob("test_*reliability.py")]
+    # Reliability files, plus the op test files that hold their own fuzz tests (attn-core's forward ops).
+    tests = [Path(f"packages/{p}/tests") for p in _chosen(session, FAMILIES)]
+    paths = [str(t) for d in tests for t in sorted(d.glob("test_*.py")) if "def test_fuzz" in t.read_text()]
     cases = os.environ.get("ATTNOPS_FUZZ_CASES", "500")
     session.run("python", "-m", "pytest", "-q", "-n", "2", "-k", "fuzz", *paths, env={"ATTNOPS_FUZZ_CASES": cases})
 

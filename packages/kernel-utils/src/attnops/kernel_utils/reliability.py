@@ -1,4 +1,4 @@
-"""Reliability checks every family runs over its ops (``tests/test_reliability.py``): seeded fuzzing against
+"""Reliability checks every family runs over its ops (``tests/test_<family>_reliability.py``): seeded fuzzing against
 the reference and bitwise determinism. ``ATTNOPS_FUZZ_CASES`` raises the number of fuzz cases per op (CI
 runs a few; ``nox -s fuzz`` and the GPU run many)."""
 
