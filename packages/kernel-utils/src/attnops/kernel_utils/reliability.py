@@ -5,6 +5,7 @@ runs a few; ``nox -s fuzz`` and the GPU run many)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import torch
 
@@ -26,6 +27,16 @@ def run_fuzz_case(spec: OpSpec, seed: int) -> Case:
     case = spec.fuzz(seed, runtime.device())
     spec.check(case)
     return case
+
+
+def first_fuzz_case(spec: OpSpec, wanted: Callable[[Case], bool], tries: int = 1000) -> Case:
+    """The first fuzz case (seeds 0, 1, ...) for which ``wanted(case)`` holds: a reproducible case with the
+    structure a test needs (several requests, several key blocks ...)."""
+    for seed in range(tries):
+        case = spec.fuzz(seed, runtime.device())
+        if wanted(case):
+            return case
+    raise AssertionError(f"{spec.name}: no fuzz case in {tries} seeds has the wanted structure")
 
 
 def assert_deterministic(spec: OpSpec, case: Case):
