@@ -3,6 +3,7 @@ slot validity (padding, −1, future rows, repeats), empty rows, strides, groups
 
 import pytest
 import torch
+from mla_testlib import every_config, pinned
 
 from attnops.attn_mla import dsa_decode_with_kvcache_fwd
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op
@@ -31,45 +32,24 @@ def test_seed_row_full_size(w):
     SPEC.check(make_case(w, DEV, shrink=False, seed=7))
 
 
-def _check_with(case: Case, config):
-    ours = case.fresh().run(dsa_op.with_config(config, poison=True))
-    SPEC.compare(ours, case.fresh().run(SPEC.reference), case)
-
-
-def _check_views(case: Case):
-    """Like ``SPEC.check`` but our op runs on the case's own (strided) views: ``fresh()`` clones, which
-    would make them dense."""
-    ours = case.run(SPEC.fn)
-    SPEC.compare(ours, case.fresh().run(SPEC.reference), case)
-
-
-def _check_every_config(case: Case, op_module):
-    """Each of ``op_module.CONFIGS`` against one reference of ``case``; the failure names the config."""
-    expected = case.fresh().run(SPEC.reference)
-    for name, config in op_module.CONFIGS.items():
-        ours = case.fresh().run(op_module.with_config(config, poison=True))
-        try:
-            SPEC.compare(ours, expected, case)
-        except AssertionError as e:
-            raise AssertionError(f"config {name}: {e}") from None
-
-
 @pytest.mark.parametrize("name", sorted(dsa_op.CONFIGS))
 def test_every_config_shrunk(name):
-    _check_with(make_case(F16_ROW, DEV, shrink=True, seed=3), dsa_op.CONFIGS[name])
+    SPEC.check(make_case(F16_ROW, DEV, shrink=True, seed=3), pinned(dsa_op, dsa_op.CONFIGS[name]))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("row", ["ds-v32-kv4k/f16", "ds-v32-kv2k/bf16", "mla-d576-h128-kv32k/bf16",
-                                 "mla-d512-h64-kv8k/bf16"])
+@pytest.mark.parametrize(
+    "row", ["ds-v32-kv4k/f16", "ds-v32-kv2k/bf16", "mla-d576-h128-kv32k/bf16", "mla-d512-h64-kv8k/bf16"]
+)
 def test_every_config_full_size(row):
     """Every config on 576- and 512-wide rows, H = 128 (two head blocks) and H = 64, mostly-padded index
     rows (kv4k); one reference per row."""
-    _check_every_config(make_case(ROWS[row], DEV, shrink=False, seed=5), dsa_op)
+    SPEC.check_each(make_case(ROWS[row], DEV, shrink=False, seed=5), every_config(dsa_op))
 
 
-def _case(indices, *, s_kv=48, h=16, h_kv=1, d=64, tail=16, q_start=40, stride=1, dtype=torch.float16,
-          seed=0, **params) -> Case:
+def _case(
+    indices, *, s_kv=48, h=16, h_kv=1, d=64, tail=16, q_start=40, stride=1, dtype=torch.float16, seed=0, **params
+) -> Case:
     gen = testing.generator(seed)
     indices = torch.as_tensor(indices, dtype=torch.int32)
     b, s = indices.shape[:2]
@@ -138,7 +118,7 @@ def test_batch_of_two_with_strided_kv():
     wide = testing.randn((2, 48, 1, 160), torch.float16, DEV, gen)
     case.inputs["kv"] = wide[..., :80]
     assert case.inputs["kv"].stride(1) == 160
-    _check_views(case)
+    SPEC.check(case, keep_views=True)
 
 
 def _bad(**changes):
@@ -156,8 +136,11 @@ BAD_INPUTS = {
     "kv dtype differs": (lambda: _bad(kv=_t(1, 48, 1, 80, dtype=torch.bfloat16)), TypeError, "kv: expected dtype"),
     "indices dtype": (lambda: _bad(indices=_i(1, 1, 1, 4).long()), TypeError, "indices: expected dtype int32"),
     "indices kv heads": (lambda: _bad(indices=_i(1, 1, 2, 4)), ValueError, "indices: expected shape"),
-    "kv heads do not divide": (lambda: _bad(kv=_t(1, 48, 3, 80), indices=_i(1, 1, 3, 4)), ValueError,
-                               "kv: KV heads H_kv = 3 must divide"),
+    "kv heads do not divide": (
+        lambda: _bad(kv=_t(1, 48, 3, 80), indices=_i(1, 1, 3, 4)),
+        ValueError,
+        "kv: KV heads H_kv = 3 must divide",
+    ),
     "no slots": (lambda: _bad(indices=_i(1, 1, 1, 0)), ValueError, "indices: the number of slots K"),
     "value width": (lambda: _bad(dim_tail=32), ValueError, "dim_tail: q width 80"),
     "q_start rule": (lambda: _bad(q_start_index_s=1), ValueError, "q_start_index_s: must exceed stride_kv"),
@@ -178,5 +161,6 @@ def test_custom_op_schema_and_fake():
     """torch.ops.attnops.dsa_decode_with_kvcache_fwd: schema and fake implementation agree with the kernel."""
     a = _case([[[[3, 1, 2, 48]]]], seed=10).inputs
     args = (a["q"], a["kv"], a["indices"], 16, 1, 40, 80**-0.5, True)
-    torch.library.opcheck(torch.ops.attnops.dsa_decode_with_kvcache_fwd, args,
-                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(
+        torch.ops.attnops.dsa_decode_with_kvcache_fwd, args, test_utils=("test_schema", "test_faketensor")
+    )

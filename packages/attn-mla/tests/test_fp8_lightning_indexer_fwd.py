@@ -3,6 +3,7 @@ windows, groups, strides, bad input."""
 
 import pytest
 import torch
+from mla_testlib import every_config, pinned
 
 from attnops.attn_mla import fp8_lightning_indexer_fwd
 from attnops.attn_mla.fp8_lightning_indexer_fwd import op as indexer_op
@@ -14,8 +15,12 @@ from attnops.kernel_utils.opspec import Case
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
 # One row per kernel variant: bf16 D=64, fp8 D=64 with scale, fp8 D=128 with scale, a single query row.
-VARIANTS = ["chunk-prefill/bf16", "chunk-prefill-kscale/fp8e4m3", "index-q2048-ctx8192/fp8e4m3",
-            "ds-v32-decode-b1/fp8e4m3"]
+VARIANTS = [
+    "chunk-prefill/bf16",
+    "chunk-prefill-kscale/fp8e4m3",
+    "index-q2048-ctx8192/fp8e4m3",
+    "ds-v32-decode-b1/fp8e4m3",
+]
 
 
 @pytest.mark.parametrize(
@@ -35,40 +40,20 @@ def test_seed_row_full_size(w):
     SPEC.check(make_case(w, DEV, shrink=False, seed=7))
 
 
-def _check_with(case: Case, config):
-    ours = case.fresh().run(indexer_op.with_config(config, poison=True))
-    SPEC.compare(ours, case.fresh().run(SPEC.reference), case)
-
-
-def _check_views(case: Case):
-    """Like ``SPEC.check`` but our op runs on the case's own (strided) views: ``fresh()`` clones, which
-    would make them dense."""
-    ours = case.run(SPEC.fn)
-    SPEC.compare(ours, case.fresh().run(SPEC.reference), case)
-
-
-def _check_every_config(case: Case, op_module):
-    """Each of ``op_module.CONFIGS`` against one reference of ``case``; the failure names the config."""
-    expected = case.fresh().run(SPEC.reference)
-    for name, config in op_module.CONFIGS.items():
-        ours = case.fresh().run(op_module.with_config(config, poison=True))
-        try:
-            SPEC.compare(ours, expected, case)
-        except AssertionError as e:
-            raise AssertionError(f"config {name}: {e}") from None
-
-
 @pytest.mark.parametrize("name", sorted(indexer_op.CONFIGS))
 def test_every_config_shrunk(name):
     """Each launch config (the H200 ones too, through the interpreter) on a shrunk fp8 row with scales."""
-    _check_with(make_case(ROWS["chunk-prefill-kscale/fp8e4m3"], DEV, shrink=True, seed=3), indexer_op.CONFIGS[name])
+    SPEC.check(
+        make_case(ROWS["chunk-prefill-kscale/fp8e4m3"], DEV, shrink=True, seed=3),
+        pinned(indexer_op, indexer_op.CONFIGS[name]),
+    )
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("row", VARIANTS)
 def test_every_config_full_size(row):
     """Every config on one row per kernel variant; one reference per row."""
-    _check_every_config(make_case(ROWS[row], DEV, shrink=False, seed=5), indexer_op)
+    SPEC.check_each(make_case(ROWS[row], DEV, shrink=False, seed=5), every_config(indexer_op))
 
 
 def _case(b=1, s=20, s_kv=90, h=4, g=1, d=64, dtype=E4M3, ks=None, ke=None, scale=True, seed=0) -> Case:
@@ -119,7 +104,7 @@ def test_strided_keys_and_queries():
     long_q = testing.randn((1, 30, 4, 64), E4M3, DEV, gen)
     case.inputs["index_k"], case.inputs["index_q"] = wide_k[..., 64:], long_q[:, 7:19]
     assert case.inputs["index_k"].stride(1) == 128
-    _check_views(case)
+    SPEC.check(case, keep_views=True)
 
 
 def _bad(**changes):
@@ -133,25 +118,46 @@ _q = lambda *shape, dtype=E4M3: torch.zeros(shape, device=DEV).to(dtype)
 
 BAD_INPUTS = {
     "q dtype f16": (lambda: _bad(index_q=_q(1, 4, 4, 64, dtype=torch.float16)), TypeError, "index_q: expected dtype"),
-    "k dtype differs": (lambda: _bad(index_k=_q(1, 16, 1, 64, dtype=torch.bfloat16)), TypeError,
-                        "index_k: expected dtype float8_e4m3fn"),
+    "k dtype differs": (
+        lambda: _bad(index_k=_q(1, 16, 1, 64, dtype=torch.bfloat16)),
+        TypeError,
+        "index_k: expected dtype float8_e4m3fn",
+    ),
     "k head dim": (lambda: _bad(index_k=_q(1, 16, 1, 32)), ValueError, "index_k: expected shape"),
-    "groups do not divide heads": (lambda: _bad(index_k=_q(1, 16, 3, 64), index_k_scale=_f32(1, 16, 3)),
-                                   ValueError, "index_k: key groups G = 3 must divide"),
-    "head dim not a power of two": (lambda: _bad(index_q=_q(1, 4, 4, 48), index_k=_q(1, 16, 1, 48)), ValueError,
-                                    "index_q: head dim must be a power of two"),
-    "fp8 head dim 16": (lambda: _bad(index_q=_q(1, 4, 4, 16), index_k=_q(1, 16, 1, 16)), ValueError,
-                        "index_q: an fp8 head dim must be at least 32"),
+    "groups do not divide heads": (
+        lambda: _bad(index_k=_q(1, 16, 3, 64), index_k_scale=_f32(1, 16, 3)),
+        ValueError,
+        "index_k: key groups G = 3 must divide",
+    ),
+    "head dim not a power of two": (
+        lambda: _bad(index_q=_q(1, 4, 4, 48), index_k=_q(1, 16, 1, 48)),
+        ValueError,
+        "index_q: head dim must be a power of two",
+    ),
+    "fp8 head dim 16": (
+        lambda: _bad(index_q=_q(1, 4, 4, 16), index_k=_q(1, 16, 1, 16)),
+        ValueError,
+        "index_q: an fp8 head dim must be at least 32",
+    ),
     "weights shape": (lambda: _bad(weights=_f32(4, 5)), ValueError, "weights: expected shape"),
     "weights dtype": (lambda: _bad(weights=_f32(4, 4).half()), TypeError, "weights: expected dtype float32"),
-    "ks dtype": (lambda: _bad(cu_seqlen_ks=torch.zeros(4, dtype=torch.int64, device=DEV)), TypeError,
-                 "cu_seqlen_ks: expected dtype int32"),
-    "ke length": (lambda: _bad(cu_seqlen_ke=torch.zeros(5, dtype=torch.int32, device=DEV)), ValueError,
-                  "cu_seqlen_ke: expected shape"),
+    "ks dtype": (
+        lambda: _bad(cu_seqlen_ks=torch.zeros(4, dtype=torch.int64, device=DEV)),
+        TypeError,
+        "cu_seqlen_ks: expected dtype int32",
+    ),
+    "ke length": (
+        lambda: _bad(cu_seqlen_ke=torch.zeros(5, dtype=torch.int32, device=DEV)),
+        ValueError,
+        "cu_seqlen_ke: expected shape",
+    ),
     "scale shape": (lambda: _bad(index_k_scale=_f32(1, 15, 1)), ValueError, "index_k_scale: expected shape"),
     "negative scale": (lambda: _bad(index_k_scale=-_f32(1, 16, 1)), ValueError, "index_k_scale: must be >= 0"),
-    "q heads not contiguous": (lambda: _bad(index_q=_q(1, 4, 64, 4).transpose(2, 3)), ValueError,
-                               "index_q: the last 2 dims must be contiguous"),
+    "q heads not contiguous": (
+        lambda: _bad(index_q=_q(1, 4, 64, 4).transpose(2, 3)),
+        ValueError,
+        "index_q: the last 2 dims must be contiguous",
+    ),
 }
 
 
@@ -166,5 +172,6 @@ def test_custom_op_schema_and_fake():
     """torch.ops.attnops.fp8_lightning_indexer_fwd: schema and fake implementation agree with the kernel."""
     a = _case(s=6, s_kv=40, dtype=torch.bfloat16, seed=10).inputs  # schema check cannot compare fp8 on CPU
     args = (a["index_q"], a["index_k"], a["weights"], a["cu_seqlen_ks"], a["cu_seqlen_ke"], a["index_k_scale"], True)
-    torch.library.opcheck(torch.ops.attnops.fp8_lightning_indexer_fwd, args,
-                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(
+        torch.ops.attnops.fp8_lightning_indexer_fwd, args, test_utils=("test_schema", "test_faketensor")
+    )

@@ -3,6 +3,7 @@ split-KV path, grouped KV heads, the fused-cache layout, edge cases, bad input."
 
 import pytest
 import torch
+from mla_testlib import every_config, pinned
 
 from attnops.attn_mla import mla_decode_with_kvcache_fwd
 from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op
@@ -31,33 +32,10 @@ def test_seed_row_full_size(w):
     SPEC.check(make_case(w, DEV, shrink=False, seed=7))
 
 
-def _check_with(case: Case, config, num_splits=None):
-    ours = case.fresh().run(mla_op.with_config(config, poison=True, num_splits=num_splits))
-    SPEC.compare(ours, case.fresh().run(SPEC.reference), case)
-
-
-def _check_views(case: Case):
-    """Like ``SPEC.check`` but our op runs on the case's own (strided) views: ``fresh()`` clones, which
-    would make them dense."""
-    ours = case.run(SPEC.fn)
-    SPEC.compare(ours, case.fresh().run(SPEC.reference), case)
-
-
-def _check_every_config(case: Case, op_module):
-    """Each of ``op_module.CONFIGS`` against one reference of ``case``; the failure names the config."""
-    expected = case.fresh().run(SPEC.reference)
-    for name, config in op_module.CONFIGS.items():
-        ours = case.fresh().run(op_module.with_config(config, poison=True))
-        try:
-            SPEC.compare(ours, expected, case)
-        except AssertionError as e:
-            raise AssertionError(f"config {name}: {e}") from None
-
-
 @pytest.mark.parametrize("name", sorted(mla_op.CONFIGS))
 def test_every_config_shrunk(name):
     """Each launch config (the H200 ones through the interpreter: 64-head blocks, padded)."""
-    _check_with(make_case(F16_ROW, DEV, shrink=True, seed=3), mla_op.CONFIGS[name])
+    SPEC.check(make_case(F16_ROW, DEV, shrink=True, seed=3), pinned(mla_op, mla_op.CONFIGS[name]))
 
 
 @pytest.mark.gpu
@@ -65,20 +43,24 @@ def test_every_config_shrunk(name):
 def test_every_config_full_size(row):
     """Every config on a single request (many splits), a long context (splits + combine), a full batch (no
     split) and H = 64; one reference per row."""
-    _check_every_config(make_case(ROWS[row], DEV, shrink=False, seed=5), mla_op)
+    SPEC.check_each(make_case(ROWS[row], DEV, shrink=False, seed=5), every_config(mla_op))
 
 
 @pytest.mark.parametrize("num_splits", [2, 3, 5])
 def test_split_kv_and_combine(num_splits):
     """Keys spread over several programs, merged by the combine kernel (uneven last split)."""
-    _check_with(make_case(F16_ROW, DEV, shrink=True, seed=4), mla_op.pick_config(), num_splits)
+    SPEC.check(
+        make_case(F16_ROW, DEV, shrink=True, seed=4), pinned(mla_op, mla_op.pick_config(), num_splits=num_splits)
+    )
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("num_splits", [2, 7, 64])
 def test_split_kv_and_combine_bf16(num_splits):
-    _check_with(make_case(ROWS["ds-v3-single-request/bf16"], DEV, shrink=False, seed=4), mla_op.pick_config(),
-                num_splits)
+    SPEC.check(
+        make_case(ROWS["ds-v3-single-request/bf16"], DEV, shrink=False, seed=4),
+        pinned(mla_op, mla_op.pick_config(), num_splits=num_splits),
+    )
 
 
 def _case(b=2, h=16, n_kv=40, h_kv=1, d=512, pe=64, dtype=torch.float16, seed=0) -> Case:
@@ -110,7 +92,7 @@ def test_fused_cache_views():
     case.inputs["k"], case.inputs["k_pe"] = cache[..., :512], cache[..., 512:]
     case.inputs["q"] = case.inputs["q"] * 2
     assert case.inputs["k"].stride(1) == 576
-    _check_views(case)
+    SPEC.check(case, keep_views=True)
 
 
 def test_single_key():
@@ -133,16 +115,28 @@ _t = lambda *shape, dtype=torch.float16: torch.zeros(shape, dtype=dtype, device=
 
 BAD_INPUTS = {
     "q dtype": (lambda: _bad(q=_t(1, 16, 512, dtype=torch.float32)), TypeError, "q: expected dtype"),
-    "q_pe dtype differs": (lambda: _bad(q_pe=_t(1, 16, 64, dtype=torch.bfloat16)), TypeError,
-                           "q_pe: expected dtype float16"),
+    "q_pe dtype differs": (
+        lambda: _bad(q_pe=_t(1, 16, 64, dtype=torch.bfloat16)),
+        TypeError,
+        "q_pe: expected dtype float16",
+    ),
     "k latent width": (lambda: _bad(k=_t(1, 8, 1, 256)), ValueError, "k: expected shape"),
     "k_pe length": (lambda: _bad(k_pe=_t(1, 9, 1, 64)), ValueError, "k_pe: expected shape"),
-    "kv heads do not divide": (lambda: _bad(k=_t(1, 8, 3, 512), k_pe=_t(1, 8, 3, 64)), ValueError,
-                               "k: KV heads H_kv = 3 must divide"),
-    "latent width not a power of two": (lambda: _bad(q=_t(1, 16, 384), k=_t(1, 8, 1, 384)), ValueError,
-                                        "q: the latent width D must be a power of two"),
-    "k last dim strided": (lambda: _bad(k=_t(1, 8, 1, 1024)[..., ::2]), ValueError,
-                           "k: the last 1 dims must be contiguous"),
+    "kv heads do not divide": (
+        lambda: _bad(k=_t(1, 8, 3, 512), k_pe=_t(1, 8, 3, 64)),
+        ValueError,
+        "k: KV heads H_kv = 3 must divide",
+    ),
+    "latent width not a power of two": (
+        lambda: _bad(q=_t(1, 16, 384), k=_t(1, 8, 1, 384)),
+        ValueError,
+        "q: the latent width D must be a power of two",
+    ),
+    "k last dim strided": (
+        lambda: _bad(k=_t(1, 8, 1, 1024)[..., ::2]),
+        ValueError,
+        "k: the last 1 dims must be contiguous",
+    ),
     "q_pe batch": (lambda: _bad(q_pe=_t(2, 16, 64)), ValueError, "q_pe: expected shape"),
 }
 
@@ -157,5 +151,8 @@ def test_bad_input_is_rejected_before_launch(name):
 def test_custom_op_schema_and_fake():
     """torch.ops.attnops.mla_decode_with_kvcache_fwd: schema and fake implementation agree with the kernel."""
     a = _case(b=1, n_kv=20, seed=10).inputs
-    torch.library.opcheck(torch.ops.attnops.mla_decode_with_kvcache_fwd, (a["q"], a["q_pe"], a["k"], a["k_pe"]),
-                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(
+        torch.ops.attnops.mla_decode_with_kvcache_fwd,
+        (a["q"], a["q_pe"], a["k"], a["k_pe"]),
+        test_utils=("test_schema", "test_faketensor"),
+    )

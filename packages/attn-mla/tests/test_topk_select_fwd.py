@@ -3,6 +3,7 @@ strided and grouped scores, bad input."""
 
 import pytest
 import torch
+from mla_testlib import every_config, pinned
 
 from attnops.attn_mla import topk_select_fwd
 from attnops.attn_mla.topk_select_fwd import op as topk_op
@@ -31,41 +32,28 @@ def test_seed_row_full_size(w):
     SPEC.check(make_case(w, DEV, shrink=False, seed=7))
 
 
-def _check_with(case: Case, config) -> torch.Tensor:
-    ours = case.fresh().run(topk_op.with_config(config, poison=True))
-    SPEC.compare(ours, case.fresh().run(SPEC.reference), case)
-    return ours["indexes"]
-
-
-def _check_every_config(case: Case, op_module):
-    """Each of ``op_module.CONFIGS`` against one reference of ``case``; the failure names the config."""
-    expected = case.fresh().run(SPEC.reference)
-    for name, config in op_module.CONFIGS.items():
-        ours = case.fresh().run(op_module.with_config(config, poison=True))
-        try:
-            SPEC.compare(ours, expected, case)
-        except AssertionError as e:
-            raise AssertionError(f"config {name}: {e}") from None
-
-
 @pytest.mark.parametrize("name", sorted(topk_op.CONFIGS))
 def test_every_config_shrunk(name):
     """Each launch config (the H200 one included) on a shrunk row."""
-    _check_with(make_case(ROWS["ds-v32-topk-decode-b1"], DEV, shrink=True, seed=5), topk_op.CONFIGS[name])
+    SPEC.check(
+        make_case(ROWS["ds-v32-topk-decode-b1"], DEV, shrink=True, seed=5), pinned(topk_op, topk_op.CONFIGS[name])
+    )
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("w", SPEC.workloads, ids=lambda w: w.id)
 def test_every_config_full_size(w):
     """Every config on the full rows (8.6 GB of scores); one reference per row (a loop of 32768 sorts)."""
-    _check_every_config(make_case(w, DEV, shrink=False, seed=11), topk_op)
+    SPEC.check_each(make_case(w, DEV, shrink=False, seed=11), every_config(topk_op))
 
 
 def _case(scores: torch.Tensor, starts, ends, topk: int) -> Case:
     b, s = scores.shape[:2]
     as_tensor = lambda v: torch.tensor(v, dtype=torch.int32).reshape(b, s).to(DEV)
-    return Case({"index_score": scores.to(DEV), "starts": as_tensor(starts), "ends": as_tensor(ends), "topk": topk},
-                outputs=("indexes",))
+    return Case(
+        {"index_score": scores.to(DEV), "starts": as_tensor(starts), "ends": as_tensor(ends), "topk": topk},
+        outputs=("indexes",),
+    )
 
 
 def _scores(b, s, s_kv, g=1, seed=0):
@@ -80,7 +68,7 @@ def test_windows_of_every_kind():
     ends = [[0, 5, 940, 30, 1500, 3000], [1800, 40, 150, 1439, 1400, 101]]
     case = _case(_scores(2, 6, s_kv, seed=1), starts, ends, topk)
     for config in (topk_op.pick_config(), topk_op.CONFIGS["fallback"]):
-        got = _check_with(case, config).cpu()
+        got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
         assert bool((got[0, 0] == s_kv).all()) and bool((got[0, 1] == s_kv).all()), "empty window pads fully"
         assert int((got[1, 5] != s_kv).sum()) == 1, "a one-key window selects exactly that key"
 
@@ -95,7 +83,7 @@ def test_ties_go_to_the_lower_position():
     case = _case(scores, [[0, 100, 0]], [[1800, 1700, 50]], 300)
     expected = case.fresh().run(SPEC.reference)["indexes"].cpu()
     for config in (topk_op.pick_config(), topk_op.CONFIGS["fallback"]):
-        got = _check_with(case, config).cpu()
+        got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
         assert torch.equal(got.sort(-1).values, expected.sort(-1).values)
 
 
@@ -103,7 +91,7 @@ def test_all_minus_inf_row_is_still_selected():
     """In-window −inf scores are eligible: a row of only −inf returns the first topk positions."""
     scores = torch.full((1, 1, 2000, 1), float("-inf"))
     case = _case(scores, [[0]], [[2000]], 64)
-    got = _check_with(case, topk_op.pick_config()).cpu()
+    got = SPEC.check(case, pinned(topk_op, topk_op.pick_config()))["indexes"].cpu()
     assert torch.equal(got.reshape(-1).sort().values, torch.arange(64, dtype=torch.int32))
 
 
@@ -157,5 +145,8 @@ def test_bad_input_is_rejected_before_launch(name):
 def test_custom_op_schema_and_fake():
     """torch.ops.attnops.topk_select_fwd: schema and fake (meta) implementation agree with the kernel."""
     a = make_case(ROWS["ds-v32-topk-decode-b1"], DEV, shrink=True).inputs
-    torch.library.opcheck(torch.ops.attnops.topk_select_fwd, (a["index_score"], a["starts"], a["ends"], a["topk"]),
-                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(
+        torch.ops.attnops.topk_select_fwd,
+        (a["index_score"], a["starts"], a["ends"], a["topk"]),
+        test_utils=("test_schema", "test_faketensor"),
+    )

@@ -26,11 +26,7 @@ def config_params(configs):
 
 def check_with_config(spec, run, case, config):
     """Launch one specific config through the op's ``_run`` (after the public checks) and compare."""
-    ours = case.fresh()
-    out = case.collect(run(**ours.inputs, config=config))
-    expected = case.fresh().run(spec.reference)
-    spec.compare(out, expected, case)
-    return out
+    return spec.check(case, lambda **inputs: run(**inputs, config=config))
 
 
 def run_bad_input(fn, inputs, error, message):

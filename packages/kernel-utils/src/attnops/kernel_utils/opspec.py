@@ -70,9 +70,23 @@ class OpSpec:
     def func_name(self) -> str:
         return self.fn.__name__
 
-    def check(self, case: Case) -> dict[str, torch.Tensor]:
-        """Run the op and the reference on separate copies of ``case`` and compare; returns our outputs."""
-        ours = case.fresh().run(self.fn)
+    def check(
+        self, case: Case, fn: Callable[..., Any] | None = None, *, keep_views: bool = False
+    ) -> dict[str, torch.Tensor]:
+        """Run the op (or ``fn``, e.g. the op pinned to one launch config) and the reference on separate
+        copies of ``case`` and compare; returns our outputs. ``keep_views`` runs ours on the case's own
+        tensors, so strided views stay strided (``Case.fresh`` clones them dense)."""
+        ours = (case if keep_views else case.fresh()).run(fn or self.fn)
         expected = case.fresh().run(self.reference)
         self.compare(ours, expected, case)
         return ours
+
+    def check_each(self, case: Case, fns: dict[str, Callable[..., Any]]):
+        """Several implementations (e.g. every launch config) against one reference run of ``case``; a
+        failure names the implementation."""
+        expected = case.fresh().run(self.reference)
+        for name, fn in fns.items():
+            try:
+                self.compare(case.fresh().run(fn), expected, case)
+            except AssertionError as e:
+                raise AssertionError(f"{name}: {e}") from None
