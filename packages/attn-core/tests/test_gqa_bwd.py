@@ -13,6 +13,7 @@ from attnops.attn_core.gqa_bwd import launch as bwd
 from attnops.attn_core.gqa_bwd.reference import attention_ref, gqa_bwd_closed_form, gqa_bwd_ref
 from attnops.attn_core.gqa_bwd.spec import SPEC, make_case
 from attnops.kernel_utils import runtime, testing
+from attnops.kernel_utils.pytest_plugin import seed_rows
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
@@ -30,7 +31,7 @@ def seed_of(name: str) -> int:
 
 @pytest.mark.parametrize(
     "w",
-    [w if SPEC.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in SPEC.workloads],
+    seed_rows(SPEC),
     ids=lambda w: w.id,
 )
 def test_seed_row_shrunk(w):

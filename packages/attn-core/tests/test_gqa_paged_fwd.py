@@ -14,6 +14,7 @@ from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, SMALL_ROWS, plan_paged
 from attnops.attn_core.gqa_paged_fwd.spec import SPEC, build_case, make_case
 from attnops.kernel_utils import reliability, runtime, testing
 from attnops.kernel_utils.fp8 import E4M3
+from attnops.kernel_utils.pytest_plugin import seed_rows
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
@@ -36,7 +37,7 @@ def _check(case, **plan_kw):
 
 
 @pytest.mark.parametrize(
-    "w", [w if SPEC.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in SPEC.workloads],
+    "w", seed_rows(SPEC),
     ids=lambda w: w.id,
 )
 def test_seed_row_shrunk(w):

@@ -11,6 +11,7 @@ from attnops.attn_core import gqa_varlen_fwd
 from attnops.attn_core.flash_fwd import launch as fwd
 from attnops.attn_core.gqa_varlen_fwd.spec import SPEC, make_case
 from attnops.kernel_utils import reliability, runtime, testing
+from attnops.kernel_utils.pytest_plugin import seed_rows
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
@@ -26,7 +27,7 @@ def seed_of(name: str) -> int:
 
 @pytest.mark.parametrize(
     "w",
-    [w if SPEC.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in SPEC.workloads],
+    seed_rows(SPEC),
     ids=lambda w: w.id,
 )
 def test_seed_row_shrunk(w):

@@ -9,6 +9,7 @@ import torch
 from attnops.attn_core import mha_decode_paged_plan, mha_decode_paged_with_kv_cache_fwd
 from attnops.attn_core.mha_decode_paged_with_kv_cache_fwd.spec import SPEC, build_case, make_case
 from attnops.kernel_utils import reliability, runtime
+from attnops.kernel_utils.pytest_plugin import seed_rows
 
 DEV = runtime.device()
 F16 = torch.float16
@@ -26,7 +27,7 @@ def _check_with_plan(case, **plan_kw):
 
 
 @pytest.mark.parametrize(
-    "w", [w if SPEC.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in SPEC.workloads],
+    "w", seed_rows(SPEC),
     ids=lambda w: w.id,
 )
 def test_seed_row_shrunk(w):

@@ -11,6 +11,7 @@ from attnops.attn_mla.fp8_lightning_indexer_fwd.spec import SPEC, make_case
 from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.fp8 import E4M3
 from attnops.kernel_utils.opspec import Case
+from attnops.kernel_utils.pytest_plugin import seed_rows
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
@@ -25,7 +26,7 @@ VARIANTS = [
 
 @pytest.mark.parametrize(
     "w",
-    [w if SPEC.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in SPEC.workloads],
+    seed_rows(SPEC),
     ids=lambda w: w.id,
 )
 def test_seed_row_shrunk(w):

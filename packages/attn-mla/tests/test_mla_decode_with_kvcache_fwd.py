@@ -10,6 +10,7 @@ from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op
 from attnops.attn_mla.mla_decode_with_kvcache_fwd.spec import SPEC, make_case
 from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.opspec import Case
+from attnops.kernel_utils.pytest_plugin import seed_rows
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
@@ -18,7 +19,7 @@ F16_ROW = ROWS["ds-v2-4k/f16"]  # H = 128: two head blocks once shrunk
 
 @pytest.mark.parametrize(
     "w",
-    [w if SPEC.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in SPEC.workloads],
+    seed_rows(SPEC),
     ids=lambda w: w.id,
 )
 def test_seed_row_shrunk(w):

@@ -10,6 +10,7 @@ from attnops.attn_mla.topk_select_fwd import op as topk_op
 from attnops.attn_mla.topk_select_fwd.spec import SPEC, make_case
 from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.opspec import Case
+from attnops.kernel_utils.pytest_plugin import seed_rows
 
 DEV = runtime.device()
 ROWS = {w.name: w for w in SPEC.workloads}
@@ -17,7 +18,7 @@ ROWS = {w.name: w for w in SPEC.workloads}
 
 @pytest.mark.parametrize(
     "w",
-    [w if SPEC.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in SPEC.workloads],
+    seed_rows(SPEC),
     ids=lambda w: w.id,
 )
 def test_seed_row_shrunk(w):

@@ -11,11 +11,6 @@ from attnops.kernel_utils import runtime, testing
 DEV = runtime.device()
 
 
-def seed_params(spec):
-    """Every seed row; rows the interpreter computes wrongly (bf16) are GPU-only."""
-    return [w if spec.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in spec.workloads]
-
-
 def seed_of(w) -> int:
     return sum(map(ord, w.id)) % 1000
 

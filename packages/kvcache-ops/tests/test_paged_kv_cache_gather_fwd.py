@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from attnops.kernel_utils import runtime, testing
+from attnops.kernel_utils.pytest_plugin import seed_rows
 from attnops.kvcache_ops import paged_kv_cache_gather_fwd
 from attnops.kvcache_ops.paged_kv_cache_gather_fwd.spec import SPEC, make_case
 
@@ -13,7 +14,7 @@ ROWS = {w.name: w for w in SPEC.workloads}
 
 @pytest.mark.parametrize(
     "w",
-    [w if SPEC.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in SPEC.workloads],
+    seed_rows(SPEC),
     ids=lambda w: w.id,
 )
 def test_seed_row_shrunk(w):

@@ -5,6 +5,7 @@ import torch
 
 from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.fp8 import E4M3
+from attnops.kernel_utils.pytest_plugin import seed_rows
 from attnops.kvcache_ops import paged_kv_cache_write_fwd
 from attnops.kvcache_ops.paged_kv_cache_write_fwd.spec import SPEC, make_case
 
@@ -16,7 +17,7 @@ F16_ROW = ROWS["odd-tokens-and-page/f16/f16"]
 
 @pytest.mark.parametrize(
     "w",
-    [w if SPEC.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in SPEC.workloads],
+    seed_rows(SPEC),
     ids=lambda w: w.id,
 )
 def test_seed_row_shrunk(w):

@@ -26,3 +26,9 @@ def pytest_collection_modifyitems(config, items):
 
 def device():
     return runtime.device()
+
+
+def seed_rows(spec):
+    """An op's seed workloads as pytest params: rows the interpreter computes wrongly (``interpreter_ok``)
+    carry the ``gpu`` mark, so CPU runs skip them and the GPU runs them all."""
+    return [w if spec.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in spec.workloads]
