@@ -176,23 +176,31 @@ def deepgemm_indexer(case: Case) -> Runner:
     if b != 1 or g != 1:
         raise Unsupported(f"fp8_fp4_mqa_logits takes one request and one key group, got B = {b}, G = {g}")
     note = "fp8_fp4_mqa_logits; out-of-window −inf written by masked_fill_ in the timed call"
+    weights = a["weights"]
     if q.dtype == E4M3:
         q8, k8 = q[0].contiguous(), k[0, :, 0].contiguous()
         scale = a.get("index_k_scale")
         k_scale = scale[0, :, 0].contiguous() if scale is not None else torch.ones(s_kv, device=q.device)
     else:
-        # TileOPs' scheme for a bf16 call: q cast directly, k per row with amax/448 scales (outside timing).
-        q8 = q[0].float().clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+        # bf16 call: q per (token, head) and k per row scaled by amax/448 (outside timing). A q scale s > 0 moves
+        # into the head weight exactly: w·relu(s·x) = (w·s)·relu(x).
+        qf = q[0].float()
+        q_scale = (qf.abs().amax(dim=-1) / E4M3_MAX).clamp(min=1e-12)
+        q8 = (qf / q_scale[..., None]).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+        weights = (weights.float() * q_scale).contiguous()
         kf = k[0, :, 0].float()
         k_scale = (kf.abs().amax(dim=-1) / E4M3_MAX).clamp(min=1e-12)
         k8 = (kf / k_scale[:, None]).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
-        note += "; bf16 inputs quantized to fp8 (k per-row amax/448) outside the timed call"
+        note += ("; bf16 inputs quantized to fp8 outside the timed call (q per token-head, scale folded into "
+                 "weights; k per row)")
     outside = ~_window_mask(a, s_kv)
     clean = a.get("clean_logits", True)
 
     def run(**_):
-        logits = dg.fp8_fp4_mqa_logits((q8, None), (k8, k_scale), a["weights"], a["cu_seqlen_ks"], a["cu_seqlen_ke"],
-                                       s_kv)[:, :s_kv]
+        # max_seqlen_k = 0: full [M, N] logits. A positive value asks for "compressed" logits indexed from ks[m],
+        # which only equals the op's layout when every window starts at 0.
+        logits = dg.fp8_fp4_mqa_logits((q8, None), (k8, k_scale), weights, a["cu_seqlen_ks"], a["cu_seqlen_ke"],
+                                       0)[:, :s_kv]
         if clean:
             logits = logits.masked_fill_(outside, float("-inf"))
         return logits.unsqueeze(0).unsqueeze(-1)
