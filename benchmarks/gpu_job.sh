@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One GPU call for the named families: unpack the carried peers, make the in-tree packages importable,
 # then per family: every test on the GPU (shrunk cases run on CUDA too; fuzz cases ATTNOPS_FUZZ_CASES),
-# optionally compute-sanitizer memcheck over the shrunk and fuzz cases (SANITIZE=1), and the benchmark.
+# and the benchmark (compute-sanitizer runs live in benchmarks/gpu_reliability.sh).
 # Logs and JSONL land under $OUT; one summary line per step is printed.
-#   ATTNOPS_GIT_SHA=<sha> [SANITIZE=1] [BENCH=0] [TESTS=0] [DEADLINE=<epoch s>] \
+#   ATTNOPS_GIT_SHA=<sha> [BENCH=0] [TESTS=0] [DEADLINE=<epoch s>] \
 #     bash benchmarks/gpu_job.sh kvcache-ops attn-core -- [bench args]
 set -u
 families=()
@@ -33,12 +33,6 @@ bench_args=("$@")
 for family in "${families[@]}"; do
   [ "${BENCH_FIRST:-0}" = 1 ] && [ "${BENCH:-1}" = 1 ] && run_bench "$family"
   [ "${TESTS:-1}" = 1 ] && run_tests "$family"
-  if [ "${SANITIZE:-0}" = 1 ]; then
-    ATTNOPS_FUZZ_CASES=8 timeout "$(left)" compute-sanitizer --tool memcheck --error-exitcode 3 \
-      python3 -m pytest -q -p no:cacheprovider -x -m "not gpu" -k "seed_row_shrunk or fuzz" \
-      "packages/$family/tests" >"$OUT/memcheck-$family.log" 2>&1
-    echo "memcheck $family: rc=$? $(grep -E 'ERROR SUMMARY|passed|failed' "$OUT/memcheck-$family.log" | tail -n 2 | tr '\n' ' ')"
-  fi
   [ "${BENCH_FIRST:-0}" != 1 ] && [ "${BENCH:-1}" = 1 ] && run_bench "$family"
 done
 # At most 8 files come back from $OUT: keep the JSONL, pack the logs.
