@@ -83,14 +83,25 @@ def dsa_decode_kernel(
         sel = j < count
         key_rows = kv_base + tl.load(idx_row + j, mask=sel, other=0).to(tl.int64) * stride_kt
         k = tl.load(key_rows[:, None] + d[None, :], mask=sel[:, None], other=0.0)
-        s_ij = tl.dot(q, tl.trans(k))
+        # Scores once per key tile. Triton gives a dot whose result feeds another dot warpsPerCTA
+        # [num_warps, 1]: on a 64-row tile both warpgroups would compute all of it (1.53 issued MMA per
+        # useful FLOP). Each score dot's result therefore goes through the ragged-tile branch below (the
+        # forward slice ends at the branch's yield): the dots get [4, 2], each warpgroup computes half the
+        # keys, and the rope dot's result is already in the latent dot's accumulator layout.
+        ragged = j0 + BLOCK_N > count
         if TAIL > 0:
             k_tail = tl.load(key_rows[:, None] + D + e[None, :], mask=sel[:, None], other=0.0)
-            s_ij = tl.dot(q_tail, tl.trans(k_tail), s_ij)
-        s_ij = tl.where(sel[None, :], s_ij * qk_scale, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s_ij, axis=1))
+            s_tail = tl.dot(q_tail, tl.trans(k_tail))
+            if ragged:
+                s_tail = tl.where(sel[None, :], s_tail, float("-inf"))
+            s_ij = tl.dot(q, tl.trans(k), s_tail)
+        else:
+            s_ij = tl.dot(q, tl.trans(k))
+        if ragged:  # (with a tail: already -inf, the branch is what matters)
+            s_ij = tl.where(sel[None, :], s_ij, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s_ij, axis=1) * qk_scale)
         alpha = tl.exp2(m - m_new)
-        p = tl.exp2(s_ij - m_new[:, None])
+        p = tl.exp2(s_ij * qk_scale - m_new[:, None])
         l = l * alpha + tl.sum(p, axis=1)
         acc = tl.dot(p.to(k.dtype), k, acc * alpha[:, None])
         m = m_new

@@ -53,12 +53,21 @@ def mla_decode_kernel(
         key_ok = (t0 + tl.arange(0, BLOCK_N)) < end
         k = tl.load(k_ptrs, mask=key_ok[:, None], other=0.0)
         k_pe = tl.load(e_ptrs, mask=key_ok[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k))
-        s = tl.dot(q_pe, tl.trans(k_pe), s)
-        s = tl.where(key_ok[None, :], s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=1))
+        # Scores once per key tile. Triton gives a dot whose result feeds another dot warpsPerCTA
+        # [num_warps, 1]: on a 64-row tile both warpgroups would compute all of it (1.53 issued MMA per
+        # useful FLOP). Each score dot's result therefore goes through the ragged-tile branch below (the
+        # forward slice ends at the branch's yield): the dots get [4, 2], each warpgroup computes half the
+        # keys, and the rope dot's result is already in the latent dot's accumulator layout.
+        ragged = t0 + BLOCK_N > end
+        s = tl.dot(q_pe, tl.trans(k_pe))
+        if ragged:
+            s = tl.where(key_ok[None, :], s, float("-inf"))
+        s = tl.dot(q, tl.trans(k), s)
+        if ragged:  # already -inf there: the branch is what matters
+            s = tl.where(key_ok[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1) * qk_scale)
         alpha = tl.exp2(m - m_new)
-        p = tl.exp2(s - m_new[:, None])
+        p = tl.exp2(s * qk_scale - m_new[:, None])
         l = l * alpha + tl.sum(p, axis=1)
         acc = tl.dot(p.to(k.dtype), k, acc * alpha[:, None])
         m = m_new
