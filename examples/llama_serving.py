@@ -10,6 +10,11 @@ decoding. Two entry points:
 
 ``backend="torch"`` runs the same loop with plain torch (index writes into the pool, gather + SDPA) as the
 baseline the throughput table compares against.
+
+Teacher forcing (``serve_forced``): the same loop, same prefill / paged write / paged decode, except that each
+request emits the tokens it is given instead of its argmax, keeping its logits; ``logit_agreement`` compares
+them with transformers' logits along the same sequence (``reference_greedy_logits``) and, optionally, with
+fp32 logits of the same sequence (``exact_logits``).
 """
 
 from __future__ import annotations
@@ -56,6 +61,9 @@ class Request:
     generated: list[int] = field(default_factory=list)
     pages: list[int] = field(default_factory=list)
     cached: int = 0  # tokens whose K/V are in the pool
+    forced: list[int] | None = None  # teacher forcing: emit these tokens instead of our argmax
+    keep_logits: bool = False  # keep every step's logits row (float32) in ``logits``
+    logits: list[torch.Tensor] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -170,9 +178,9 @@ class PagedEngine:
                               for a, b in zip(cu[:-1].tolist(), cu[1:].tolist())])
 
         logits = self._forward(tokens, positions, attend, cu[1:].long() - 1)
-        for r, tok in zip(reqs, logits.argmax(-1).tolist()):
+        for r in reqs:
             r.cached = len(r.prompt)
-            r.generated.append(tok)
+        self._emit(reqs, logits)
 
     @torch.no_grad()
     def decode(self, reqs: list[Request]):
@@ -201,9 +209,17 @@ class PagedEngine:
             return torch.cat(outs)
 
         logits = self._forward(tokens, positions, attend, torch.arange(len(reqs), device=self.device))
-        for r, tok in zip(reqs, logits.argmax(-1).tolist()):
+        for r in reqs:
             r.cached += 1
-            r.generated.append(tok)
+        self._emit(reqs, logits)
+
+    @staticmethod
+    def _emit(reqs: list[Request], logits: torch.Tensor):
+        """The next token of every request: our argmax, or under teacher forcing the given token."""
+        for r, row, tok in zip(reqs, logits, logits.argmax(-1).tolist()):
+            if r.keep_logits:
+                r.logits.append(row.to(torch.float32, copy=True))
+            r.generated.append(tok if r.forced is None else r.forced[len(r.generated)])
 
 
 def serve(engine: PagedEngine, requests: list[Request]) -> dict[int, list[int]]:
@@ -225,6 +241,76 @@ def serve(engine: PagedEngine, requests: list[Request]) -> dict[int, list[int]]:
         running = [r for r in running if not r.done]
         step += 1
     return {r.rid: r.generated for r in requests}
+
+
+def serve_forced(engine: PagedEngine, requests: list[Request], forced: dict[int, list[int]]) -> dict[int, torch.Tensor]:
+    """``serve()`` with teacher forcing: request ``rid`` emits ``forced[rid]`` (its ``max_new_tokens`` tokens,
+    e.g. transformers' greedy tokens) instead of its argmax, through the same prefill, paged writes and paged
+    decode steps. Returns our logits per request, ``[max_new_tokens, vocab]`` float32: row i is the
+    prediction after the prompt and ``forced[rid][:i]``."""
+    for r in requests:
+        if len(forced[r.rid]) != r.max_new_tokens:
+            raise ValueError(f"request {r.rid}: {len(forced[r.rid])} forced tokens, {r.max_new_tokens} expected")
+        r.forced, r.keep_logits = list(forced[r.rid]), True
+    serve(engine, requests)
+    return {r.rid: torch.stack(r.logits) for r in requests}
+
+
+def reference_greedy_logits(model, prompt: list[int], max_new_tokens: int) -> tuple[list[int], torch.Tensor]:
+    """transformers' greedy ``generate``: its tokens and its logits at every step (``[n, vocab]`` float32)."""
+    ids = torch.tensor([prompt], device=next(model.parameters()).device)
+    out = model.generate(ids, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False,
+                         eos_token_id=None, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+    return out.sequences[0, len(prompt) :].tolist(), torch.cat(out.logits).float()
+
+
+@torch.no_grad()
+def exact_logits(model, prompt: list[int], continuation: list[int]) -> torch.Tensor:
+    """Logits of ``model`` (pass an fp32 copy) at the positions that predict ``continuation``, in one forward
+    over ``prompt + continuation[:-1]``: ``[len(continuation), vocab]`` float32."""
+    ids = torch.tensor([prompt + continuation[:-1]], device=next(model.parameters()).device)
+    return model(ids, logits_to_keep=len(continuation)).logits[0].float()
+
+
+def _rel_rows(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    x, ref = x.double(), ref.double()
+    return (x - ref).norm(dim=-1) / ref.norm(dim=-1)
+
+
+def logit_agreement(ours: torch.Tensor, ref: torch.Tensor, exact: torch.Tensor | None = None, *,
+                    margin_factor: float = 4.0, factor: float = 2.0, floor: float = 1e-4) -> dict:
+    """Teacher-forced comparison of our logits with transformers' (``ref``) along the same sequence, one row
+    per step:
+
+    * ``max_rel_err``: max over steps of ||ours − ref|| / ||ref||;
+    * ``error_scale``: median over steps of max |ours − ref| (with ``exact``, at least the median of
+      max |ref − exact|, transformers' own rounding); ``argmax_differs_beyond_margin`` counts steps where our
+      argmax differs from transformers' although its top-2 margin exceeds ``margin_factor`` × that scale;
+    * with ``exact`` (fp32 logits of the same sequence), the dual-reference rule per step:
+      rel(ours, exact) ≤ ``factor`` × rel(ref, exact) + ``floor``.
+
+    ``ok``: no argmax difference beyond the margin, and the dual rule at every step (when checked)."""
+    ours, ref = ours.float(), ref.float()
+    abs_err = (ours - ref).abs().amax(-1)
+    scale = abs_err.median()
+    top2 = ref.topk(2, dim=-1).values
+    margin = top2[:, 0] - top2[:, 1]
+    differs = ours.argmax(-1) != ref.argmax(-1)
+    stats = {"steps": ours.shape[0], "max_rel_err": _rel_rows(ours, ref).max().item(),
+             "max_abs_err": abs_err.max().item()}
+    if exact is not None:
+        exact = exact.float()
+        scale = torch.maximum(scale, (ref - exact).abs().amax(-1).median())
+        e_ours, e_ref = _rel_rows(ours, exact), _rel_rows(ref, exact)
+        stats.update(max_rel_err_vs_fp32=e_ours.max().item(), ref_max_rel_err_vs_fp32=e_ref.max().item(),
+                     dual_ok=bool((e_ours <= factor * e_ref + floor).all()))
+    flagged = differs & (margin > margin_factor * scale)
+    stats.update(error_scale=scale.item(), argmax_differs=int(differs.sum()),
+                 argmax_differs_beyond_margin=int(flagged.sum()),
+                 min_margin_where_argmax_differs=margin[differs].min().item() if bool(differs.any()) else None)
+    stats["ok"] = stats["argmax_differs_beyond_margin"] == 0 and stats.get("dual_ok", True) and \
+        bool(torch.isfinite(ours).all())
+    return stats
 
 
 def reference_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
