@@ -73,11 +73,14 @@ def ptxas_report(kernel) -> dict:
         "smem": kernel.metadata.shared,
         "wgmma": "warp_group_dot" in ttgir,
         "pipelined": "async_copy_global_to_local" in ttgir or "async_tma_copy" in ttgir,
+        # scalar 2-byte global loads: a gather Triton could not vectorize (RoPE tables before v2: 192 at D=128)
+        "ldg16": len(re.findall(r"ld\.global(?:\.[a-z0-9]+)*\.b16\b", kernel.asm["ptx"])),
     }
 
 
 def compile_fwd(head_dim: int, cfg, dtype: str = "fp16", out: str = "fp16", split: bool = False,
-                softcap: bool = False, rope: bool = False, sink: bool = False, varlen: bool = True):
+                softcap: bool = False, rope: bool = False, sink: bool = False, varlen: bool = True,
+                rotary_dim: int | None = None, interleaved: bool = False):
     fp8 = dtype == "fp8e4nv"
     ptrs = {"q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "v_ptr": f"*{dtype}",
             "o_ptr": "*fp32" if split else f"*{out}", "lse_ptr": "*fp32", "cu_q_ptr": "*i32", "cu_kv_ptr": "*i32",
@@ -87,7 +90,7 @@ def compile_fwd(head_dim: int, cfg, dtype: str = "fp16", out: str = "fp16", spli
         "HEAD_DIM": head_dim, "BLOCK_D": triton.next_power_of_2(head_dim), "BLOCK_M": cfg.block_m,
         "BLOCK_N": cfg.block_n, "VARLEN": varlen, "SPLIT": split, "IS_FP8": fp8, "FP8_DOT": fp8 and cfg.fp8_dot,
         "COMPUTE_BF16": out == "bf16", "SOFTCAP": softcap, "HAS_SINK": sink, "ROPE": rope,
-        "ROTARY_DIM": head_dim, "INTERLEAVED": False, "EXACT_DOT": False,
+        "ROTARY_DIM": rotary_dim or head_dim, "INTERLEAVED": interleaved, "EXACT_DOT": False,
         "_float_args": ("sm_scale_log2", "cap_scale", "cap_log2"),
     }
     return compile_sm90(gqa_fwd_kernel, ptrs, consts, cfg.num_warps, cfg.num_stages)
@@ -115,6 +118,8 @@ def classes(all_configs: bool):
         cfg = fwd.configs_for(d, 1024)[0]  # feature variants of the default prefill config
         yield "prefill+softcap+sink", d, cfg, "fp16", "fp16", False, {"softcap": True, "sink": True}
         yield "prefill+rope", d, cfg, "fp16", "fp16", False, {"rope": True}
+        yield "prefill+rope-inter", d, cfg, "fp16", "fp16", False, {"rope": True, "interleaved": True}
+        yield "prefill+rope-R/2", d, cfg, "fp16", "fp16", False, {"rope": True, "rotary_dim": d // 2}
         yield "dense+fp8+rope", d, cfg, "fp8e4nv", "fp16", False, {"rope": True, "varlen": False}
 
 
@@ -144,7 +149,8 @@ def main(argv=None) -> int:
             flag += " SMEM"
             bad += 1  # cannot launch (the launcher would fall through to the next config)
         print(f"D{d:<4d}{label:22s}{cfg.name:18s} regs {r['regs']:3d} spill {r['spill']:5d} B  smem "
-              f"{r['smem'] / 1024:6.1f} KB  wgmma {str(r['wgmma']):5s} ({time.perf_counter() - t0:4.1f}s){flag}",
+              f"{r['smem'] / 1024:6.1f} KB  wgmma {str(r['wgmma']):5s} ld.b16 {r['ldg16']:3d} "
+              f"({time.perf_counter() - t0:4.1f}s){flag}",
               flush=True)
     for d in sorted(dims):
         for varlen in (True, False):

@@ -31,7 +31,8 @@ FLOATS = ("qk_scale", "cap_scale", "cap_log2")
 
 def compile_attention(cfg, d: int, act: str = "fp16", kv: str | None = None, q_fp8: bool = False,
                       new: bool = False, rope_q: bool = False, rope_pool: bool = False, rope_new: bool = False,
-                      interleaved: bool = False, softcap: bool = False, sinks: bool = False):
+                      interleaved: bool = False, softcap: bool = False, sinks: bool = False,
+                      rotary_dim: int | None = None):
     kv = kv or act
     q = "fp8e4nv" if q_fp8 else act
     ptrs = {"q_ptr": f"*{q}", "k_ptr": f"*{kv}", "v_ptr": f"*{kv}", "kn_ptr": f"*{act}", "vn_ptr": f"*{act}",
@@ -40,7 +41,8 @@ def compile_attention(cfg, d: int, act: str = "fp16", kv: str | None = None, q_f
             "k_scale_ptr": "*fp32", "v_scale_ptr": "*fp32", "sinks_ptr": "*fp32", "cos_ptr": f"*{act}",
             "sin_ptr": f"*{act}"}
     consts = {"HAS_NEW": new, "Q_FP8": q_fp8, "KV_FP8": kv == "fp8e4nv", "ROPE_Q": rope_q, "ROPE_POOL_K": rope_pool,
-              "ROPE_NEW_K": rope_new, "ROTARY_DIM": d // 2 if interleaved else d, "INTERLEAVED": interleaved,
+              "ROPE_NEW_K": rope_new, "ROTARY_DIM": rotary_dim or (d // 2 if interleaved else d),
+              "INTERLEAVED": interleaved,
               "SOFTCAP": softcap, "HAS_SINKS": sinks, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
               "BLOCK_D": d, "EXACT_DOT": False, "_float_args": FLOATS}
     consts = {k: v for k, v in consts.items() if k in paged_attention_kernel.arg_names or k.startswith("_")}
@@ -59,6 +61,7 @@ def variants():
         yield "fp8-q+pool", d, {"q_fp8": True, "kv": "fp8e4nv"}
         yield "prefill-op", d, {"new": True}
         yield "prefill-op+rope", d, {"new": True, "rope_q": True, "rope_new": True}
+        yield "prefill-op+rope-R64", d, {"new": True, "rope_q": True, "rope_new": True, "rotary_dim": 64}
         yield "prefill-op+fp8+softcap", d, {"new": True, "kv": "fp8e4nv", "softcap": True}
 
 
@@ -96,7 +99,8 @@ def main(argv=None) -> int:
                 flag += " SMEM"
                 bad += 1
             print(f"{name:30s} {label:24s} regs {r['regs']:3d} spill {r['spill']:5d} B smem {r['smem'] / 1024:6.1f} KB "
-                  f"wgmma {str(r['wgmma']):5s} ({time.perf_counter() - t0:4.1f}s){flag}", flush=True)
+                  f"wgmma {str(r['wgmma']):5s} ld.b16 {r['ldg16']:3d} ({time.perf_counter() - t0:4.1f}s){flag}",
+                  flush=True)
     for d in sorted(dims):
         for bm in sorted({c.block_m for c in CONFIGS.values()}):
             ptrs = {"o_ptr": "*fp16", "cu_q_ptr": "*i32", "combine_ptr": "*i32", "part_o_ptr": "*fp32",

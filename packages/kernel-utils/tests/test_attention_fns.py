@@ -20,6 +20,7 @@ from attnops.kernel_utils.attention_fns import (
     rope_pairing,
     rope_rotate,
     rope_tables,
+    rope_tile,
     row_lse2,
     split_kv_range,
     tanh_f32,
@@ -100,6 +101,34 @@ def test_rope_layouts_and_tanh(interleaved, rotary_dim):
     torch.testing.assert_close(y[:16], ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(y[16:], torch.tanh(x * 30.0), atol=1e-6, rtol=0)
 
+
+
+@triton.jit
+def _rope_tile_kernel(x_ptr, cos_ptr, sin_ptr, y_ptr, BD: tl.constexpr, R: tl.constexpr, INTERLEAVED: tl.constexpr):
+    rows = tl.arange(0, 16)
+    d = tl.arange(0, BD)
+    x_rows = x_ptr + rows * BD
+    x = tl.load(x_rows[:, None] + d[None, :])
+    y = rope_tile(x, x_rows, rows[:, None] < 16, cos_ptr, sin_ptr, 15 - rows, rows < 12, R // 2, R, INTERLEAVED)
+    tl.store(y_ptr + rows[:, None] * BD + d[None, :], y)
+
+
+# R = BD: halves split in registers; R | BD: grouped split (partial); R = 12: partner re-read (R ∤ BD)
+@pytest.mark.parametrize("interleaved", [False, True], ids=["neox", "interleaved"])
+@pytest.mark.parametrize("rotary_dim", [32, 16, 12], ids=["R=BD", "R|BD", "R-not-dividing-BD"])
+def test_rope_tile_layouts(interleaved, rotary_dim):
+    bd, r = 32, rotary_dim
+    x = torch.randn(16, bd)
+    cos, sin = torch.randn(16, r // 2), torch.randn(16, r // 2)
+    y = torch.full((16, bd), float("nan"))
+    _rope_tile_kernel[(1,)](x, cos, sin, y, BD=bd, R=r, INTERLEAVED=interleaved)
+    c, s = cos.flip(0), sin.flip(0)  # row i sits at position 15 - i
+    ref = x.clone()
+    i0, i1 = (slice(0, r, 2), slice(1, r, 2)) if interleaved else (slice(0, r // 2), slice(r // 2, r))
+    ref[:, i0] = x[:, i0] * c - x[:, i1] * s
+    ref[:, i1] = x[:, i1] * c + x[:, i0] * s
+    ref[12:] = x[12:]  # rows outside pos_mask pass through
+    torch.testing.assert_close(y, ref, atol=1e-5, rtol=1e-5)
 
 @triton.jit
 def _softmax_kernel(s_ptr, v_ptr, sink_ptr, o_ptr, lse_ptr, scale, NT: tl.constexpr):

@@ -26,9 +26,7 @@ from attnops.kernel_utils.attention_fns import (
     mma,
     normalize_rows,
     online_softmax_step,
-    rope_pairing,
-    rope_rotate,
-    rope_tables,
+    rope_tile,
     row_lse2,
     softcap_scores,
     split_kv_range,
@@ -51,15 +49,17 @@ def _attn_tiles(
     acc, m_i, l_i, q, q_pos,
     k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
     kv_len, WL, WR, lo, hi, full_lo, full_hi, step_scale, cap_scale, cap_log2,
-    cos_ptr, sin_ptr, stride_rope, partner, col, sign, rotated,
-    BLOCK_N: tl.constexpr, SOFTCAP: tl.constexpr, ROPE: tl.constexpr, UPCAST_K: tl.constexpr,
+    cos_ptr, sin_ptr, stride_rope,
+    BLOCK_N: tl.constexpr, SOFTCAP: tl.constexpr, ROPE: tl.constexpr, ROTARY_DIM: tl.constexpr,
+    INTERLEAVED: tl.constexpr, UPCAST_K: tl.constexpr,
     UPCAST_V: tl.constexpr, COMPUTE_BF16: tl.constexpr, EXACT_DOT: tl.constexpr, FP8_QK: tl.constexpr,
 ):
     """Keys ``[lo, hi)`` (``lo`` a multiple of BLOCK_N) into the running ``(acc, m, l)``. Tiles inside
     ``[full_lo, full_hi)`` are visible from every row and skip the mask (a uniform branch per tile).
 
     One loop, not separate masked / unmasked loops: on sm_90 each extra pipelined loop raised register
-    pressure into spills (ptxas, every config of the table); with the branch no config spills."""
+    pressure into spills (ptxas, every config of the table); with the branch no config spills.
+    RoPE (``rope_tile``): the cos / sin rows are contiguous loads that pipeline with K and V."""
     offs_n = tl.arange(0, BLOCK_N)
     for start in range(lo, hi, BLOCK_N):
         k_pos = start + offs_n
@@ -68,9 +68,9 @@ def _attn_tiles(
         kv_mask = n_mask[:, None] & d_mask[None, :]
         k = tl.load(k_base + k_rows[:, None] * stride_kt + offs_d[None, :], mask=kv_mask, other=0.0)
         if ROPE:
-            k_partner = tl.load(k_base + k_rows[:, None] * stride_kt + partner[None, :], mask=kv_mask, other=0.0)
-            c, s = rope_tables(cos_ptr, sin_ptr, k_pos, col, rotated, n_mask, stride_rope)
-            k = _to_compute(rope_rotate(k, k_partner, c, s, sign), COMPUTE_BF16)
+            k = rope_tile(k, k_base + k_rows * stride_kt, kv_mask, cos_ptr, sin_ptr, k_pos, n_mask, stride_rope,
+                          ROTARY_DIM, INTERLEAVED)
+            k = _to_compute(k, COMPUTE_BF16)
         elif UPCAST_K:
             k = _to_compute(k, COMPUTE_BF16)
         if FP8_QK and not EXACT_DOT:
@@ -154,15 +154,10 @@ def gqa_fwd_kernel(
     q_rows = b64 * stride_qb + (q_start + t).to(tl.int64) * stride_qt + head.to(tl.int64) * stride_qh
     q_mask = row_mask[:, None] & d_mask[None, :]
     q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=q_mask, other=0.0)
-    partner = offs_d
-    col = offs_d
-    sign = tl.zeros([BLOCK_D], tl.float32)
-    rotated = offs_d < 0
     if ROPE:
-        partner, col, sign, rotated = rope_pairing(offs_d, ROTARY_DIM, INTERLEAVED)
-        q_partner = tl.load(q_ptr + q_rows[:, None] + partner[None, :], mask=q_mask, other=0.0)
-        c, s = rope_tables(cos_ptr, sin_ptr, q_pos, col, rotated, row_mask & (q_pos >= 0), stride_rope)
-        q = _to_compute(rope_rotate(q, q_partner, c, s, sign), COMPUTE_BF16)
+        q = rope_tile(q, q_ptr + q_rows, q_mask, cos_ptr, sin_ptr, q_pos, row_mask & (q_pos >= 0), stride_rope,
+                      ROTARY_DIM, INTERLEAVED)
+        q = _to_compute(q, COMPUTE_BF16)
     elif IS_FP8 and not FP8_DOT:
         q = _to_compute(q, COMPUTE_BF16)
     UPCAST_K: tl.constexpr = IS_FP8 and not FP8_DOT
@@ -198,8 +193,8 @@ def gqa_fwd_kernel(
     acc, m_i, l_i = _attn_tiles(
         acc, m_i, l_i, q, q_pos, k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
         kv_len, WL, WR, n_lo, n_hi, full_lo, full_hi, step_scale, cap_scale, cap_log2,
-        cos_ptr, sin_ptr, stride_rope, partner, col, sign, rotated,
-        BLOCK_N, SOFTCAP, ROPE, UPCAST_K, UPCAST_V, COMPUTE_BF16, EXACT_DOT, FP8_QK,
+        cos_ptr, sin_ptr, stride_rope,
+        BLOCK_N, SOFTCAP, ROPE, ROTARY_DIM, INTERLEAVED, UPCAST_K, UPCAST_V, COMPUTE_BF16, EXACT_DOT, FP8_QK,
     )
 
     # ---- epilogue

@@ -38,7 +38,8 @@ class FwdConfig:
 # Prefill-class configs (more than DECODE_ROWS packed rows per request), first = default. Chosen from an
 # offline sm_90 compile of every candidate (``python -m benchmarks.sm90_compile --all``): every default
 # compiles without register spills, pipelines its K/V loads (cp.async) and uses wgmma; shared memory stays
-# <= 196 KB of the 227 KB. Known exception: RoPE with D >= 256 spills (~2 KB) in every config tried.
+# <= 196 KB of the 227 KB. Known exception: RoPE with D >= 256 spills (~0.2 KB since the contiguous RoPE
+# tables of attention_fns.rope_tile; ~2 KB before) in the default config.
 PREFILL_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
     64: (FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 3), FwdConfig(128, 64, 4, 3), FwdConfig(64, 64, 4, 3)),
     128: (FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 2), FwdConfig(128, 32, 8, 3), FwdConfig(64, 64, 4, 3)),

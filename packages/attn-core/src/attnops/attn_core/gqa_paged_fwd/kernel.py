@@ -29,9 +29,7 @@ from attnops.kernel_utils.attention_fns import (
     mma,
     normalize_rows,
     online_softmax_step,
-    rope_pairing,
-    rope_rotate,
-    rope_tables,
+    rope_tile,
     row_lse2,
     softcap_scores,
     split_kv_range,
@@ -66,8 +64,6 @@ def _attend_source(
     b = clamp_range(n_hi, split_lo, split_hi)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    if ROPE_K:
-        partner, col, sign, rotated = rope_pairing(offs_d, ROTARY_DIM, INTERLEAVED)
     for n0 in range(a, b, BLOCK_N):
         k_pos = n0 + offs_n
         ok = k_pos < b
@@ -83,11 +79,9 @@ def _attend_source(
             k_row = k_pos.to(tl.int64) * stride_kt
             v_row = k_pos.to(tl.int64) * stride_vt
         k = tl.load(k_base + k_row[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
-        if ROPE_K:
-            k_partner = tl.load(k_base + k_row[:, None] + partner[None, :], mask=ok[:, None], other=0.0)
-            cos, sin = rope_tables(cos_ptr, sin_ptr, k_pos + key_pos_shift, col, rotated,
-                                   ok & (k_pos + key_pos_shift < rope_rows), stride_cos)
-            k = rope_rotate(k, k_partner, cos, sin, sign)
+        if ROPE_K:  # contiguous cos / sin rows: pipelined with K and V (rope_tile)
+            k = rope_tile(k, k_base + k_row, ok[:, None], cos_ptr, sin_ptr, k_pos + key_pos_shift,
+                          ok & (k_pos + key_pos_shift < rope_rows), stride_cos, ROTARY_DIM, INTERLEAVED)
         qk = mma(q, tl.trans(k.to(q.dtype)), None, EXACT_DOT)
         if SOFTCAP:
             qk = softcap_scores(qk, cap_scale, cap_log2)
@@ -154,11 +148,8 @@ def paged_attention_kernel(
     q_row = (q_start + tok).to(tl.int64) * stride_qt + head.to(tl.int64) * stride_qh
     q = tl.load(q_ptr + q_row[:, None] + offs_d[None, :], mask=row_ok[:, None], other=0.0)
     if ROPE_Q:
-        partner, col, sign, rotated = rope_pairing(offs_d, ROTARY_DIM, INTERLEAVED)
-        q_partner = tl.load(q_ptr + q_row[:, None] + partner[None, :], mask=row_ok[:, None], other=0.0)
-        cos, sin = rope_tables(cos_ptr, sin_ptr, q_pos, col, rotated, row_ok & (q_pos >= 0) & (q_pos < rope_rows),
-                               stride_cos)
-        q = rope_rotate(q, q_partner, cos, sin, sign)
+        q = rope_tile(q, q_ptr + q_row, row_ok[:, None], cos_ptr, sin_ptr, q_pos,
+                      row_ok & (q_pos >= 0) & (q_pos < rope_rows), stride_cos, ROTARY_DIM, INTERLEAVED)
     q = q.to(o_ptr.dtype.element_ty)
 
     # ---- scales: sm_scale·log2(e) with fp8 dequant multipliers folded in

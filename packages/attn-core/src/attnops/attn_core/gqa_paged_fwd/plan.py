@@ -40,8 +40,9 @@ class TileConfig:
 
 # (class, head dim) -> tile config. Every entry is exercised by tests/test_gqa_paged_fwd.py::test_every_config
 # on the GPU; the CPU tests run them through the interpreter on shrunk shapes. Compiled for sm_90 without a
-# GPU (benchmarks/sm90_compile_paged.py): no spills except large D=256 with the prefill op's RoPE (196 B;
-# (64, 32, 8, 2) has none) and 12-16 B in two small D=64 variants; shared memory <= 192 KB.
+# GPU (benchmarks/sm90_compile_paged.py): no spills except large D=256 with the prefill op's RoPE (136 B at
+# R = D, 72 B at R = 64; 196 B before the contiguous RoPE tables; (64, 32, 8, 2) had none) and 12-16 B in two
+# small D=64 variants; shared memory <= 192 KB.
 CONFIGS: dict[tuple[str, int], TileConfig] = {
     # small (decode) tiles: 8 warps keep registers at 115-150 (4 warps: ~210) -> more tiles in flight per SM
     ("small", 64): TileConfig(16, 128, 8, 3),

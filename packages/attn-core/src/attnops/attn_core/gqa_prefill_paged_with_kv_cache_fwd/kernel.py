@@ -6,7 +6,7 @@ import triton
 import triton.language as tl
 
 from attnops.attn_core.gqa_paged_fwd.kernel import paged_attention_combine_kernel, paged_attention_kernel
-from attnops.kernel_utils.attention_fns import rope_pairing, rope_rotate, rope_tables
+from attnops.kernel_utils.attention_fns import rope_tile
 from attnops.kernel_utils.triton_fns import to_e4m3
 
 __all__ = ["paged_append_kernel", "paged_attention_combine_kernel", "paged_attention_kernel"]
@@ -44,11 +44,8 @@ def paged_append_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     k = tl.load(kn_ptr + src[:, None] * stride_knt + h * stride_knh + offs_d[None, :], mask=ok[:, None])
     if ROPE:
-        partner, col, sign, rotated = rope_pairing(offs_d, ROTARY_DIM, False)
-        k_partner = tl.load(kn_ptr + src[:, None] * stride_knt + h * stride_knh + partner[None, :],
-                            mask=ok[:, None])
-        cos, sin = rope_tables(cos_ptr, sin_ptr, pos, col, rotated, ok & (pos < rope_rows), stride_cos)
-        k = rope_rotate(k, k_partner, cos, sin, sign).to(kn_ptr.dtype.element_ty)
+        k = rope_tile(k, kn_ptr + src * stride_knt + h * stride_knh, ok[:, None], cos_ptr, sin_ptr, pos,
+                      ok & (pos < rope_rows), stride_cos, ROTARY_DIM, False).to(kn_ptr.dtype.element_ty)
     v = tl.load(vn_ptr + src[:, None] * stride_vnt + h * stride_vnh + offs_d[None, :], mask=ok[:, None])
     if QUANT:
         k = to_e4m3(tl.math.div_rn(k.to(tl.float32), tl.load(k_scale_ptr)))
