@@ -42,7 +42,7 @@ ALL_ONES = False  # --ones: Triton turns an int argument equal to 1 into a const
 
 
 def compile_sm90(fn, pointers: dict[str, str], ints: dict[str, int], constexprs: dict, num_warps: int,
-                 num_stages: int, floats=()):
+                 num_stages: int, floats=(), maxnreg=None):
     if ALL_ONES:
         ints = {n: 1 for n in fn.arg_names if n not in pointers and n not in constexprs and n not in floats}
     sig, consts, attrs = {}, dict(constexprs), {}
@@ -63,20 +63,29 @@ def compile_sm90(fn, pointers: dict[str, str], ints: dict[str, int], constexprs:
                 attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(fn, sig, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": num_warps, "num_stages": num_stages})
+                          options={"num_warps": num_warps, "num_stages": num_stages,
+                                   **({"maxnreg": maxnreg} if maxnreg else {})})
 
 
 def topk_variants():
     ints = dict(num_rows=32768, S=32768, G=1, S_kv=65536, topk=2048, stride_sb=2**31 - 16, stride_ss=65536,
                 stride_st=1, stride_sg=1, stride_wb=32768, stride_ws=1, stride_eb=32768, stride_es=1)
-    ptrs = {"score_ptr": "*fp32", **{n: "*i32" for n in ("starts_ptr", "ends_ptr", "out_ptr", "scratch_key_ptr",
-                                                          "scratch_pos_ptr")}}
+    ptrs = {"score_ptr": "*fp32", "scratch_ptr": "*i64", **{n: "*i32" for n in ("starts_ptr", "ends_ptr", "out_ptr")}}
     for name, cfg in topk_op.CONFIGS.items():
         for k in (1024, 2048):
-            cx = dict(BLOCK=cfg.block, CAP=cfg.cap(k), SAMPLES=cfg.samples, SLACK_NUM=cfg.slack[0],
-                      SLACK_DEN=cfg.slack[1], FULL_ONLY=cfg.full_only(k))
+            cx = dict(BLOCK=cfg.block, STAGES=cfg.stages, CAP=cfg.cap(k), SAMPLES=cfg.samples,
+                      SLACK_NUM=cfg.slack[0], SLACK_DEN=cfg.slack[1], FULL_ONLY=cfg.full_only(k))
             yield f"topk {name} k={k}", lambda cx=cx, cfg=cfg: compile_sm90(
-                topk_select_kernel, ptrs, ints, cx, cfg.num_warps, 3)
+                topk_select_kernel, ptrs, ints, cx, cfg.num_warps, cfg.stages, maxnreg=cfg.maxnreg), cfg
+
+
+def resident_per_sm(r: dict, num_warps: int) -> int:
+    """Programs of one kernel that fit on an sm_90 SM at once (registers in 256-per-warp units, shared
+    memory with 1 KB reserved per block, 64 warps, 32 blocks)."""
+    regs_per_warp = -(-max(r["regs"], 1) * 32 // 256) * 256
+    by_regs = 65536 // (regs_per_warp * num_warps)
+    by_smem = SM90_SMEM // (r["smem"] + 1024) if r["smem"] else 32
+    return min(by_regs, by_smem, 64 // num_warps, 32)
 
 
 def indexer_variants():
@@ -145,7 +154,7 @@ def main(argv=None) -> int:
     ALL_ONES = args.ones
     bad = 0
     for op in args.op or list(OPS):
-        for label, build in OPS[op]():
+        for label, build, *cfg in OPS[op]():
             t0 = time.perf_counter()
             try:
                 r = ptxas_report(build())
@@ -157,6 +166,10 @@ def main(argv=None) -> int:
             if "interpreter" not in label and "combine" not in label and "prepare" not in label \
                     and not r["pipelined"]:
                 flag += " NOT-PIPELINED"
+            if cfg and hasattr(cfg[0], "programs_per_sm") and "interpreter" not in label \
+                    and resident_per_sm(r, cfg[0].num_warps) < cfg[0].programs_per_sm:
+                flag += f" OCCUPANCY (programs_per_sm {cfg[0].programs_per_sm} > "\
+                        f"{resident_per_sm(r, cfg[0].num_warps)} resident)"
             bad += " SMEM" in flag
             print(f"{label:42s} regs {r['regs']:3d} spill {r['spill']:5d} B  smem {r['smem'] / 1024:6.1f} KB  "
                   f"wgmma {str(r['wgmma']):5s} ({time.perf_counter() - t0:4.1f}s){flag}", flush=True)

@@ -151,3 +151,17 @@ def test_custom_op_schema_and_fake():
         (a["index_score"], a["starts"], a["ends"], a["topk"]),
         test_utils=("test_schema", "test_faketensor"),
     )
+
+
+def test_tie_across_the_sample_threshold():
+    """Long rows (sample path) where a third of the keys share the top score: the sampled threshold is that
+    score, the survivors overflow the scratch, and the tie fallback must take the lowest positions; a row
+    whose top level holds fewer than topk keys takes the whole-window select."""
+    gen = testing.generator(8)
+    levels = torch.tensor([-1.0, 0.5, 2.0])
+    scores = levels[torch.randint(0, 3, (1, 2, 3000, 1), generator=gen)]
+    scores[0, 1, :, 0] = torch.where(torch.arange(3000) % 50 == 0, 2.0, scores[0, 1, :, 0].clamp(max=0.5))
+    case = _case(scores, [[0, 0]], [[3000, 3000]], 100)
+    expected = case.fresh().run(SPEC.reference)["indexes"].cpu()
+    got = SPEC.check(case, pinned(topk_op, topk_op.pick_config()))["indexes"].cpu()
+    assert torch.equal(got.sort(-1).values, expected.sort(-1).values)

@@ -1,20 +1,35 @@
-"""Top-k positions of a windowed score row: threshold from a sample, one compaction pass, exact select.
+"""Top-k positions of a windowed score row (v2): sampled threshold, one pipelined compaction read, exact
+select in registers.
 
 A persistent program walks rows ``r = (b·S + s)·G + g``. For a window of ``n`` positions:
 
 * ``n <= topk``: every position, padded with ``S_kv``.
-* ``n <= CAP``: exact selection straight over the window (a few KB, cache-resident after the first pass).
-* otherwise: the ``SAMPLES`` keys of ``SAMPLES / 8`` evenly spaced 32-byte groups give a threshold expected
-  to keep ``SLACK × topk`` keys; one pass over the row compacts the keys at or above it (position order
-  kept) into a per-program scratch of ``CAP`` slots, and the exact selection runs over those. When the
-  sample misjudges (fewer than ``topk`` or more than ``CAP`` survivors: heavy ties, adversarial rows) the
-  exact selection runs over the whole row instead, still exact.
+* ``n <= CAP``: the window's keys go straight into a ``CAP``-wide register tensor; exact select there.
+* otherwise (the prefill rows: 65536 keys, one read is the floor):
+  1. threshold: ``SAMPLES`` keys (``SAMPLES / 8`` sector-aligned groups of 8, spread over the window);
+     the rank-``r`` sampled key, ``r`` aimed at ``SLACK × topk`` survivors, found by the register select.
+  2. one read of the row: fully in-window ``BLOCK`` tiles in a ``tl.range(num_stages=STAGES)`` loop with
+     unmasked loads (Triton turns them into 16-byte ``cp.async`` copies ``STAGES - 1`` tiles ahead), the
+     partial tile after it masked; scores ``>= threshold`` (float compare) are compacted, position order
+     kept, into the program's scratch of ``CAP`` int64 slots (fp32 bits << 32 | position; L2-resident,
+     ~2.25·topk·8 B). Tiles are [BLOCK / 4, 4] so that the slot scan is mostly in-thread.
+  3. ``topk <= survivors <= CAP``: the survivors' keys are loaded once into the ``CAP``-wide register
+     tensor and selected exactly there.
+  Sample misjudged: ``survivors > CAP`` with fewer than ``topk`` keys strictly above the threshold (a tie
+  at the threshold, e.g. many equal scores) -> the threshold is the k-th key: one counting and one writing
+  read. Anything else (fewer than ``topk`` survivors, adversarial rows) -> the whole-row select below.
 
-Exact selection = the largest key ``T`` with ``#{key >= T} >= topk`` (32-step bitwise search on counts),
-then every key ``> T`` plus the lowest-position keys ``== T`` up to ``topk`` (ties to the lower position).
-Keys are the fp32 bits mapped to an order-preserving int32 (−0.0 folded onto +0.0), so the select is
-exact and −inf is an ordinary, eligible value. Only ``BLOCK``-sized tensors live in registers, so several
-programs share an SM and their loads overlap.
+Register select over ``keys`` (``valid`` marks real entries): the largest key ``T`` with
+``#{key >= T} >= k`` by a 32-step bitwise search on counts (each step one compare + one CTA reduction over
+registers: no memory traffic), then every key ``> T`` plus the lowest-position keys ``== T`` up to ``k``,
+written in ascending position order (ties go to the lower position).
+
+Whole-row select (``FULL_ONLY`` rows, sample misses): the same search with every count a read of the
+window (34 reads; exact, slow, rare on real scores).
+
+Keys are the fp32 bits mapped to an order-preserving int32 (−0.0 folded onto +0.0), so the select is exact
+and −inf is an ordinary, eligible value. The compaction compares floats, so a NaN is never a survivor of
+step 2 (NaN order is unspecified by the spec).
 """
 
 import triton
@@ -30,48 +45,51 @@ def _ordered_key(x):
 
 
 @triton.jit
-def _keys_at(j, m, row_ptr, stride_t, lo, skey_ptr, spos_ptr, FROM_SCRATCH: tl.constexpr):
-    """(keys, positions) of candidates ``j`` (masked by ``m``): scratch slots, or window offsets."""
-    if FROM_SCRATCH:
-        key = tl.load(skey_ptr + j, mask=m, other=0)
-        pos = tl.load(spos_ptr + j, mask=m, other=0)
-    else:
-        pos = lo + j
-        key = _ordered_key(tl.load(row_ptr + pos.to(tl.int64) * stride_t, mask=m, other=0.0))
-    return key, pos
+def _key_float(key):
+    """The float of an ordered key (inverse of ``_ordered_key``; key 0 is +0.0)."""
+    bits = tl.where(key < 0, key ^ 0x7FFFFFFF, key)
+    return bits.to(tl.float32, bitcast=True)
 
 
 @triton.jit
-def _select(row_ptr, stride_t, lo, skey_ptr, spos_ptr, n, k, out_row_ptr, BLOCK: tl.constexpr,
-            FROM_SCRATCH: tl.constexpr):
-    """Write the positions of the k largest of n candidates (k <= n): 32 counting passes find the k-th
-    key T, one pass counts keys > T, one pass writes (ties at T to the lowest positions)."""
-    offs = tl.arange(0, BLOCK)
+def _kth_largest(keys, k):
+    """Largest key T with #{keys >= T} >= k: 32 bitwise steps, each a compare and a CTA-wide sum over the
+    register tensor. Every candidate tested is > int32 min, so entries set to int32 min (padding) never
+    count; T = int32 min means fewer than k keys lie above it."""
     t_u = tl.zeros([], dtype=tl.int64)  # T + 2^31, built from the top bit down
     for i in range(32):
         step = tl.full([], 1, tl.int64) << (31 - i)
         cand = (t_u + step + -2147483648).to(tl.int32)
-        count = tl.zeros([], dtype=tl.int32)
-        for j0 in range(0, n, BLOCK):
-            j = j0 + offs
-            m = j < n
-            key, pos = _keys_at(j, m, row_ptr, stride_t, lo, skey_ptr, spos_ptr, FROM_SCRATCH)
-            count += tl.sum(((key >= cand) & m).to(tl.int32), axis=0)
+        count = tl.sum((keys >= cand).to(tl.int32), axis=0)
         t_u = tl.where(count >= k, t_u + step, t_u)
-    kth = (t_u + -2147483648).to(tl.int32)
-    n_gt = tl.zeros([], dtype=tl.int32)
-    for j0 in range(0, n, BLOCK):
-        j = j0 + offs
-        m = j < n
-        key, pos = _keys_at(j, m, row_ptr, stride_t, lo, skey_ptr, spos_ptr, FROM_SCRATCH)
-        n_gt += tl.sum(((key > kth) & m).to(tl.int32), axis=0)
-    room = k - n_gt
+    return (t_u + -2147483648).to(tl.int32)
+
+
+@triton.jit
+def _keys_at(j, m, row_ptr, stride_t, lo, scratch_ptr, FROM_SCRATCH: tl.constexpr):
+    """(keys, positions) of candidates ``j`` (masked by ``m``): scratch slots (fp32 bits << 32 | position),
+    or window offsets."""
+    if FROM_SCRATCH:
+        v = tl.load(scratch_ptr + j, mask=m, other=0)
+        x = (v >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+        pos = (v & 0xFFFFFFFF).to(tl.int32)
+    else:
+        pos = lo + j
+        x = tl.load(row_ptr + pos.to(tl.int64) * stride_t, mask=m, other=0.0)
+    return _ordered_key(x), pos
+
+
+@triton.jit
+def _write_selected(row_ptr, stride_t, lo, scratch_ptr, n, kth, room, out_row_ptr, BLOCK: tl.constexpr,
+                    FROM_SCRATCH: tl.constexpr):
+    """Write, in candidate (= position) order, every key > kth and the first ``room`` keys == kth."""
+    offs = tl.arange(0, BLOCK)
     seen_eq = tl.zeros([], dtype=tl.int32)
     written = tl.zeros([], dtype=tl.int32)
     for j0 in range(0, n, BLOCK):
         j = j0 + offs
         m = j < n
-        key, pos = _keys_at(j, m, row_ptr, stride_t, lo, skey_ptr, spos_ptr, FROM_SCRATCH)
+        key, pos = _keys_at(j, m, row_ptr, stride_t, lo, scratch_ptr, FROM_SCRATCH)
         eq = m & (key == kth)
         take = (m & (key > kth)) | (eq & (seen_eq + tl.cumsum(eq.to(tl.int32), axis=0) <= room))
         slot = written + tl.cumsum(take.to(tl.int32), axis=0) - 1
@@ -81,24 +99,84 @@ def _select(row_ptr, stride_t, lo, skey_ptr, spos_ptr, n, k, out_row_ptr, BLOCK:
 
 
 @triton.jit
+def _select_registers(row_ptr, stride_t, lo, scratch_ptr, n, k, out_row_ptr, CAP: tl.constexpr,
+                      BLOCK: tl.constexpr, FROM_SCRATCH: tl.constexpr):
+    """Exact top-k of n <= CAP candidates: keys loaded once into a CAP-wide register tensor."""
+    j = tl.arange(0, CAP)
+    valid = j < n
+    keys, _ = _keys_at(j, valid, row_ptr, stride_t, lo, scratch_ptr, FROM_SCRATCH)
+    keys = tl.where(valid, keys, -2147483648)
+    kth = _kth_largest(keys, k)
+    n_gt = tl.sum((keys > kth).to(tl.int32), axis=0)  # padding (int32 min) is never > kth
+    _write_selected(row_ptr, stride_t, lo, scratch_ptr, n, kth, k - n_gt, out_row_ptr, BLOCK, FROM_SCRATCH)
+
+
+@triton.jit
+def _count_window(row_ptr, stride_t, lo, n, kth, STRICT: tl.constexpr, BLOCK: tl.constexpr):
+    """#{window keys > kth} (STRICT) or #{window keys >= kth}: one read of the window."""
+    offs = tl.arange(0, BLOCK)
+    count = tl.zeros([], dtype=tl.int32)
+    for j0 in range(0, n, BLOCK):
+        j = j0 + offs
+        m = j < n
+        key = _ordered_key(tl.load(row_ptr + (lo + j).to(tl.int64) * stride_t, mask=m, other=0.0))
+        if STRICT:
+            count += tl.sum((m & (key > kth)).to(tl.int32), axis=0)
+        else:
+            count += tl.sum((m & (key >= kth)).to(tl.int32), axis=0)
+    return count
+
+
+@triton.jit
+def _select_window(row_ptr, stride_t, lo, n, k, out_row_ptr, BLOCK: tl.constexpr):
+    """Exact top-k over the whole window with every count a read of it (34 reads)."""
+    t_u = tl.zeros([], dtype=tl.int64)
+    for i in range(32):
+        step = tl.full([], 1, tl.int64) << (31 - i)
+        cand = (t_u + step + -2147483648).to(tl.int32)
+        count = _count_window(row_ptr, stride_t, lo, n, cand, False, BLOCK)
+        t_u = tl.where(count >= k, t_u + step, t_u)
+    kth = (t_u + -2147483648).to(tl.int32)
+    n_gt = _count_window(row_ptr, stride_t, lo, n, kth, True, BLOCK)
+    _write_selected(row_ptr, stride_t, lo, row_ptr, n, kth, k - n_gt, out_row_ptr, BLOCK, False)
+
+
+@triton.jit
+def _compact_tile(x, t, keep, count, scratch_ptr, CAP: tl.constexpr):
+    """Append the kept (fp32 bits << 32 | position) of one [R, 4] tile to the scratch in position order.
+    Rows of 4 contiguous positions sit in one thread: the scan is 3 adds in-thread, then one scan over the
+    row totals (a warp scan per thread instead of one per element)."""
+    keep_i = keep.to(tl.int32)
+    tot = tl.sum(keep_i, axis=1)
+    slot = count + (tl.cumsum(tot, axis=0) - tot)[:, None] + tl.cumsum(keep_i, axis=1) - 1
+    packed = (x.to(tl.int32, bitcast=True).to(tl.int64) << 32) | t.to(tl.int64)  # t >= 0
+    tl.store(scratch_ptr + slot, packed, mask=keep & (slot < CAP))
+    return count + tl.sum(tot, axis=0)
+
+
+@triton.jit
 def topk_select_kernel(
-    score_ptr, starts_ptr, ends_ptr, out_ptr, scratch_key_ptr, scratch_pos_ptr,
+    score_ptr, starts_ptr, ends_ptr, out_ptr, scratch_ptr,
     num_rows, S, G, S_kv, topk,
     stride_sb, stride_ss, stride_st, stride_sg,
     stride_wb, stride_ws, stride_eb, stride_es,
-    BLOCK: tl.constexpr,  # positions per step of a pass
-    CAP: tl.constexpr,  # candidate slots per program (scratch); windows up to CAP are selected directly
-    SAMPLES: tl.constexpr,  # sampled keys per long row (multiple of 8, power of two)
+    BLOCK: tl.constexpr,  # positions per tile of the compaction read (and per step of the other loops)
+    STAGES: tl.constexpr,  # software-pipeline depth of the compaction read (cp.async; 1 = none)
+    CAP: tl.constexpr,  # register-select width = scratch slots per program; windows up to CAP go direct
+    SAMPLES: tl.constexpr,  # sampled keys per long row (multiple of 8, power of two, >= 16)
     SLACK_NUM: tl.constexpr,  # the sample threshold aims at SLACK_NUM / SLACK_DEN × topk survivors
     SLACK_DEN: tl.constexpr,
-    FULL_ONLY: tl.constexpr,  # topk too large for CAP: every row longer than topk is selected directly
+    FULL_ONLY: tl.constexpr,  # topk too large for CAP: every row longer than topk is selected over the window
 ):
     tl.static_assert(SAMPLES % 8 == 0)
+    tl.static_assert(SAMPLES >= 16)
+    tl.static_assert(BLOCK % 16 == 0)
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
-    scratch_key = scratch_key_ptr + pid.to(tl.int64) * CAP
-    scratch_pos = scratch_pos_ptr + pid.to(tl.int64) * CAP
+    scratch = scratch_ptr + pid.to(tl.int64) * CAP
     blk = tl.arange(0, BLOCK)
+    tile = tl.arange(0, BLOCK // 4)[:, None] * 4 + tl.arange(0, 4)[None, :]  # [BLOCK / 4, 4] offsets
+    tile_st = tile * stride_st  # int32: the op checks BLOCK × stride < 2^31
     for r0 in range(0, num_rows, nprog):
         r = r0 + pid  # a tensor on both the GPU and the interpreter
         if r < num_rows:
@@ -115,40 +193,53 @@ def topk_select_kernel(
                 for j0 in range(0, topk, BLOCK):
                     j = j0 + blk
                     tl.store(out_row + j, tl.where(j < n, lo + j, S_kv), mask=j < topk)
-            elif FULL_ONLY or n <= CAP:
-                _select(row_ptr, stride_st, lo, scratch_key, scratch_pos, n, topk, out_row, BLOCK, False)
+            elif n <= CAP:
+                _select_registers(row_ptr, stride_st, lo, scratch, n, topk, out_row, CAP, BLOCK, False)
+            elif FULL_ONLY:
+                _select_window(row_ptr, stride_st, lo, n, topk, out_row, BLOCK)
             else:
-                # Threshold: the r-th largest of SAMPLES keys (8 contiguous per group: one 32-byte sector),
-                # r ≈ SLACK × topk × SAMPLES / n.
+                # 1. Threshold: rank r ≈ SLACK × topk × (valid samples) / n among SAMPLES keys taken as
+                #    SAMPLES / 8 sector-aligned groups of 8 spread over the window (out-of-window ones dropped).
                 so = tl.arange(0, SAMPLES)
-                spos = lo + ((so // 8).to(tl.int64) * (n - 8)) // (SAMPLES // 8 - 1) + so % 8
-                ranked = tl.sort(_ordered_key(tl.load(row_ptr + spos * stride_st)), descending=True)
+                grp = (so // 8).to(tl.int64)
+                gstart = lo + (grp * (n - 8)) // (SAMPLES // 8 - 1)
+                sp = (gstart // 8) * 8 + so % 8
+                sok = (sp >= lo) & (sp < hi)
+                skeys = _ordered_key(tl.load(row_ptr + sp * stride_st, mask=sok, other=0.0))
+                nsamp = tl.sum(sok.to(tl.int64), axis=0)
                 # (int64 via a zero: a launch with topk == 1 makes topk a constant, which has no .to)
-                rank = (SLACK_NUM * SAMPLES * (tl.zeros([], tl.int64) + topk) + SLACK_DEN * n - 1) // (SLACK_DEN * n)
-                rank = tl.minimum(tl.maximum(rank, 1), SAMPLES)
-                threshold = tl.sum(tl.where(so == rank - 1, ranked, 0), axis=0)
-                # Compaction: keys >= threshold, in position order, into the program's scratch. The next
-                # step's scores are loaded before this step's scan (a register double buffer): Triton does
-                # not software-pipeline loads that feed no dot.
+                rank = (SLACK_NUM * nsamp * (tl.zeros([], tl.int64) + topk) + SLACK_DEN * n - 1) // (SLACK_DEN * n)
+                rank = tl.minimum(tl.maximum(rank, 1), nsamp)
+                thr_key = _kth_largest(tl.where(sok, skeys, -2147483648), rank.to(tl.int32))
+                thr = _key_float(thr_key)
+                # 2. One read: full tiles pipelined (unmasked: vectorized cp.async), then the partial tile.
+                lo_al = (lo // 16) * 16
+                nfull = (hi - lo_al) // BLOCK
                 count = tl.zeros([], dtype=tl.int32)
-                t = lo + blk
-                x = tl.load(row_ptr + t.to(tl.int64) * stride_st, mask=t < hi, other=0.0)
-                for t0 in range(lo, hi, BLOCK):
-                    t = t0 + blk
-                    m = t < hi
-                    t_next = t + BLOCK
-                    x_next = tl.load(row_ptr + t_next.to(tl.int64) * stride_st, mask=t_next < hi, other=0.0)
-                    key = _ordered_key(x)
-                    x = x_next
-                    keep = m & (key >= threshold)
-                    slot = count + tl.cumsum(keep.to(tl.int32), axis=0) - 1
-                    w = keep & (slot < CAP)
-                    tl.store(scratch_key + slot, key, mask=w)
-                    tl.store(scratch_pos + slot, t, mask=w)
-                    count += tl.sum(keep.to(tl.int32), axis=0)
+                for i in tl.range(0, nfull, num_stages=STAGES):
+                    # Scalar tile base + a loop-invariant offset tensor: the pipeliner then carries no
+                    # per-stage index tensors in registers.
+                    base = lo_al + i * BLOCK
+                    x = tl.load(row_ptr + base.to(tl.int64) * stride_st + tile_st)
+                    t = base + tile
+                    count = _compact_tile(x, t, (x >= thr) & (t >= lo), count, scratch, CAP)
+                t = lo_al + nfull * BLOCK + tile
+                m = (t >= lo) & (t < hi)
+                x = tl.load(row_ptr + t.to(tl.int64) * stride_st, mask=m, other=0.0)
+                count = _compact_tile(x, t, (x >= thr) & m, count, scratch, CAP)
                 tl.debug_barrier()  # scratch written by all threads before any thread reads it back
+                # 3. Exact select among the survivors, or the fallbacks.
                 if (count >= topk) & (count <= CAP):
-                    _select(row_ptr, stride_st, lo, scratch_key, scratch_pos, count, topk, out_row, BLOCK, True)
+                    _select_registers(row_ptr, stride_st, lo, scratch, count, topk, out_row, CAP, BLOCK, True)
                 else:
-                    _select(row_ptr, stride_st, lo, scratch_key, scratch_pos, n, topk, out_row, BLOCK, False)
+                    n_gt = tl.zeros([], dtype=tl.int32)
+                    if count > CAP:
+                        n_gt = _count_window(row_ptr, stride_st, lo, n, thr_key, True, BLOCK)
+                    if (count > CAP) & (n_gt < topk):
+                        # The threshold is the k-th key (a tie across it): keys above it, then the
+                        # lowest-position keys equal to it.
+                        _write_selected(row_ptr, stride_st, lo, scratch, n, thr_key, topk - n_gt, out_row,
+                                        BLOCK, False)
+                    else:
+                        _select_window(row_ptr, stride_st, lo, n, topk, out_row, BLOCK)
                 tl.debug_barrier()  # reads done before the next row overwrites the scratch

@@ -14,43 +14,51 @@ from .kernel import topk_select_kernel
 
 @dataclass(frozen=True)
 class TopKConfig:
-    block: int  # positions per step of a pass over a row
+    block: int  # positions per tile of the compaction read (and per step of the other loops)
+    stages: int  # software-pipeline depth of the compaction read (cp.async tiles in flight + 1)
     samples: int  # sampled keys per long row (power of two, multiple of 8)
     slack: tuple[int, int]  # the sample threshold aims at slack[0] / slack[1] × topk survivors
-    cap_factor: int  # scratch slots per program = cap_factor × next_pow2(topk) (at most max_cap)
+    cap_factor: int  # register-select width = scratch slots = cap_factor × next_pow2(topk) (at most max_cap)
     max_cap: int
     num_warps: int
-    programs_per_sm: int  # persistent programs launched per SM
+    maxnreg: int | None  # register cap per thread (ptxas otherwise takes up to 255 and one program fills an SM)
+    programs_per_sm: int  # persistent programs per SM: must all be resident (regs, smem), see sm90 compile
 
     def cap(self, topk: int) -> int:
         return min(max(256, self.cap_factor * triton.next_power_of_2(topk)), self.max_cap)
 
     def full_only(self, topk: int) -> bool:
-        """topk too large for the scratch: every row longer than topk is selected over the whole row."""
-        return 2 * topk > self.cap(topk)
+        """topk too large for the scratch (the sample path aims at ~2.25·topk survivors and needs room for
+        its spread): every row longer than CAP is selected over the whole window (34 reads)."""
+        return 4 * topk > self.cap(topk)
 
 
 # Every config the op can pick; tests run each (GPU: full-size rows; CPU: shrunk rows).
 CONFIGS = {
-    # One 16-warp program per SM (128 regs): 4096 positions per step, the next step prefetched, so
-    # ~32 KB of scores in flight per SM.
-    "h200": TopKConfig(block=4096, samples=1024, slack=(3, 2), cap_factor=4, max_cap=16384, num_warps=16,
-                       programs_per_sm=2),
-    # Four 4-warp programs per SM (128 regs × 128 threads each), 1024 positions per step: overlap comes
-    # from independent programs instead of one program's wide steps.
-    "h200-4w": TopKConfig(block=1024, samples=1024, slack=(3, 2), cap_factor=4, max_cap=16384, num_warps=4,
-                          programs_per_sm=4),
+    # Many rows: 8-warp programs capped at 80 registers, 3 per SM. 2048-position tiles, 3 in flight per
+    # program (cp.async, 24 KB), ~72 KB of scores in flight per SM while programs stream; the select runs
+    # over a 4·topk register tensor (k = 2048: 32 keys per thread).
+    "h200": TopKConfig(block=2048, stages=4, samples=2048, slack=(9, 4), cap_factor=4, max_cap=16384,
+                       num_warps=8, maxnreg=80, programs_per_sm=3),
+    # 4-warp programs, 16 positions per thread per tile (fewer instructions per score), 4 per SM.
+    "h200-4w": TopKConfig(block=2048, stages=4, samples=1024, slack=(9, 4), cap_factor=4, max_cap=16384,
+                          num_warps=4, maxnreg=128, programs_per_sm=4),
+    # Few rows (decode): one 16-warp program per row; windows up to 16384 keys go straight to registers.
+    "h200-latency": TopKConfig(block=4096, stages=3, samples=2048, slack=(9, 4), cap_factor=8, max_cap=16384,
+                               num_warps=16, maxnreg=128, programs_per_sm=1),
     # Small steps so that shrunk rows still take several steps per pass (interpreter).
-    "interpreter": TopKConfig(block=256, samples=64, slack=(3, 2), cap_factor=4, max_cap=16384, num_warps=4,
-                              programs_per_sm=1),
-    # A threshold aimed below topk: the sample misses on most rows, so the whole-row select runs.
-    "fallback": TopKConfig(block=512, samples=128, slack=(1, 4), cap_factor=4, max_cap=16384, num_warps=4,
-                           programs_per_sm=1),
+    "interpreter": TopKConfig(block=256, stages=1, samples=64, slack=(9, 4), cap_factor=4, max_cap=16384,
+                              num_warps=4, maxnreg=None, programs_per_sm=1),
+    # A threshold aimed below topk: the sample misses on most rows, so the whole-window select runs.
+    "fallback": TopKConfig(block=512, stages=1, samples=128, slack=(1, 4), cap_factor=4, max_cap=16384,
+                           num_warps=4, maxnreg=None, programs_per_sm=1),
 }
 
 
-def pick_config() -> TopKConfig:
-    return CONFIGS["interpreter" if runtime.interpreting() else "h200"]
+def pick_config(num_rows: int = 1 << 30) -> TopKConfig:
+    if runtime.interpreting():
+        return CONFIGS["interpreter"]
+    return CONFIGS["h200-latency" if num_rows < runtime.num_sms() else "h200"]
 
 
 def launch(index_score, starts, ends, topk: int, out: torch.Tensor, config: TopKConfig) -> torch.Tensor:
@@ -61,15 +69,16 @@ def launch(index_score, starts, ends, topk: int, out: torch.Tensor, config: TopK
         return out
     cap = config.cap(topk)
     nprog = min(num_rows, runtime.num_sms() * config.programs_per_sm)
-    scratch = torch.empty((2, nprog, cap), dtype=torch.int32, device=index_score.device)
+    scratch = torch.empty((nprog, cap), dtype=torch.int64, device=index_score.device)
+    extra = {} if config.maxnreg is None or runtime.interpreting() else {"maxnreg": config.maxnreg}
     topk_select_kernel[(nprog,)](
-        index_score, starts, ends, out, scratch[0], scratch[1],
+        index_score, starts, ends, out, scratch,
         num_rows, s, g, s_kv, topk,
         *index_score.stride()[:2], index_score.stride(2), index_score.stride(3),
         *starts.stride(), *ends.stride(),
-        BLOCK=config.block, CAP=cap, SAMPLES=config.samples,
+        BLOCK=config.block, STAGES=config.stages, CAP=cap, SAMPLES=config.samples,
         SLACK_NUM=config.slack[0], SLACK_DEN=config.slack[1], FULL_ONLY=config.full_only(topk),
-        num_warps=config.num_warps,
+        num_warps=config.num_warps, num_stages=config.stages, **extra,
     )
     return out
 
@@ -78,7 +87,7 @@ def launch(index_score, starts, ends, topk: int, out: torch.Tensor, config: TopK
 def _topk_select(index_score: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, topk: int) -> torch.Tensor:
     b, s, _, g = index_score.shape
     out = torch.empty((b, s, g, topk), dtype=torch.int32, device=index_score.device)
-    return launch(index_score, starts, ends, topk, out, pick_config())
+    return launch(index_score, starts, ends, topk, out, pick_config(b * s * g))
 
 
 @_topk_select.register_fake
@@ -99,6 +108,8 @@ def check_inputs(index_score, starts, ends, topk) -> None:
         raise ValueError(f"topk: must satisfy 0 < topk <= S_kv = {s_kv}, got {topk}")
     if s_kv >= 2**31 - 1:
         raise ValueError(f"index_score: S_kv = {s_kv} does not fit int32 positions")
+    if index_score.stride(2) >= 2**18:
+        raise ValueError(f"index_score: stride along S_kv must be < 2^18, got {index_score.stride(2)}")
 
 
 def with_config(config: TopKConfig, poison: bool = False):
@@ -127,7 +138,7 @@ def topk_select_fwd(index_score: torch.Tensor, starts: torch.Tensor, ends: torch
         ``[B, S, G, topk]`` int32 absolute key positions (group axis before topk). A window with fewer
         than ``topk`` positions is padded with ``S_kv``. Order inside a row is unspecified (this kernel
         writes ascending positions); ties go to the lower position; in-window −inf scores are eligible;
-        NaN scores are unspecified (a positive NaN ranks above +inf here).
+        NaN scores are unspecified.
 
     Example::
 
