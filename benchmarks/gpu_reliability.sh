@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The reliability sweep of issue 10 on the GPU, per family: the seeded fuzz and determinism tests on CUDA
-# tensors (ATTNOPS_FUZZ_CASES per op), compute-sanitizer memcheck over the shrunk seed rows and a few fuzz
-# cases, and (RACECHECK=1) racecheck over the shrunk seed rows. Every step stops at DEADLINE (epoch seconds);
+# The reliability sweep of issue 10 on the GPU, per family: compute-sanitizer memcheck over the shrunk seed
+# rows and a few fuzz cases, (RACECHECK=1) racecheck over the shrunk seed rows, then the seeded fuzz and
+# determinism tests on CUDA tensors (ATTNOPS_FUZZ_CASES per op). Every step stops at DEADLINE (epoch seconds);
 # logs land under $OUT (packed into reliability-logs.tgz); one summary line per step is printed.
 #   DEADLINE=<epoch s> ATTNOPS_FUZZ_CASES=30 [RACECHECK=1] bash benchmarks/gpu_reliability.sh attn-core attn-mla
 set -u
@@ -14,9 +14,6 @@ left() { local s=$(( DEADLINE - $(date +%s) )); echo $(( s > 5 ? s : 5 )); }
 summary() { grep -E "ERROR SUMMARY|[0-9]+ (passed|failed)" "$1" | tail -n 2 | tr '\n' ' '; }
 pytest_q=(python3 -m pytest -q -p no:cacheprovider)
 for family in "$@"; do
-  log="$OUT/fuzz-$family.log"
-  timeout "$(left)" "${pytest_q[@]}" -k "fuzz or repeated or determinism" "packages/$family/tests" >"$log" 2>&1
-  echo "fuzz+determinism $family (cases/op=$ATTNOPS_FUZZ_CASES): rc=$? $(summary "$log")"
   log="$OUT/memcheck-$family.log"
   ATTNOPS_FUZZ_CASES=8 timeout "$(left)" compute-sanitizer --tool memcheck --error-exitcode 3 \
     "${pytest_q[@]}" -m "not gpu" -k "seed_row_shrunk or fuzz" "packages/$family/tests" >"$log" 2>&1
@@ -27,5 +24,8 @@ for family in "$@"; do
       "${pytest_q[@]}" -m "not gpu" -k "seed_row_shrunk" "packages/$family/tests" >"$log" 2>&1
     echo "racecheck $family: rc=$? $(summary "$log")"
   fi
+  log="$OUT/fuzz-$family.log"
+  timeout "$(left)" "${pytest_q[@]}" -k "fuzz or repeated or determinism" "packages/$family/tests" >"$log" 2>&1
+  echo "fuzz+determinism $family (cases/op=$ATTNOPS_FUZZ_CASES): rc=$? $(summary "$log")"
 done
 (cd "$OUT" && tar czf reliability-logs.tgz --remove-files ./fuzz-*.log ./memcheck-*.log ./racecheck-*.log 2>/dev/null)
