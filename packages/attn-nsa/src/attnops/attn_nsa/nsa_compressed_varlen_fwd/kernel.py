@@ -56,12 +56,20 @@ def nsa_compressed_fwd_kernel(
     t_last = tl.minimum(t_first + BT, num_tokens) - 1
     n_first = tl.maximum(tl.load(tok_ptr + t_first.to(tl.int64) * 2), 0)
     n_last = tl.minimum(tl.load(tok_ptr + t_last.to(tl.int64) * 2), num_seqs - 1)
+    o_tile = o_ptr + tile_t * stride_ot + tile_h * stride_oh
     for n in range(n_first, n_last + 1):
         boc = tl.load(chunk_offsets_ptr + n).to(tl.int64)
         rows_n = tl.load(chunk_offsets_ptr + n + 1) - boc  # storage rows of sequence n
         in_seq = row_ok & (seq == n)
         nc = tl.where(in_seq, tl.minimum((pos + 1) // BS, rows_n), 0)  # closed chunks per row
         nc_max = tl.max(nc, axis=0)
+        # Each row's softmax state restarts at its own sequence's pass and is stored at that pass's end, so a
+        # pass over another sequence's chunks (0 · NaN of its v_cmp in the P·V product) can only touch the
+        # row before its restart or after its store: no [BM, DV] select between two accumulators is needed
+        # (v1 kept old and new accumulators live: 239 registers per thread at BM 64, D 128).
+        m = tl.where(in_seq, NEG_BIG, m)
+        l = tl.where(in_seq, 0.0, l)
+        acc = tl.where(in_seq[:, None], 0.0, acc)
         k_base = k_ptr + boc * stride_kc + g * stride_kh
         v_base = v_ptr + boc * stride_vc + g * stride_vh
         for c0 in range(0, nc_max, BC):
@@ -77,16 +85,14 @@ def nsa_compressed_fwd_kernel(
             l = l * alpha + tl.sum(p, axis=1)
             vt = tl.load(v_base + c[:, None].to(tl.int64) * stride_vc + dv[None, :],
                          mask=c_ok[:, None] & (dv < DV)[None, :], other=0.0)
-            # Rows that see no chunk of this tile (other sequences of the token tile, or not yet closed) keep
-            # their accumulator: their p is 0, but 0 · NaN = NaN would carry a NaN / inf of v_cmp into them.
-            acc = tl.where((c0 < nc)[:, None], acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt), acc)
+            acc = tl.dot(p.to(vt.dtype), vt, acc * alpha[:, None])
             m = m_new
 
-    seen = l != 0  # l >= 0, or NaN (a NaN score or value): NaN must reach o and lse, not read as "no key"
-    inv = tl.where(seen, 1.0 / tl.where(seen, l, 1.0), 0.0)
-    o = acc * inv[:, None]
-    lse = tl.where(seen, (m + tl.math.log2(tl.where(seen, l, 1.0))) * LN2, 0.0)
-    o_tile = o_ptr + tile_t * stride_ot + tile_h * stride_oh
-    tl.store(o_tile + o_rows[:, None] + dv[None, :], o.to(o_ptr.dtype.element_ty),
-             mask=row_ok[:, None] & (dv < DV)[None, :])
-    tl.store(lse_ptr + tile_t * stride_lt + tile_h + l_rows, lse.to(lse_ptr.dtype.element_ty), mask=row_ok)
+        # A row with no closed chunk outputs exactly 0 (its p is 0, but 0 · NaN of a chunk other rows see is not).
+        seen = (l != 0) & (nc > 0)  # l >= 0, or NaN (a NaN score or value): NaN must reach o and lse
+        inv = tl.where(seen, 1.0 / tl.where(seen, l, 1.0), 0.0)
+        o = tl.where(seen[:, None], acc * inv[:, None], 0.0)
+        lse = tl.where(seen, (m + tl.math.log2(tl.where(seen, l, 1.0))) * LN2, 0.0)
+        tl.store(o_tile + o_rows[:, None] + dv[None, :], o.to(o_ptr.dtype.element_ty),
+                 mask=in_seq[:, None] & (dv < DV)[None, :])
+        tl.store(lse_ptr + tile_t * stride_lt + tile_h + l_rows, lse.to(lse_ptr.dtype.element_ty), mask=in_seq)
