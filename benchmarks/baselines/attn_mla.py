@@ -175,7 +175,9 @@ def deepgemm_indexer(case: Case) -> Runner:
     s_kv, g = k.shape[1:3]
     if b != 1 or g != 1:
         raise Unsupported(f"fp8_fp4_mqa_logits takes one request and one key group, got B = {b}, G = {g}")
-    note = "fp8_fp4_mqa_logits; out-of-window −inf written by masked_fill_ in the timed call"
+    note = ("fp8_fp4_mqa_logits, its compressed layout ([S, max window] from ks, as this DeepGEMM build requires "
+            "max_seqlen_k > 0): writes S × max window floats where the op writes S × S_kv; expanded to the op's "
+            "layout (−inf outside [ks, ke)) after the timed call")
     weights = a["weights"]
     if q.dtype == E4M3:
         q8, k8 = q[0].contiguous(), k[0, :, 0].contiguous()
@@ -193,19 +195,26 @@ def deepgemm_indexer(case: Case) -> Runner:
         k8 = (kf / k_scale[:, None]).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
         note += ("; bf16 inputs quantized to fp8 outside the timed call (q per token-head, scale folded into "
                  "weights; k per row)")
-    outside = ~_window_mask(a, s_kv)
-    clean = a.get("clean_logits", True)
+    ks, ke = a["cu_seqlen_ks"], a["cu_seqlen_ke"]
+    width = max(1, int((ke - ks).max()))
+    last: dict[str, torch.Tensor] = {}
 
-    def run(**_):
-        # max_seqlen_k = 0: full [M, N] logits. A positive value asks for "compressed" logits indexed from ks[m],
-        # which only equals the op's layout when every window starts at 0.
-        logits = dg.fp8_fp4_mqa_logits((q8, None), (k8, k_scale), weights, a["cu_seqlen_ks"], a["cu_seqlen_ke"],
-                                       0)[:, :s_kv]
-        if clean:
-            logits = logits.masked_fill_(outside, float("-inf"))
-        return logits.unsqueeze(0).unsqueeze(-1)
+    def run():
+        last["logits"] = dg.fp8_fp4_mqa_logits((q8, None), (k8, k_scale), weights, ks, ke, width)
 
-    return runner_of(run, case, note=note)
+    def outputs():
+        # compressed column j of row m holds key ks[m] + j (valid for j < ke[m] - ks[m]); expand in row chunks
+        full = torch.empty((s, s_kv), device=q.device)
+        t = torch.arange(s_kv, device=q.device)
+        for r0 in range(0, s, 256):
+            r = slice(r0, r0 + 256)
+            shift = t[None, :] - ks[r, None]
+            inside = (shift >= 0) & (t[None, :] < ke[r, None])
+            got = last["logits"][r].float().gather(1, shift.clamp(0, width - 1))
+            full[r] = torch.where(inside, got, float("-inf"))
+        return case.collect(full.unsqueeze(0).unsqueeze(-1))
+
+    return Runner(run, outputs, note=note)
 
 
 def _indexer_torch(index_q, index_k, weights, cu_seqlen_ks, cu_seqlen_ke, index_k_scale=None, clean_logits=True,
