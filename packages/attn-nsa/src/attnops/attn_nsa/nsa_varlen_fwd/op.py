@@ -23,33 +23,25 @@ from .kernel import nsa_varlen_fwd_kernel
 
 LOG2E = math.log2(math.e)
 
-# BT = 1: one token per program (v1's shape). BT > 1: the program's BT·ceil(SEL/KB) (token, step) pairs run as
-# one software-pipelined loop (num_stages >= 3 keeps the next steps' q / K / V cp.async in flight).
 CONFIGS = (
-    triton.Config({"KB": 1, "BT": 1}, num_warps=4, num_stages=2),
-    triton.Config({"KB": 2, "BT": 1}, num_warps=4, num_stages=2),
-    triton.Config({"KB": 2, "BT": 2}, num_warps=4, num_stages=3),  # short batches: 2x the programs of BT 4
-    triton.Config({"KB": 1, "BT": 4}, num_warps=4, num_stages=3),
-    triton.Config({"KB": 2, "BT": 4}, num_warps=4, num_stages=3),
-    triton.Config({"KB": 4, "BT": 4}, num_warps=4, num_stages=3),
-    triton.Config({"KB": 1, "BT": 8}, num_warps=4, num_stages=4),
+    triton.Config({"KB": 1}, num_warps=2, num_stages=2),
+    triton.Config({"KB": 1}, num_warps=4, num_stages=2),
+    triton.Config({"KB": 2}, num_warps=4, num_stages=2),
+    triton.Config({"KB": 4}, num_warps=4, num_stages=2),
 )
 
 
 def _valid(c: triton.Config, a: dict) -> bool:
     kb = c.kwargs["KB"]
     keys = kb * a["BS"]
-    # at most 8K elements per K (and V) tile; no more gathered slots than the row has. The pipelined BT > 1
-    # configs are not offered for a 16-wide head dim: the compressed op's 16-wide tiles read shared memory out
-    # of range on the H200 (0.2.2), and these have not been through compute-sanitizer yet.
-    return (keys * a["BD"] <= 8192 and (kb == 1 or kb <= triton.next_power_of_2(max(a["SEL"], 1)))
-            and (c.kwargs["BT"] == 1 or a["BD"] > 16))
+    # at most 8K elements per K (and V) tile in registers; no more gathered slots than the row has
+    return keys * a["BD"] <= 8192 and (kb == 1 or kb <= triton.next_power_of_2(max(a["SEL"], 1)))
 
 
 def _default(valid: list[triton.Config], a: dict) -> triton.Config:
     if runtime.interpreting():  # fewest iterations: the interpreter pays per operation, not per element
-        return max(valid, key=lambda c: (c.kwargs["KB"], c.kwargs["BT"]))
-    ranked = sorted(valid, key=lambda c: (c.kwargs["BT"] != 4, c.kwargs["KB"] != 2))
+        return max(valid, key=lambda c: (c.kwargs["KB"], c.num_warps))
+    ranked = sorted(valid, key=lambda c: (c.kwargs["KB"] != 2, c.num_warps != 4))
     return ranked[0]
 
 
@@ -76,8 +68,7 @@ def _run(q, k, v, block_indices, block_counts, offsets, token_indices, is_causal
         G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BD=max(16, triton.next_power_of_2(d)),
         BS=block_size, SEL=block_indices.shape[2], CAUSAL=bool(is_causal),
     )
-    grid = lambda meta: (triton.cdiv(num_tokens, meta["BT"]), h_kv)  # noqa: E731
-    _TUNED.launch(grid, args, config)
+    _TUNED.launch((num_tokens, h_kv), args, config)
     return o
 
 
