@@ -175,9 +175,15 @@ def deepgemm_indexer(case: Case) -> Runner:
     s_kv, g = k.shape[1:3]
     if b != 1 or g != 1:
         raise Unsupported(f"fp8_fp4_mqa_logits takes one request and one key group, got B = {b}, G = {g}")
-    note = ("fp8_fp4_mqa_logits, its compressed layout ([S, max window] from ks, as this DeepGEMM build requires "
-            "max_seqlen_k > 0): writes S × max window floats where the op writes S × S_kv; expanded to the op's "
-            "layout (−inf outside [ks, ke)) after the timed call")
+    ks, ke = a["cu_seqlen_ks"], a["cu_seqlen_ke"]
+    if bool((ks != 0).any()):
+        # This DeepGEMM build only returns "compressed" logits (it asserts max_seqlen_k > 0): row m's column j is
+        # key ks[m] + j. That equals the op's [S, S_kv] layout only when every window starts at key 0; otherwise
+        # producing the op's output needs a scatter pass that is not DeepGEMM's. Measured once on the H200 (kernel
+        # alone, compressed output, S x max-window floats): docs/perf/attn-mla.md.
+        raise Unsupported("fp8_fp4_mqa_logits returns logits indexed from ks[m] (compressed layout); windows here "
+                          "do not start at key 0, so its output is not the op's [S, S_kv] layout")
+    note = "fp8_fp4_mqa_logits; out-of-window −inf written by masked_fill_ in the timed call"
     weights = a["weights"]
     if q.dtype == E4M3:
         q8, k8 = q[0].contiguous(), k[0, :, 0].contiguous()
@@ -195,26 +201,17 @@ def deepgemm_indexer(case: Case) -> Runner:
         k8 = (kf / k_scale[:, None]).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
         note += ("; bf16 inputs quantized to fp8 outside the timed call (q per token-head, scale folded into "
                  "weights; k per row)")
-    ks, ke = a["cu_seqlen_ks"], a["cu_seqlen_ke"]
-    width = max(1, int((ke - ks).max()))
-    last: dict[str, torch.Tensor] = {}
+    outside = ~_window_mask(a, s_kv)
+    clean = a.get("clean_logits", True)
 
-    def run():
-        last["logits"] = dg.fp8_fp4_mqa_logits((q8, None), (k8, k_scale), weights, ks, ke, width)
+    def run(**_):
+        # Windows start at 0, so the compressed layout with max_seqlen_k = S_kv is the op's layout.
+        logits = dg.fp8_fp4_mqa_logits((q8, None), (k8, k_scale), weights, ks, ke, s_kv)[:, :s_kv]
+        if clean:
+            logits = logits.masked_fill_(outside, float("-inf"))
+        return logits.unsqueeze(0).unsqueeze(-1)
 
-    def outputs():
-        # compressed column j of row m holds key ks[m] + j (valid for j < ke[m] - ks[m]); expand in row chunks
-        full = torch.empty((s, s_kv), device=q.device)
-        t = torch.arange(s_kv, device=q.device)
-        for r0 in range(0, s, 256):
-            r = slice(r0, r0 + 256)
-            shift = t[None, :] - ks[r, None]
-            inside = (shift >= 0) & (t[None, :] < ke[r, None])
-            got = last["logits"][r].float().gather(1, shift.clamp(0, width - 1))
-            full[r] = torch.where(inside, got, float("-inf"))
-        return case.collect(full.unsqueeze(0).unsqueeze(-1))
-
-    return Runner(run, outputs, note=note)
+    return runner_of(run, case, note=note)
 
 
 def _indexer_torch(index_q, index_k, weights, cu_seqlen_ks, cu_seqlen_ke, index_k_scale=None, clean_logits=True,
