@@ -51,7 +51,7 @@ def environment(ceilings: dict) -> dict:
     try:
         driver = subprocess.check_output(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], text=True
-        ).strip()
+        ).splitlines()[0].strip()  # one line per GPU on the host; they share the driver
     except (OSError, subprocess.CalledProcessError):
         driver = "unknown"
     import triton

@@ -174,7 +174,8 @@ def render_md(by_op, runs) -> str:
            "| --- | --- | --- | --- | --- | --- | --- | ---: | ---: |"]
     for r in runs:
         c = r.get("ceilings", {})
-        out.append(f"| {r['file']} | {r['date']} | {r['gpu']} | {r['driver']} | {r['torch']} | {r['triton']} | "
+        driver = str(r["driver"]).splitlines()[0]  # older runs on an x2 host list one line per GPU
+        out.append(f"| {r['file']} | {r['date']} | {r['gpu']} | {driver} | {r['torch']} | {r['triton']} | "
                    f"{r['git_sha'][:10]} | {c.get('copy_tb_s', 0):.2f} | {c.get('bf16_matmul_tflop_s', 0):.0f} |")
     out += ["", "## Summary", "", "| op | rows | measured | ≥ 1.00 | rated | geomean ratio | not implemented |",
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
