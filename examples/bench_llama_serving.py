@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -149,6 +150,8 @@ def print_table(name: str, run: dict, n: int):
 
 
 def git_head() -> str | None:
+    if os.environ.get("ATTNOPS_GIT_SHA"):  # a GPU machine's copy of the tree may carry a stale .git
+        return os.environ["ATTNOPS_GIT_SHA"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=Path(__file__).parent, check=True).stdout.strip()
