@@ -85,6 +85,16 @@ def _rope_kernel(x_ptr, cos_ptr, sin_ptr, y_ptr, BD: tl.constexpr, R: tl.constex
     tl.store(y_ptr + 16 * BD + rows[:, None] * BD + d[None, :], tanh_f32(x * 30.0))
 
 
+def _rope_reference(x, cos, sin, r, interleaved):
+    """fp32 RoPE of the 16 test rows; the kernels place row i at position 15 - i."""
+    c, s = cos.flip(0), sin.flip(0)
+    ref = x.clone()
+    i0, i1 = (slice(0, r, 2), slice(1, r, 2)) if interleaved else (slice(0, r // 2), slice(r // 2, r))
+    ref[:, i0] = x[:, i0] * c - x[:, i1] * s
+    ref[:, i1] = x[:, i1] * c + x[:, i0] * s
+    return ref
+
+
 @pytest.mark.parametrize("interleaved", [False, True])
 @pytest.mark.parametrize("rotary_dim", [16, 32])
 def test_rope_layouts_and_tanh(interleaved, rotary_dim):
@@ -93,14 +103,9 @@ def test_rope_layouts_and_tanh(interleaved, rotary_dim):
     cos, sin = torch.randn(16, r // 2), torch.randn(16, r // 2)
     y = torch.empty(32, bd)
     _rope_kernel[(1,)](x, cos, sin, y, BD=bd, R=r, INTERLEAVED=interleaved)
-    c, s = cos.flip(0), sin.flip(0)  # row i sits at position 15 - i
-    ref = x.clone()
-    i0, i1 = (slice(0, r, 2), slice(1, r, 2)) if interleaved else (slice(0, r // 2), slice(r // 2, r))
-    ref[:, i0] = x[:, i0] * c - x[:, i1] * s
-    ref[:, i1] = x[:, i1] * c + x[:, i0] * s
+    ref = _rope_reference(x, cos, sin, r, interleaved)
     torch.testing.assert_close(y[:16], ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(y[16:], torch.tanh(x * 30.0), atol=1e-6, rtol=0)
-
 
 
 @triton.jit
@@ -122,13 +127,10 @@ def test_rope_tile_layouts(interleaved, rotary_dim):
     cos, sin = torch.randn(16, r // 2), torch.randn(16, r // 2)
     y = torch.full((16, bd), float("nan"))
     _rope_tile_kernel[(1,)](x, cos, sin, y, BD=bd, R=r, INTERLEAVED=interleaved)
-    c, s = cos.flip(0), sin.flip(0)  # row i sits at position 15 - i
-    ref = x.clone()
-    i0, i1 = (slice(0, r, 2), slice(1, r, 2)) if interleaved else (slice(0, r // 2), slice(r // 2, r))
-    ref[:, i0] = x[:, i0] * c - x[:, i1] * s
-    ref[:, i1] = x[:, i1] * c + x[:, i0] * s
+    ref = _rope_reference(x, cos, sin, r, interleaved)
     ref[12:] = x[12:]  # rows outside pos_mask pass through
     torch.testing.assert_close(y, ref, atol=1e-5, rtol=1e-5)
+
 
 @triton.jit
 def _softmax_kernel(s_ptr, v_ptr, sink_ptr, o_ptr, lse_ptr, scale, NT: tl.constexpr):
