@@ -10,6 +10,7 @@ over the shared-memory limit.
     python -m benchmarks.sm90_compile_gqa_bwd                     # f16, causal, even tiles (seed rows)
     python -m benchmarks.sm90_compile_gqa_bwd --all               # f16/bf16 x causal/non-causal x even/ragged
     python -m benchmarks.sm90_compile_gqa_bwd --dims 128 96
+    python -m benchmarks.sm90_compile_gqa_bwd --atomic-dq         # deterministic=False (dQ by fp32 atomics)
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from attnops.attn_core.gqa_bwd.kernel import gqa_bwd_kernel, gqa_bwd_preprocess_
 
 SM90_SMEM = 232448
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-F32_POINTERS = ("lse_ptr", "delta_ptr")
+F32_POINTERS = ("lse_ptr", "delta_ptr", "dq_acc_ptr")
 
 
 def compile_sm90(fn, dtype: str, constexprs: dict, num_warps: int, num_stages: int) -> dict:
@@ -69,6 +70,8 @@ def compile_sm90(fn, dtype: str, constexprs: dict, num_warps: int, num_stages: i
         "spill": (int(spill.group(1)), int(spill.group(2))) if spill else (-1, -1),
         "wgmma": out.asm["ttgir"].count("ttng.warp_group_dot "),
         "async": out.asm["ttgir"].count("ttg.async_copy_global_to_local"),
+        # PTX global reductions (the atomic dQ adds), by opcode: e.g. {"red.global.gpu.relaxed.add.f32": 64}
+        "red": {op: ptx.count(op + " ") for op in sorted(set(re.findall(r"\b(?:red|atom)\.global[\w.]*", ptx)))},
     }
 
 
@@ -76,6 +79,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--all", action="store_true", help="both dtypes, causal and not, even and ragged tiles")
     p.add_argument("--dims", type=int, nargs="*", default=[64, 128, 256])
+    p.add_argument("--atomic-dq", action="store_true", help="the deterministic=False variant")
     args = p.parse_args()
     dtypes = ("fp16", "bf16") if args.all else ("fp16",)
     variants = list(itertools.product((True, False), (True, False))) if args.all else [(True, True)]
@@ -84,7 +88,7 @@ def main() -> int:
         for cfg in bwd.configs_for(d):
             cx = dict(HEAD_DIM=d, BLOCK_D=triton.next_power_of_2(d), BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1,
                       BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, IS_CAUSAL=causal, EVEN_M1=even, EVEN_N2=even,
-                      EXACT_DOT=False)
+                      ATOMIC_DQ=args.atomic_dq, EXACT_DOT=False)
             tag = f"{dt} D{d:<3d} {'causal' if causal else 'full  '} {'even ' if even else 'ragged'} {cfg.name:26s}"
             try:
                 r = compile_sm90(gqa_bwd_kernel, dt, cx, cfg.num_warps, cfg.num_stages)
@@ -99,10 +103,11 @@ def main() -> int:
             if r["spill"][0] > 0:
                 flags.append("SPILLS")
             print(f"{tag} smem {r['smem'] / 1024:6.1f} KB  regs {r['regs']:3d}  spill {r['spill'][0]:4d}/"
-                  f"{r['spill'][1]:4d} B  wgmma {r['wgmma']:2d}  cp.async {r['async']:2d}  {' '.join(flags)}",
+                  f"{r['spill'][1]:4d} B  wgmma {r['wgmma']:2d}  cp.async {r['async']:2d}  "
+                  f"{' '.join(f'{k} x{n}' for k, n in r['red'].items())}  {' '.join(flags)}",
                   flush=True)
-    r = compile_sm90(gqa_bwd_preprocess_kernel, "fp16", dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=bwd.PREPROCESS_ROWS),
-                     4, 3)
+    r = compile_sm90(gqa_bwd_preprocess_kernel, "fp16", dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=bwd.PREPROCESS_ROWS,
+                                                             ZERO_DQ=args.atomic_dq), 4, 3)
     print(f"preprocess D128: smem {r['smem']} B regs {r['regs']} spill {r['spill']}")
     return 1 if bad else 0
 

@@ -1,6 +1,7 @@
-"""Sweep the tile configs of the GQABwd kernel on the GPU: every config's dq/dk/dv are checked against the
+"""Sweep the tile configs of the GQABwd kernel on the GPU, deterministic and with atomic dQ
+(``deterministic=False``, names ending ``-atomic``): every variant's dq/dk/dv are checked against the
 reference, then timed like the benchmark (device time, cold L2). Prints, per seed row, the config
-``launch.choose`` picks and its time, and the best config found; writes JSON.
+``launch.choose`` picks and its time (deterministic), and the best variant found; writes JSON.
 
     python -m benchmarks.tune_gqa_bwd --out /tmp/tune-gqa-bwd.json
     python -m benchmarks.tune_gqa_bwd --filter llama-70b-short --iters 20
@@ -9,6 +10,8 @@ reference, then timed like the benchmark (device time, cold L2). Prints, per see
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import json
 import statistics
 
@@ -39,14 +42,17 @@ def main():
         chosen = bwd.choose(D, B, S_q, a["k"].shape[1], H, a["k"].shape[2], a["is_causal"], runtime.num_sms())
         fn = lambda c=case: SPEC.fn(**c.inputs)  # noqa: E731
         timed, failed = {}, {}
-        for cfg in bwd.configs_for(D):
+        for cfg, deterministic in itertools.product(bwd.configs_for(D), (True, False)):
+            name = cfg.name + ("" if deterministic else "-atomic")
+            variant = functools.partial(SPEC.fn, deterministic=deterministic)
+            run = lambda c=case, v=variant: v(**c.inputs)  # noqa: E731
             try:
                 with bwd.forced(cfg):
-                    SPEC.compare(case.fresh().run(SPEC.fn), expected, case)
-                    fn()
-                    timed[cfg.name] = statistics.median(profile_iterations(fn, args.iters, flush))
+                    SPEC.compare(case.fresh().run(variant), expected, case)
+                    run()
+                    timed[name] = statistics.median(profile_iterations(run, args.iters, flush))
             except Exception as e:  # a config that does not compile or fails the check is reported
-                failed[cfg.name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
         fn()
         default_ms = statistics.median(profile_iterations(fn, args.iters, flush))
         best = min(timed, key=timed.get) if timed else None

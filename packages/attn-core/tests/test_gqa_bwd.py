@@ -3,6 +3,7 @@ against the page, the reference itself (fp64 gradcheck, the spec's closed-form g
 pair (forward lse, autograd end to end), edge cases (GQA ratios, head dims, S_q != S_kv, tile configs,
 strided views, empty shapes) and bad input."""
 
+import functools
 import zlib
 
 import pytest
@@ -210,6 +211,50 @@ def test_every_config_interpreter(head_dim, is_causal, s_q, s_kv):
                 raise AssertionError(f"config {cfg.name}: {e}") from None
 
 
+ATOMIC = functools.partial(gqa_bwd, deterministic=False)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize(
+    "is_causal,s_q,s_kv",
+    [(True, 150, 150), (False, 150, 150), (True, 128, 128), (True, 64, 192), (False, 200, 70)],
+    ids=["causal-ragged", "non-causal-ragged", "causal-even", "causal-even-sq<skv", "non-causal-sq>skv"],
+)
+def test_atomic_dq_every_config_interpreter(head_dim, is_causal, s_q, s_kv):
+    """``deterministic=False``: the dK/dV programs add dQ with atomics, every config, several key blocks
+    adding into each dQ row (masked diagonal, unmasked middle, ragged tails); GQA 2:1 and 3:1."""
+    for heads in ((2, 1), (6, 2)):
+        case = make_case(GQA, DEV, shrink=True, seed=15, batch=1, s_q=s_q, s_kv=s_kv, heads=heads,
+                         head_dim=head_dim, is_causal=is_causal)
+        fns = {}
+        for cfg in bwd.configs_for(head_dim):
+            fns[f"config {cfg.name}, heads {heads}"] = functools.partial(_forced_call, cfg, ATOMIC)
+        SPEC.check_each(case, fns)
+
+
+def _forced_call(cfg, fn, **inputs):
+    with bwd.forced(cfg):
+        return fn(**inputs)
+
+
+def test_atomic_dq_autograd_and_tolerance():
+    """The training pair with ``deterministic=False`` end to end, and two calls: dK/dV bitwise equal (never
+    atomic), dQ within the op's tolerance of each other (the order of the fp32 adds may differ)."""
+    case = make_case(MHA, DEV, shrink=True, seed=16, batch=2, s_q=45, s_kv=45, heads=(4, 2), head_dim=64)
+    a = case.inputs
+    q, k, v = (a[n].clone().requires_grad_() for n in ("q", "k", "v"))
+    gqa_attention(q, k, v, is_causal=True, deterministic=False).backward(a["do"])
+    ref = gqa_bwd_ref(**a)
+    low = gqa_bwd_ref(**a, compute_dtype=a["q"].dtype)
+    for name, got, want, lp in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad), ref, low):
+        testing.assert_close_dual(name, got, want, lp)
+    first = SPEC.check(case, ATOMIC)
+    again = case.fresh().run(ATOMIC)
+    testing.assert_bitwise("dk", first["dk"], again["dk"])
+    testing.assert_bitwise("dv", first["dv"], again["dv"])
+    testing.assert_close_dual("dq", again["dq"], ref[0], low[0])
+
+
 def test_config_choice():
     """``choose`` is a function of the shapes: the first config of the class unless its longest dK/dV
     program (key block 0: all rows of all G heads) outlasts an even share of the work; then the smallest key
@@ -287,6 +332,18 @@ def test_every_config_gpu(dtype, head_dim):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype,head_dim", GPU_SWEEP, ids=lambda x: str(x))
+def test_atomic_dq_every_config_gpu(dtype, head_dim):
+    """``deterministic=False`` on the GPU: every config, the shapes of ``test_every_config_gpu``."""
+    w = GQA if dtype == "f16" else GQA_BF16
+    for s_q, s_kv, causal in ((1000, 1000, True), (1024, 1024, True), (256, 1024, True), (700, 900, False)):
+        case = make_case(w, DEV, seed=17, batch=2, s_q=s_q, s_kv=s_kv, heads=(16, 4), head_dim=head_dim,
+                         is_causal=causal)
+        SPEC.check_each(case, {f"config {cfg.name}, S_q {s_q}, S_kv {s_kv}, causal {causal}":
+                               functools.partial(_forced_call, cfg, ATOMIC) for cfg in bwd.configs_for(head_dim)})
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("row", [GQA_BF16, ROWS["llama-70b-long-mha/f16"]], ids=lambda w: w.id)
 def test_autograd_end_to_end_gpu(row):
     """gqa_attention at a seed row's full size, forward (flash kernel + lse) and backward."""
@@ -343,6 +400,7 @@ BAD_INPUTS = {
                                        lse=_t((2, 4, 9), torch.float32)), ValueError, "q: S_q=9 > S_kv=8"),
     "is_causal int": (lambda: _bad(is_causal=1), TypeError, "is_causal: expected a bool"),
     "sm_scale 0": (lambda: _bad(sm_scale=0.0), ValueError, "sm_scale: must be > 0"),
+    "deterministic str": (lambda: _bad(deterministic="no"), TypeError, "deterministic: expected a bool"),
 }
 
 

@@ -57,13 +57,14 @@ class GQAAttention(torch.autograd.Function):
     """``o = attention(q, k, v)`` with the flash forward and the GQABwd backward."""
 
     @staticmethod
-    def forward(ctx, q, k, v, is_causal: bool, sm_scale: float | None):
+    def forward(ctx, q, k, v, is_causal: bool, sm_scale: float | None, deterministic: bool):
         _, scale = check_qkv(q, k, v, is_causal, sm_scale)
         wl, wr = window_bounds(is_causal, -1, -1)
         o, lse = _fwd_lse(q, k, v, wl, wr, scale)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.is_causal = is_causal
         ctx.scale = scale
+        ctx.deterministic = deterministic
         return o
 
     @staticmethod
@@ -71,21 +72,25 @@ class GQAAttention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         if do.stride(-1) != 1:  # e.g. an expanded gradient of o.sum()
             do = do.contiguous()
-        dq, dk, dv = _bwd(q, k, v, o, do.to(q.dtype), lse, ctx.is_causal, ctx.scale)
-        return dq, dk, dv, None, None
+        dq, dk, dv = _bwd(q, k, v, o, do.to(q.dtype), lse, ctx.is_causal, ctx.scale, ctx.deterministic)
+        return dq, dk, dv, None, None, None
 
 
 def gqa_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = True, sm_scale: float | None = None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = True, sm_scale: float | None = None,
+    deterministic: bool = True,
 ) -> torch.Tensor:
     """Differentiable dense GQA / MHA attention: ``o [B, S_q, H, D]`` (layouts as :func:`gqa_bwd`).
 
     Forward: the flash kernel of :func:`gqa_dense_fwd` with the base-2 lse saved; backward:
-    :func:`gqa_bwd` (dk/dv summed over each KV head's G query heads). Saves q, k, v, o and the lse.
+    :func:`gqa_bwd` (dk/dv summed over each KV head's G query heads; ``deterministic`` as there). Saves
+    q, k, v, o and the lse.
 
     Example::
 
         o = gqa_attention(q, k, v, is_causal=True)   # q [B, S, 32, 128], k/v [B, S, 8, 128]
         o.backward(do)                               # q.grad, k.grad, v.grad
     """
-    return GQAAttention.apply(q, k, v, is_causal, sm_scale)
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic: expected a bool, got {type(deterministic).__name__}")
+    return GQAAttention.apply(q, k, v, is_causal, sm_scale, deterministic)

@@ -19,6 +19,11 @@ long dK/dV programs leave idle; each kind is ordered longest-first under the cau
   accumulates dQ in registers. QKᵀ and dP are recomputed here (7 matmuls in all instead of 5), which keeps
   dQ deterministic without atomics.
 
+With ``ATOMIC_DQ`` (the op's ``deterministic=False``) there are no dQ programs: each dK/dV step also forms
+``dS·K`` for its query block and adds it to an fp32 ``[B, S_q, H, D]`` buffer with relaxed atomics (5
+matmuls, as in FlashAttention 2 / 3); the preprocess zeroes that buffer and ``gqa_bwd_dq_cast_kernel``
+scales and casts it. The order of the adds varies between runs, so dQ is not bitwise reproducible.
+
 Causal block skipping: each role walks an unmasked range (every pair visible, no mask, no bounds check)
 and a masked range (the causal diagonal and/or the ragged tail); tiles above the diagonal are never
 visited. Which masked loops exist is decided at compile time (``IS_CAUSAL``, ``EVEN_M1 = S_q % BLOCK_M1
@@ -36,14 +41,15 @@ NO_WINDOW_C: tl.constexpr = tl.constexpr(NO_WINDOW)
 
 @triton.jit
 def gqa_bwd_preprocess_kernel(
-    o_ptr, do_ptr, delta_ptr,
+    o_ptr, do_ptr, delta_ptr, dq_acc_ptr,
     S_q, H,
     stride_ob, stride_ot, stride_oh,
     stride_dob, stride_dot, stride_doh,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, ZERO_DQ: tl.constexpr,
 ):
     """Grid ``(cdiv(S_q, BLOCK_M), B·H)``: ``delta[b, h, i] = Σ_d o[b, i, h, d]·do[b, i, h, d]`` (fp32,
-    ``[B, H, S_q]`` contiguous)."""
+    ``[B, H, S_q]`` contiguous). ``ZERO_DQ``: also zero the same rows of the atomic dQ accumulator
+    (fp32 ``[B, S_q, H, HEAD_DIM]`` contiguous), saving a memset launch."""
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
@@ -55,6 +61,17 @@ def gqa_bwd_preprocess_kernel(
     do = tl.load(do_ptr + b * stride_dob + h * stride_doh + r64 * stride_dot + offs_d[None, :], mask=mask, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(delta_ptr + bh.to(tl.int64) * S_q + rows, delta, mask=rows < S_q)
+    if ZERO_DQ:
+        acc_rows = ((b * S_q + r64) * H + h) * HEAD_DIM
+        tl.store(dq_acc_ptr + acc_rows + offs_d[None, :], tl.zeros([BLOCK_M, BLOCK_D], tl.float32), mask=mask)
+
+
+@triton.jit
+def gqa_bwd_dq_cast_kernel(dq_acc_ptr, dq_ptr, n, sm_scale, BLOCK: tl.constexpr):
+    """``dq = (sm_scale · dq_acc)`` cast to dq's dtype; both contiguous with ``n`` elements."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.load(dq_acc_ptr + offs, mask=offs < n)
+    tl.store(dq_ptr + offs, (acc * sm_scale).to(dq_ptr.dtype.element_ty), mask=offs < n)
 
 
 @triton.jit
@@ -67,16 +84,17 @@ def _load(ptrs, mask, MASKED: tl.constexpr):
 
 @triton.jit
 def _dkdv_tiles(
-    dk, dv, k, v, q_head0, do_head0, lse_head0, delta_head0, stride_qh, stride_doh, stride_lh, S_q,
-    stride_qt, stride_dot, k_pos, q_off, offs_d, d_mask, scale_log2, lo, hi, G,
+    dk, dv, k, v, q_head0, do_head0, lse_head0, delta_head0, dq_acc_head0, stride_qh, stride_doh, stride_lh,
+    S_q, stride_qt, stride_dot, stride_aqt, stride_aqh, k_pos, q_off, offs_d, d_mask, scale_log2, lo, hi, G,
     BLOCK_M: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    EXACT_DOT: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr, EXACT_DOT: tl.constexpr,
 ):
     """Query rows ``[lo, hi)`` (``lo`` a multiple of BLOCK_M) of each of the G heads (``*_head0``: the
     group's first head; head g adds ``g·stride_*h``, delta rows are ``S_q`` apart) into the key block's
     dK, dV (``[BLOCK_N, BLOCK_D]`` fp32), as one flat loop over (head, block) pairs. Unmasked calls only get
     rows that are all < S_q and see every key of the block. Rows past S_q load q = dO = 0 and lse = +inf,
-    so their P (and dS) is exactly 0."""
+    so their P (and dS) is exactly 0. ``ATOMIC_DQ``: also add each step's unscaled ``dS·K`` to the fp32
+    accumulator (``dq_acc_head0``, strides ``stride_aq*``)."""
     offs_m = tl.arange(0, BLOCK_M)
     NEED_MASK: tl.constexpr = MASKED or not EVEN_D
     steps = (hi - lo + BLOCK_M - 1) // BLOCK_M
@@ -108,8 +126,15 @@ def _dkdv_tiles(
         do = _load(do_ptrs, m_mask[:, None] & d_mask[None, :], NEED_MASK)  # [BLOCK_M, BLOCK_D]
         dv = mma(pT.to(do.dtype), do, dv, EXACT_DOT)
         dpT = mma(v, tl.trans(do), None, EXACT_DOT)  # [BLOCK_N, BLOCK_M]
-        dsT = pT * (dpT - delta[None, :])
-        dk = mma(dsT.to(qT.dtype), tl.trans(qT), dk, EXACT_DOT)
+        dsT = (pT * (dpT - delta[None, :])).to(qT.dtype)
+        dk = mma(dsT, tl.trans(qT), dk, EXACT_DOT)
+        if ATOMIC_DQ:
+            dq = mma(tl.trans(dsT), k, None, EXACT_DOT)  # [BLOCK_M, BLOCK_D]
+            dq_ptrs = dq_acc_head0 + g64 * stride_aqh + m64[:, None] * stride_aqt + offs_d[None, :]
+            if NEED_MASK:
+                tl.atomic_add(dq_ptrs, dq, mask=m_mask[:, None] & d_mask[None, :], sem="relaxed")
+            else:
+                tl.atomic_add(dq_ptrs, dq, sem="relaxed")
     return dk, dv
 
 
@@ -146,13 +171,13 @@ def _dq_tiles(
 
 @triton.jit
 def _dkdv_program(
-    pid, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+    pid, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
     S_q, S_kv, H, H_kv, G, BH_kv, scale_log2, sm_scale,
     stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
     stride_dob, stride_dot, stride_doh, stride_lb, stride_lh,
     stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, EVEN_M: tl.constexpr, EXACT_DOT: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, EVEN_M: tl.constexpr, ATOMIC_DQ: tl.constexpr, EXACT_DOT: tl.constexpr,
 ):
     """dK, dV of key block ``pid // BH_kv`` of one (batch element, KV head), summed over its G heads."""
     offs_d = tl.arange(0, BLOCK_D)
@@ -187,19 +212,26 @@ def _dkdv_program(
     do_head0 = do_ptr + b64 * stride_dob + head0 * stride_doh
     lse_head0 = lse_ptr + b64 * stride_lb + head0 * stride_lh
     delta_head0 = delta_ptr + (b64 * H + head0) * S_q
+    # The atomic dQ accumulator: fp32 [B, S_q, H, HEAD_DIM] contiguous.
+    stride_aqh = HEAD_DIM
+    stride_aqt = H * HEAD_DIM
+    dq_acc_head0 = dq_acc_ptr + b64 * S_q * stride_aqt + head0 * stride_aqh
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     if IS_CAUSAL:
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_head0, do_head0, lse_head0, delta_head0, stride_qh, stride_doh,
-                             stride_lh, S_q, stride_qt, stride_dot, k_pos, q_off, offs_d, d_mask, scale_log2,
-                             lo, tl.minimum(mid, S_q), G, BLOCK_M, EVEN_D, True, IS_CAUSAL, EXACT_DOT)
-    dk, dv = _dkdv_tiles(dk, dv, k, v, q_head0, do_head0, lse_head0, delta_head0, stride_qh, stride_doh,
-                         stride_lh, S_q, stride_qt, stride_dot, k_pos, q_off, offs_d, d_mask, scale_log2,
-                         mid, tl.maximum(end, mid), G, BLOCK_M, EVEN_D, False, IS_CAUSAL, EXACT_DOT)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_head0, do_head0, lse_head0, delta_head0, dq_acc_head0, stride_qh,
+                             stride_doh, stride_lh, S_q, stride_qt, stride_dot, stride_aqt, stride_aqh, k_pos,
+                             q_off, offs_d, d_mask, scale_log2,
+                             lo, tl.minimum(mid, S_q), G, BLOCK_M, EVEN_D, True, IS_CAUSAL, ATOMIC_DQ, EXACT_DOT)
+    dk, dv = _dkdv_tiles(dk, dv, k, v, q_head0, do_head0, lse_head0, delta_head0, dq_acc_head0, stride_qh,
+                         stride_doh, stride_lh, S_q, stride_qt, stride_dot, stride_aqt, stride_aqh, k_pos, q_off,
+                         offs_d, d_mask, scale_log2,
+                         mid, tl.maximum(end, mid), G, BLOCK_M, EVEN_D, False, IS_CAUSAL, ATOMIC_DQ, EXACT_DOT)
     if not EVEN_M:
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_head0, do_head0, lse_head0, delta_head0, stride_qh, stride_doh,
-                             stride_lh, S_q, stride_qt, stride_dot, k_pos, q_off, offs_d, d_mask, scale_log2,
-                             tl.maximum(end, mid), S_q, G, BLOCK_M, EVEN_D, True, IS_CAUSAL, EXACT_DOT)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_head0, do_head0, lse_head0, delta_head0, dq_acc_head0, stride_qh,
+                             stride_doh, stride_lh, S_q, stride_qt, stride_dot, stride_aqt, stride_aqh, k_pos,
+                             q_off, offs_d, d_mask, scale_log2,
+                             tl.maximum(end, mid), S_q, G, BLOCK_M, EVEN_D, True, IS_CAUSAL, ATOMIC_DQ, EXACT_DOT)
     dk = dk * sm_scale
     tl.store(dk_ptr + b64 * stride_dkb + kvh64 * stride_dkh + n64[:, None] * stride_dkt + offs_d[None, :],
              dk.to(dk_ptr.dtype.element_ty), mask=kv_mask)
@@ -262,7 +294,7 @@ def _dq_program(
 
 @triton.jit
 def gqa_bwd_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
     S_q, S_kv, H, H_kv, G, num_dkdv, num_q_blocks, BH_kv,
     scale_log2, sm_scale,
     stride_qb, stride_qt, stride_qh,
@@ -275,7 +307,8 @@ def gqa_bwd_kernel(
     stride_dvb, stride_dvt, stride_dvh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, EVEN_M1: tl.constexpr, EVEN_N2: tl.constexpr, EXACT_DOT: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, EVEN_M1: tl.constexpr, EVEN_N2: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+    EXACT_DOT: tl.constexpr,
 ):
     """1-D grid of ``num_dkdv + num_q_blocks·B·H_kv`` programs (``BH_kv = B·H_kv``).
 
@@ -285,18 +318,19 @@ def gqa_bwd_kernel(
     ``lse``: ``[B, H, S_q]`` f32 base 2 (strides ``stride_l*``, last dim contiguous); ``delta``:
     ``[B, H, S_q]`` f32 contiguous. Causal is bottom-right: query i sits at key position
     ``i + S_kv − S_q``. ``EVEN_M1 = S_q % BLOCK_M1 == 0``, ``EVEN_N2 = S_kv % BLOCK_N2 == 0``.
-    ``EXACT_DOT``: interpreter only (fp32 operands, same products)."""
+    ``ATOMIC_DQ``: the grid holds the ``num_dkdv`` dK/dV programs only; they add dQ into ``dq_acc_ptr``
+    (``dq_ptr`` is not written). ``EXACT_DOT``: interpreter only (fp32 operands, same products)."""
     pid = tl.program_id(0)
     if pid < num_dkdv:
         _dkdv_program(
-            pid, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+            pid, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
             S_q, S_kv, H, H_kv, G, BH_kv, scale_log2, sm_scale,
             stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
             stride_dob, stride_dot, stride_doh, stride_lb, stride_lh,
             stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
-            HEAD_DIM, BLOCK_D, BLOCK_M1, BLOCK_N1, IS_CAUSAL, EVEN_M1, EXACT_DOT,
+            HEAD_DIM, BLOCK_D, BLOCK_M1, BLOCK_N1, IS_CAUSAL, EVEN_M1, ATOMIC_DQ, EXACT_DOT,
         )
-    else:
+    elif not ATOMIC_DQ:
         _dq_program(
             pid - num_dkdv, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
             S_q, S_kv, H, H_kv, G, num_q_blocks, BH_kv, scale_log2, sm_scale,

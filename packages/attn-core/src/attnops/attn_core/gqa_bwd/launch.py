@@ -17,7 +17,7 @@ import triton
 from attnops.kernel_utils import runtime
 from attnops.kernel_utils.attention_fns import LOG2E
 
-from .kernel import gqa_bwd_kernel, gqa_bwd_preprocess_kernel
+from .kernel import gqa_bwd_dq_cast_kernel, gqa_bwd_kernel, gqa_bwd_preprocess_kernel
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ CONFIGS: dict[int, tuple[BwdConfig, ...]] = {
 }
 MAX_HEAD_DIM = 256
 PREPROCESS_ROWS = 64
+CAST_BLOCK = 4096
 
 
 def _dim_class(head_dim: int) -> int:
@@ -109,6 +110,7 @@ class Problem:
     dv: torch.Tensor
     is_causal: bool
     sm_scale: float
+    deterministic: bool = True  # False: dQ by fp32 atomics from the dK/dV programs (kernel.py)
 
 
 def _bsh(t: torch.Tensor) -> tuple[int, int, int]:
@@ -116,43 +118,55 @@ def _bsh(t: torch.Tensor) -> tuple[int, int, int]:
 
 
 def launch(p: Problem) -> None:
-    """Preprocess (Δ) then the backward kernel. Nothing is launched for an empty problem."""
+    """Preprocess (Δ; zeroes the atomic dQ accumulator), the backward kernel, and for
+    ``deterministic=False`` the dQ cast. Nothing is launched for an empty problem."""
     B, S_q, H, D = p.q.shape
     S_kv = p.k.shape[1]
     if B == 0 or S_q == 0 or S_kv == 0:
         return
     block_d = triton.next_power_of_2(D)
     delta = torch.empty((B, H, S_q), dtype=torch.float32, device=p.q.device)
+    dq_acc = delta if p.deterministic else torch.empty((B, S_q, H, D), dtype=torch.float32, device=p.q.device)
     gqa_bwd_preprocess_kernel[(triton.cdiv(S_q, PREPROCESS_ROWS), B * H)](
-        p.o, p.do, delta, S_q, H, *_bsh(p.o), *_bsh(p.do),
-        HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=PREPROCESS_ROWS, num_warps=4,
+        p.o, p.do, delta, dq_acc, S_q, H, *_bsh(p.o), *_bsh(p.do),
+        HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=PREPROCESS_ROWS, ZERO_DQ=not p.deterministic, num_warps=4,
     )
+    _launch_any(p, delta, dq_acc)
+    if not p.deterministic:
+        n = dq_acc.numel()
+        gqa_bwd_dq_cast_kernel[(triton.cdiv(n, CAST_BLOCK),)](dq_acc, p.dq, n, p.sm_scale, BLOCK=CAST_BLOCK,
+                                                             num_warps=4)
+
+
+def _launch_any(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor) -> None:
+    """The forced config, else ``choose``'s, falling through configs that do not fit the GPU."""
+    B, S_q, H, D = p.q.shape
     if _FORCED.get("config") is not None:
-        _launch(p, delta, _FORCED["config"])
+        _launch(p, delta, dq_acc, _FORCED["config"])
         return
-    first = choose(D, B, S_q, S_kv, H, p.k.shape[2], p.is_causal, runtime.num_sms())
+    first = choose(D, B, S_q, p.k.shape[1], H, p.k.shape[2], p.is_causal, runtime.num_sms())
     cands = [first] + [c for c in configs_for(D) if c != first]
     for cfg in cands:
         if cfg in _TOO_BIG:
             continue
         try:
-            _launch(p, delta, cfg)
+            _launch(p, delta, dq_acc, cfg)
             return
         except triton.runtime.errors.OutOfResources:
             _TOO_BIG.add(cfg)
     raise RuntimeError(f"GQABwd: no tile config fits this GPU for head dim {D}")
 
 
-def _launch(p: Problem, delta: torch.Tensor, cfg: BwdConfig) -> None:
+def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfig) -> None:
     B, S_q, H, D = p.q.shape
     S_kv, H_kv = p.k.shape[1], p.k.shape[2]
     G = H // H_kv
     bh_kv = B * H_kv
     num_dkdv = triton.cdiv(S_kv, cfg.block_n1) * bh_kv
     num_q_blocks = triton.cdiv(S_q * G, cfg.block_m2)
-    grid = (num_dkdv + num_q_blocks * bh_kv,)
+    grid = (num_dkdv if not p.deterministic else num_dkdv + num_q_blocks * bh_kv,)
     gqa_bwd_kernel[grid](
-        p.q, p.k, p.v, p.do, p.lse, delta, p.dq, p.dk, p.dv,
+        p.q, p.k, p.v, p.do, p.lse, delta, p.dq, p.dk, p.dv, dq_acc,
         S_q, S_kv, H, H_kv, G, num_dkdv, num_q_blocks, bh_kv,
         p.sm_scale * LOG2E, p.sm_scale,
         *_bsh(p.q), *_bsh(p.k), *_bsh(p.v), *_bsh(p.do),
@@ -161,6 +175,6 @@ def _launch(p: Problem, delta: torch.Tensor, cfg: BwdConfig) -> None:
         HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D),
         BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2,
         IS_CAUSAL=p.is_causal, EVEN_M1=S_q % cfg.block_m1 == 0, EVEN_N2=S_kv % cfg.block_n2 == 0,
-        EXACT_DOT=runtime.interpreting(),
+        ATOMIC_DQ=not p.deterministic, EXACT_DOT=runtime.interpreting(),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )

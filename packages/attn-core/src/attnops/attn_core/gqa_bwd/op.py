@@ -51,6 +51,7 @@ def _bwd(
     lse: torch.Tensor,
     is_causal: bool,
     sm_scale: float,
+    deterministic: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     B, S_q, H, D = q.shape
     S_kv, H_kv = k.shape[1], k.shape[2]
@@ -59,12 +60,13 @@ def _bwd(
     dq = _alloc((B, S_q, H, D), q.dtype, q.device)
     dk = _alloc((B, S_kv, H_kv, D), k.dtype, k.device)
     dv = _alloc((B, S_kv, H_kv, D), v.dtype, v.device)
-    bwd.launch(bwd.Problem(q, k, v, o, do, lse, dq, dk, dv, is_causal=is_causal, sm_scale=sm_scale))
+    bwd.launch(bwd.Problem(q, k, v, o, do, lse, dq, dk, dv, is_causal=is_causal, sm_scale=sm_scale,
+                           deterministic=deterministic))
     return dq, dk, dv
 
 
 @_bwd.register_fake
-def _(q, k, v, o, do, lse, is_causal, sm_scale):
+def _(q, k, v, o, do, lse, is_causal, sm_scale, deterministic=True):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -78,6 +80,7 @@ def gqa_bwd(
     *,
     is_causal: bool = True,
     sm_scale: float | None = None,
+    deterministic: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward of dense GQA / MHA attention (spec attn-core.md GQABwd): ``(dq, dk, dv)``.
 
@@ -93,10 +96,13 @@ def gqa_bwd(
         is_causal: bottom-right aligned causal mask (query i sees keys ``<= S_kv − S_q + i``); needs
             ``S_q <= S_kv``. The spec's rows have ``S_q = S_kv``.
         sm_scale: default ``1/sqrt(D)`` (the spec fixes this value; another must match the forward's).
+        deterministic: True (default): no atomics, dK/dV and dQ are each written once and two calls give
+            the same bits. False: dQ is accumulated in fp32 with atomics by the dK/dV programs (5 matmuls
+            per tile pair instead of 7, plus a B·S_q·H·D fp32 buffer); its bits may differ between calls.
 
     Returns:
         ``dq [B, S_q, H, D]``, ``dk, dv [B, S_kv, H_kv, D]`` in q's dtype, contiguous; dk/dv are summed over
-        the G query heads of each KV head. Deterministic (no atomics): dK/dV and dQ are each written once.
+        the G query heads of each KV head and always deterministic.
 
     Example::
 
@@ -108,4 +114,6 @@ def gqa_bwd(
     checks.check_tensor("o", o, dtype=q.dtype, shape=(B, S_q, H, D), device=dev, inner_contiguous=1)
     checks.check_tensor("do", do, dtype=q.dtype, shape=(B, S_q, H, D), device=dev, inner_contiguous=1)
     checks.check_tensor("lse", lse, dtype=torch.float32, shape=(B, H, S_q), device=dev, inner_contiguous=1)
-    return _bwd(q, k, v, o, do, lse, is_causal, scale)
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic: expected a bool, got {type(deterministic).__name__}")
+    return _bwd(q, k, v, o, do, lse, is_causal, scale, deterministic)
