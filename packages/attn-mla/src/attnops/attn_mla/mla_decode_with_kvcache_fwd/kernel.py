@@ -49,7 +49,16 @@ def mla_decode_kernel(
     m = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, D], tl.float32)
-    for t0 in tl.range(start, end, BLOCK_N, num_stages=NUM_STAGES):
+    # Split variant: at least one step, visibly to LLVM (0 < max(n, 1); the launcher never makes an empty
+    # split). With a zero-trip path LLVM put the `acc = 0` movs for it in a block between the loop's last
+    # P·V wgmma and the wait after the loop, and ptxas serialized every wgmma of the kernel (C7515: a
+    # DEPBAR after each of the 40 per step). Not applied without split: there LLVM already sets acc before
+    # the guard, and the max costs a 4 B spill (before the loop) at 255 registers.
+    steps = tl.cdiv(end - start, BLOCK_N)
+    if SPLIT:
+        steps = tl.maximum(steps, 1)
+    for i in tl.range(0, steps, num_stages=NUM_STAGES):
+        t0 = start + i * BLOCK_N
         key_ok = (t0 + tl.arange(0, BLOCK_N)) < end
         k = tl.load(k_ptrs, mask=key_ok[:, None], other=0.0)
         k_pe = tl.load(e_ptrs, mask=key_ok[:, None], other=0.0)

@@ -29,9 +29,10 @@ class MLAConfig:
 CONFIGS = {
     # 64 heads × 64 keys, 2 stages: acc 64×512 fp32 = 128 regs/thread over 2 warpgroups; q (72 KB) in shared
     # memory beside 2 × 72 KB key tiles (224 KB). Score dots [4, 2] (each warpgroup 32 of the 64 keys:
-    # 36 wgmma m64n32k16 per step, none repeated), P·V 4 × m64n256k16. sm_90 compile: 255 / 240 (split)
-    # regs, no spills (v2; v1 was 64 × 32, 3 stages, 72 m64n16k16 per 32 keys: both warpgroups computed
-    # every score).
+    # 36 wgmma m64n32k16 per step, none repeated), P·V 4 × m64n256k16. sm_90 compile: 255 / 250 (split)
+    # regs, no spills, no C7515 (v3: the split variant's loop has no zero-trip path; v2 split was 240 regs
+    # with every wgmma serialized; v1 was 64 × 32, 3 stages, 72 m64n16k16 per 32 keys: both warpgroups
+    # computed every score).
     "h200": MLAConfig(block_h=64, block_n=64, num_warps=8, num_stages=2),
     "interpreter": MLAConfig(block_h=16, block_n=16, num_warps=4, num_stages=1),
 }
