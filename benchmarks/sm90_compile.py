@@ -75,6 +75,8 @@ def ptxas_report(kernel) -> dict:
         "pipelined": "async_copy_global_to_local" in ttgir or "async_tma_copy" in ttgir,
         # scalar 2-byte global loads: a gather Triton could not vectorize (RoPE tables before v2: 192 at D=128)
         "ldg16": len(re.findall(r"ld\.global(?:\.[a-z0-9]+)*\.b16\b", kernel.asm["ptx"])),
+        # ptxas C7515-style warnings: wgmma serialized (no overlap of consecutive tensor-core ops)
+        "serialized": "wgmma" in out and "serialized" in out,
     }
 
 
@@ -143,6 +145,8 @@ def main(argv=None) -> int:
         flag = ""
         if r["spill"] > 0:
             flag += " SPILL"
+        if r["serialized"]:
+            flag += " WGMMA-SERIALIZED"
         if not r["pipelined"]:
             flag += " NOT-PIPELINED"
         if r["smem"] > SM90_SMEM:

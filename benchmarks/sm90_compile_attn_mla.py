@@ -163,6 +163,7 @@ def main(argv=None) -> int:
                 print(f"{label:42s} FAIL {type(e).__name__}: {str(e).splitlines()[0][:160]}", flush=True)
                 continue
             flag = (" SPILL" if r["spill"] > 0 else "") + (" SMEM" if r["smem"] > SM90_SMEM else "")
+            flag += " WGMMA-SERIALIZED" if r["serialized"] else ""
             if "interpreter" not in label and "combine" not in label and "prepare" not in label \
                     and not r["pipelined"]:
                 flag += " NOT-PIPELINED"

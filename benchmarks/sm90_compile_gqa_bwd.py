@@ -70,6 +70,7 @@ def compile_sm90(fn, dtype: str, constexprs: dict, num_warps: int, num_stages: i
         "spill": (int(spill.group(1)), int(spill.group(2))) if spill else (-1, -1),
         "wgmma": out.asm["ttgir"].count("ttng.warp_group_dot "),
         "async": out.asm["ttgir"].count("ttg.async_copy_global_to_local"),
+        "serialized": "wgmma" in info and "serialized" in info,  # ptxas C7515: no wgmma overlap
         # PTX global reductions (the atomic dQ adds), by opcode: e.g. {"red.global.gpu.relaxed.add.f32": 64}
         "red": {op: ptx.count(op + " ") for op in sorted(set(re.findall(r"\b(?:red|atom)\.global[\w.]*", ptx)))},
     }
@@ -102,6 +103,8 @@ def main() -> int:
                 flags.append("OVER SMEM")
             if r["spill"][0] > 0:
                 flags.append("SPILLS")
+            if r["serialized"]:
+                flags.append("WGMMA-SERIALIZED")
             print(f"{tag} smem {r['smem'] / 1024:6.1f} KB  regs {r['regs']:3d}  spill {r['spill'][0]:4d}/"
                   f"{r['spill'][1]:4d} B  wgmma {r['wgmma']:2d}  cp.async {r['async']:2d}  "
                   f"{' '.join(f'{k} x{n}' for k, n in r['red'].items())}  {' '.join(flags)}",

@@ -95,6 +95,7 @@ def main(argv=None) -> int:
                 print(f"{name:30s} {label:24s} FAIL {type(e).__name__}: {str(e).splitlines()[0][:160]}", flush=True)
                 continue
             flag = (" SPILL" if r["spill"] > 0 else "") + ("" if r["pipelined"] else " NOT-PIPELINED")
+            flag += " WGMMA-SERIALIZED" if r["serialized"] else ""
             if r["smem"] > SM90_SMEM:
                 flag += " SMEM"
                 bad += 1
