@@ -93,6 +93,9 @@ def compile_fwd(head_dim: int, cfg, dtype: str = "fp16", out: str = "fp16", spli
         "BLOCK_N": cfg.block_n, "VARLEN": varlen, "SPLIT": split, "IS_FP8": fp8, "FP8_DOT": fp8 and cfg.fp8_dot,
         "COMPUTE_BF16": out == "bf16", "SOFTCAP": softcap, "HAS_SINK": sink, "ROPE": rope,
         "ROTARY_DIM": rotary_dim or head_dim, "INTERLEAVED": interleaved, "EXACT_DOT": False,
+        # launch.tma_applies: 16-bit, no RoPE, power-of-two head dim
+        "TMA": cfg.tma and not fp8 and not rope and head_dim == triton.next_power_of_2(head_dim),
+        "NUM_STAGES": cfg.num_stages,
         "_float_args": ("sm_scale_log2", "cap_scale", "cap_log2"),
     }
     return compile_sm90(gqa_fwd_kernel, ptrs, consts, cfg.num_warps, cfg.num_stages)
@@ -119,6 +122,11 @@ def classes(all_configs: bool):
                 yield f"{label}{'' if i == 0 else f'[{i}]'}", d, cfg, dtype, out, split, {}
         cfg = fwd.configs_for(d, 1024)[0]  # feature variants of the default prefill config
         yield "prefill+softcap+sink", d, cfg, "fp16", "fp16", False, {"softcap": True, "sink": True}
+        for i, tma in enumerate(c for c in fwd.configs_for(d, 1024) if c.tma):  # the TMA / warp-specialized path
+            if all_configs or i == 0:
+                yield "prefill-tma", d, tma, "fp16", "fp16", False, {}
+                yield "prefill-tma-bf16+sink", d, tma, "bf16", "bf16", False, {"softcap": True, "sink": True}
+                yield "dense-tma", d, tma, "fp16", "fp16", False, {"varlen": False}
         yield "prefill+rope", d, cfg, "fp16", "fp16", False, {"rope": True}
         yield "prefill+rope-inter", d, cfg, "fp16", "fp16", False, {"rope": True, "interleaved": True}
         yield "prefill+rope-R/2", d, cfg, "fp16", "fp16", False, {"rope": True, "rotary_dim": d // 2}

@@ -2,6 +2,7 @@
 against the page, edge cases (empty requests and rows, q_len > kv_len, windows, sinks, RoPE, fp8,
 GQA ratios, D = 512, split-KV, no-sync path, strided views), the split heuristic, bad input."""
 
+import functools
 import zlib
 
 import pytest
@@ -167,6 +168,54 @@ def test_config_that_does_not_fit_falls_through(monkeypatch):
     assert fwd._FITS == {(64, False, False): 1}
 
 
+TMA_CASES = {
+    "causal-ragged-empty-q>kv": dict(q_lens=[0, 5, 0, 9, 30, 1, 3], kv_lens=[4, 0, 0, 20, 12, 1, 40]),
+    "full-ragged": dict(q_lens=[7, 25, 1], kv_lens=[30, 25, 9], is_causal=False),
+    "window-sinks": dict(q_lens=[20, 1, 6], kv_lens=[20, 45, 2], window_size_left=6, with_sinks=True),
+    "wr2-softcap": dict(q_lens=[7, 25, 1], kv_lens=[30, 25, 9], window_size_right=2, is_causal=False, softcap=3.0),
+    "G5": dict(q_lens=[3, 11], kv_lens=[20, 11], heads=(10, 2)),
+}
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("name", TMA_CASES)
+def test_tma_configs_interpreter(name, head_dim):
+    """The ``-tma`` configs (K/V through per-request descriptors) on the interpreter, which runs their
+    descriptor loads: ragged and empty requests, q_len > kv_len, windows, sinks, softcap, GQA 5:1."""
+    case = make_case(UNIFORM, DEV, shrink=True, seed=15, head_dim=head_dim, **TMA_CASES[name])
+    fns = {c.name: functools.partial(_forced_fwd, c) for c in fwd.configs_for(head_dim, 1200) if c.tma}
+    assert fns and fwd.tma_applies(_problem_of(case))
+    SPEC.check_each(case, fns)
+
+
+def _forced_fwd(cfg, **inputs):
+    with fwd.forced(config=cfg):
+        return SPEC.fn(**inputs)
+
+
+def _problem_of(case):
+    a = case.inputs
+    return fwd.Problem(a["q"], a["k"], a["v"], a["q"], varlen=True, batch=len(a["cu_seqlens_q"]) - 1,
+                       max_q=a["max_seqlen_q"], max_kv=a["max_seqlen_kv"])
+
+
+@pytest.mark.parametrize("dtype", ["f16"] + (["bf16"] if DEV.type == "cuda" else []))
+def test_tma_tail_tile_does_not_read_the_next_request(dtype):
+    """A request whose last key tile is partial must not see the next request's rows: with those rows
+    NaN, the TMA configs' rows of the first request stay finite and correct (the descriptor of a request
+    ends at its own kv_len; rows past it read as zeros)."""
+    w = UNIFORM if dtype == "f16" else ROWS["llama-8b-uniform/bf16"]
+    case = make_case(w, DEV, shrink=True, seed=16, q_lens=[9, 4], kv_lens=[21, 30], head_dim=64, heads=(4, 2))
+    a = case.inputs
+    expected = case.fresh().run(SPEC.reference)["o"][:9]
+    a["k"][21:], a["v"][21:] = float("nan"), float("nan")
+    for cfg in fwd.configs_for(64, 1200):
+        if cfg.tma:
+            o = _forced_fwd(cfg, **case.fresh().inputs)
+            assert bool(o[9:].isnan().all()), cfg.name
+            SPEC.compare({"o": o[:9]}, {"o": expected}, case)
+
+
 def test_strided_views():
     """q/k/v as head-sliced views of a fused qkv tensor (only the last dim contiguous). The views are built
     after ``fresh()``, whose clone would make them dense."""
@@ -221,6 +270,23 @@ def test_every_prefill_config_gpu(dtype, head_dim):
                 SPEC.check(case)
             except AssertionError as e:
                 raise AssertionError(f"config {cfg.name}: {e}") from None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_tma_configs_gpu(dtype, head_dim):
+    """The ``-tma`` configs (per-request TMA descriptors, mbarrier pipeline) on the plain masks the sweep
+    above does not cover: causal without a window, non-causal, q_len > kv_len, an empty request; every
+    config checked, none trusted from another."""
+    w = UNIFORM if dtype == "f16" else ROWS["llama-8b-uniform/bf16"]
+    tma = [c for c in fwd.configs_for(head_dim, 1200) if c.tma]
+    assert tma
+    for is_causal in (True, False):
+        case = make_case(w, DEV, seed=17, q_lens=[1024, 300, 1, 0, 77, 700], kv_lens=[1024, 700, 1000, 50, 30, 700],
+                         heads=(16, 4), head_dim=head_dim, is_causal=is_causal)
+        assert fwd.tma_applies(_problem_of(case))
+        SPEC.check_each(case, {f"{c.name} causal={is_causal}": functools.partial(_forced_fwd, c) for c in tma})
 
 
 FUZZ_SEEDS = reliability.fuzz_seeds(SPEC, reliability.fuzz_cases(16))

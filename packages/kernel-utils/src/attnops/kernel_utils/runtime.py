@@ -56,3 +56,18 @@ def num_sms() -> int:
     if interpreting():
         return 1
     return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def _torch_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device=device())
+
+
+def ensure_descriptor_scratch() -> None:
+    """Kernels that build TMA descriptors on the device (``tl.make_tensor_descriptor``) need Triton's
+    launch-time scratch allocator. Install one backed by torch's caching allocator unless the caller has
+    set their own (Triton keeps it in a context variable: per thread / task). Uses Triton's private
+    ``_allocation`` module to look, which is why ``triton`` is pinned."""
+    from triton.runtime import _allocation
+
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_torch_scratch)

@@ -12,7 +12,12 @@ program) folded into ``exp2``.
 With ``SPLIT`` the program handles one of ``num_splits`` chunks of the key range and writes an fp32
 partial (rows normalized by their own sum, plus base-2 lse) that ``gqa_fwd_combine_kernel`` merges.
 
-Only portable Triton is used (no TMA, no warp specialization): the interpreter runs every path.
+``TMA`` (Hopper configs, 16-bit K/V without RoPE, ``BLOCK_D == HEAD_DIM``): K and V tiles come through
+TMA descriptors built per program over exactly this request's and KV head's ``[kv_len, HEAD_DIM]`` rows
+(rows past ``kv_len`` read as zeros, so another request's values never enter a tile); Triton pipelines
+the loop over mbarriers instead of cp.async. No warp specialization: Triton 3.6's Hopper pass does not
+apply it to this loop at 8 warps, and crashed or (reportedly, on the H200) computed wrong causal results at 4.
+The interpreter runs this path too (descriptor loads with the same zero fill).
 """
 
 import triton
@@ -49,24 +54,30 @@ def _attn_tiles(
     acc, m_i, l_i, q, q_pos,
     k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
     kv_len, WL, WR, lo, hi, full_lo, full_hi, step_scale, cap_scale, cap_log2,
-    cos_ptr, sin_ptr, stride_rope,
+    cos_ptr, sin_ptr, stride_rope, k_desc, v_desc,
     BLOCK_N: tl.constexpr, SOFTCAP: tl.constexpr, ROPE: tl.constexpr, ROTARY_DIM: tl.constexpr,
     INTERLEAVED: tl.constexpr, UPCAST_K: tl.constexpr,
     UPCAST_V: tl.constexpr, COMPUTE_BF16: tl.constexpr, EXACT_DOT: tl.constexpr, FP8_QK: tl.constexpr,
+    TMA: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     """Keys ``[lo, hi)`` (``lo`` a multiple of BLOCK_N) into the running ``(acc, m, l)``. Tiles inside
     ``[full_lo, full_hi)`` are visible from every row and skip the mask (a uniform branch per tile).
 
     One loop, not separate masked / unmasked loops: on sm_90 each extra pipelined loop raised register
     pressure into spills (ptxas, every config of the table); with the branch no config spills.
-    RoPE (``rope_tile``): the cos / sin rows are contiguous loads that pipeline with K and V."""
+    RoPE (``rope_tile``): the cos / sin rows are contiguous loads that pipeline with K and V.
+    ``TMA``: K / V tiles from the descriptors ``k_desc`` / ``v_desc`` (row ``start`` of the request's
+    rows, zeros past ``kv_len``); else pointer loads masked at ``kv_len``."""
     offs_n = tl.arange(0, BLOCK_N)
-    for start in range(lo, hi, BLOCK_N):
+    for start in tl.range(lo, hi, BLOCK_N, num_stages=NUM_STAGES):
         k_pos = start + offs_n
         k_rows = k_pos.to(tl.int64)
         n_mask = k_pos < kv_len
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(k_base + k_rows[:, None] * stride_kt + offs_d[None, :], mask=kv_mask, other=0.0)
+        if TMA:
+            k = k_desc.load([start, 0])
+        else:
+            k = tl.load(k_base + k_rows[:, None] * stride_kt + offs_d[None, :], mask=kv_mask, other=0.0)
         if ROPE:
             k = rope_tile(k, k_base + k_rows * stride_kt, kv_mask, cos_ptr, sin_ptr, k_pos, n_mask, stride_rope,
                           ROTARY_DIM, INTERLEAVED)
@@ -84,7 +95,10 @@ def _attn_tiles(
         if (start < full_lo) | (start + BLOCK_N > full_hi):
             qk = tl.where(visible(q_pos, k_pos, kv_len, WL, WR), qk, float("-inf"))
         p, alpha, m_i, l_i = online_softmax_step(qk, m_i, l_i, step_scale)
-        v = tl.load(v_base + k_rows[:, None] * stride_vt + offs_d[None, :], mask=kv_mask, other=0.0)
+        if TMA:
+            v = v_desc.load([start, 0])
+        else:
+            v = tl.load(v_base + k_rows[:, None] * stride_vt + offs_d[None, :], mask=kv_mask, other=0.0)
         if UPCAST_V:
             v = _to_compute(v, COMPUTE_BF16)
         acc = mma(_to_compute(p, COMPUTE_BF16), v, acc * alpha[:, None], EXACT_DOT)
@@ -106,14 +120,16 @@ def gqa_fwd_kernel(
     VARLEN: tl.constexpr, SPLIT: tl.constexpr, IS_FP8: tl.constexpr, FP8_DOT: tl.constexpr,
     COMPUTE_BF16: tl.constexpr, SOFTCAP: tl.constexpr, HAS_SINK: tl.constexpr,
     ROPE: tl.constexpr, ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr, EXACT_DOT: tl.constexpr,
-    WRITE_LSE: tl.constexpr = False,
+    TMA: tl.constexpr, NUM_STAGES: tl.constexpr, WRITE_LSE: tl.constexpr = False,
 ):
     """Grid ``(num_m_blocks, H_kv, B · num_splits)``; m-blocks run last-first (causal: longest first).
 
     Dense: lengths ``S_q / S_kv``, batch strides. Varlen (``VARLEN``): lengths from ``cu_q / cu_kv``,
     batch strides 0. Output ``o_ptr`` (out dtype, strides ``stride_o*``) or, with ``SPLIT``, the fp32
     workspace ``[num_splits, T_total, H, HEAD_DIM]`` with ``lse_ptr`` ``[num_splits, T_total, H]``.
-    ``EXACT_DOT``: interpreter only (fp32 operands, same products, BLAS speed). ``WRITE_LSE`` (not with
+    ``EXACT_DOT``: interpreter only (fp32 operands, same products, BLAS speed). ``TMA``: see the module
+    docstring (needs Triton's scratch allocator; ``NUM_STAGES`` is the key loop's pipeline depth either
+    way). ``WRITE_LSE`` (not with
     ``SPLIT``): also store each row's base-2 lse (``-inf`` for empty rows) at ``lse_ptr``."""
     pid_m = num_m_blocks - 1 - tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -178,6 +194,15 @@ def gqa_fwd_kernel(
 
     k_base = k_ptr + b64 * stride_kb + kv_start.to(tl.int64) * stride_kt + kv_head.to(tl.int64) * stride_kh
     v_base = v_ptr + b64 * stride_vb + kv_start.to(tl.int64) * stride_vt + kv_head.to(tl.int64) * stride_vh
+    if TMA:  # bounds = this request's rows (at least one row: a zero extent is not a valid TMA shape)
+        rows_kv = tl.maximum(kv_len, 1)
+        k_desc = tl.make_tensor_descriptor(k_base, shape=[rows_kv, HEAD_DIM], strides=[stride_kt, 1],
+                                           block_shape=[BLOCK_N, BLOCK_D])
+        v_desc = tl.make_tensor_descriptor(v_base, shape=[rows_kv, HEAD_DIM], strides=[stride_vt, 1],
+                                           block_shape=[BLOCK_N, BLOCK_D])
+    else:
+        k_desc = k_base
+        v_desc = v_base
 
     # ---- key range of this block (and split); tiles inside [full_lo, full_hi) need no mask
     last_row = tl.minimum(m_start + BLOCK_M, num_rows) - 1
@@ -193,8 +218,9 @@ def gqa_fwd_kernel(
     acc, m_i, l_i = _attn_tiles(
         acc, m_i, l_i, q, q_pos, k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
         kv_len, WL, WR, n_lo, n_hi, full_lo, full_hi, step_scale, cap_scale, cap_log2,
-        cos_ptr, sin_ptr, stride_rope,
+        cos_ptr, sin_ptr, stride_rope, k_desc, v_desc,
         BLOCK_N, SOFTCAP, ROPE, ROTARY_DIM, INTERLEAVED, UPCAST_K, UPCAST_V, COMPUTE_BF16, EXACT_DOT, FP8_QK,
+        TMA, NUM_STAGES,
     )
 
     # ---- epilogue

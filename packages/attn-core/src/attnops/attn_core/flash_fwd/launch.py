@@ -29,10 +29,12 @@ class FwdConfig:
     num_warps: int
     num_stages: int
     fp8_dot: bool = True  # fp8 inputs: Q·Kᵀ on fp8 tensor cores (exact products); False upcasts to 16-bit
+    tma: bool = False  # K/V through per-request TMA descriptors where the call allows it (``tma_applies``)
 
     @property
     def name(self) -> str:
-        return f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}" + ("" if self.fp8_dot else "-up")
+        return (f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}" + ("" if self.fp8_dot else "-up")
+                + ("-tma" if self.tma else ""))
 
 
 # Prefill-class configs (more than DECODE_ROWS packed rows per request), first = default. Chosen from an
@@ -40,15 +42,22 @@ class FwdConfig:
 # compiles without register spills, pipelines its K/V loads (cp.async) and uses wgmma; shared memory stays
 # <= 196 KB of the 227 KB. Known exception: RoPE with D >= 256 spills (~0.2 KB since the contiguous RoPE
 # tables of attention_fns.rope_tile; ~2 KB before) in the default config.
+# The ``-tma`` entries (K/V by TMA, mbarrier-pipelined; offline sm_90: 184 registers at D = 128 against
+# the default's 212) are candidates for the H200 sweep, after the GPU test has checked each: not defaults
+# until measured.
 PREFILL_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
-    64: (FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 3), FwdConfig(128, 64, 4, 3), FwdConfig(64, 64, 4, 3)),
-    128: (FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 2), FwdConfig(128, 32, 8, 3), FwdConfig(64, 64, 4, 3)),
-    256: (FwdConfig(128, 32, 8, 2), FwdConfig(128, 64, 8, 2), FwdConfig(128, 32, 8, 3), FwdConfig(64, 64, 4, 2)),
+    64: (FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 3), FwdConfig(128, 64, 4, 3), FwdConfig(64, 64, 4, 3),
+         FwdConfig(128, 64, 8, 3, tma=True), FwdConfig(128, 128, 8, 3, tma=True)),
+    128: (FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 2), FwdConfig(128, 32, 8, 3), FwdConfig(64, 64, 4, 3),
+          FwdConfig(128, 64, 8, 3, tma=True), FwdConfig(128, 128, 8, 2, tma=True)),
+    256: (FwdConfig(128, 32, 8, 2), FwdConfig(128, 64, 8, 2), FwdConfig(128, 32, 8, 3), FwdConfig(64, 64, 4, 2),
+          FwdConfig(128, 32, 8, 2, tma=True), FwdConfig(128, 64, 8, 2, tma=True)),
     512: (FwdConfig(64, 32, 8, 2), FwdConfig(64, 16, 8, 2), FwdConfig(32, 32, 4, 2)),
 }
-# fp8 inputs: the same tiles (Q·Kᵀ on fp8 tensor cores), then the default with Q/K upcast to 16-bit.
+# fp8 inputs: the same tiles (Q·Kᵀ on fp8 tensor cores; no TMA path), then the default with Q/K upcast to 16-bit.
 FP8_PREFILL_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
-    d: (*cs, FwdConfig(cs[0].block_m, cs[0].block_n, cs[0].num_warps, cs[0].num_stages, fp8_dot=False))
+    d: (*(c for c in cs if not c.tma),
+        FwdConfig(cs[0].block_m, cs[0].block_n, cs[0].num_warps, cs[0].num_stages, fp8_dot=False))
     for d, cs in PREFILL_CONFIGS.items()
 }
 # Decode-class configs: BLOCK_M is set per call to the packed rows of one request (G·S_q rounded up to a
@@ -188,6 +197,21 @@ def launch(p: Problem) -> None:
         return
 
 
+def tma_applies(p: Problem) -> bool:
+    """Whether a ``-tma`` config runs its TMA path for this call (else it runs the pointer path): Hopper
+    or the interpreter; 16-bit K/V without RoPE; a power-of-two head dim; K/V row, head and batch strides
+    and base addresses 16-byte aligned (TMA's rules for the per-request descriptors)."""
+    if not (runtime.interpreting() or runtime.is_hopper()):
+        return False
+    D = p.q.shape[-1]
+    if p.q.dtype == E4M3 or p.rope_cos is not None or D != triton.next_power_of_2(D):
+        return False
+    for t in (p.k, p.v):
+        if t.data_ptr() % 16 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
+            return False
+    return True
+
+
 def _launch(p: Problem, cfg: FwdConfig) -> None:
     q, k, v, o = p.q, p.k, p.v, p.out
     H, D = q.shape[-2], q.shape[-1]
@@ -217,6 +241,9 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
     softcap = float(p.softcap or 0.0)
     S_q = 0 if p.varlen else q.shape[1]
     S_kv = 0 if p.varlen else k.shape[1]
+    tma = cfg.tma and tma_applies(p)
+    if tma:
+        runtime.ensure_descriptor_scratch()
     grid = (num_m_blocks, H_kv, p.batch * num_splits)
     gqa_fwd_kernel[grid](
         q, k, v, dst, ws_lse if split else (p.lse if p.lse is not None else dummy),
@@ -232,7 +259,7 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
         VARLEN=p.varlen, SPLIT=split, IS_FP8=fp8, FP8_DOT=fp8 and cfg.fp8_dot,
         COMPUTE_BF16=o.dtype == torch.bfloat16, SOFTCAP=softcap > 0, HAS_SINK=p.sinks is not None and not split,
         ROPE=p.rope_cos is not None, ROTARY_DIM=p.rotary_dim or D, INTERLEAVED=p.interleaved,
-        EXACT_DOT=runtime.interpreting(), WRITE_LSE=p.lse is not None,
+        EXACT_DOT=runtime.interpreting(), TMA=tma, NUM_STAGES=cfg.num_stages, WRITE_LSE=p.lse is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split:
