@@ -82,10 +82,11 @@ def ptxas_report(kernel) -> dict:
 
 def compile_fwd(head_dim: int, cfg, dtype: str = "fp16", out: str = "fp16", split: bool = False,
                 softcap: bool = False, rope: bool = False, sink: bool = False, varlen: bool = True,
-                rotary_dim: int | None = None, interleaved: bool = False):
+                rotary_dim: int | None = None, interleaved: bool = False, fused: bool = False):
     fp8 = dtype == "fp8e4nv"
-    ptrs = {"q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "v_ptr": f"*{dtype}",
-            "o_ptr": "*fp32" if split else f"*{out}", "lse_ptr": "*fp32", "cu_q_ptr": "*i32", "cu_kv_ptr": "*i32",
+    ptrs = {"q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "v_ptr": f"*{dtype}", "o_ptr": f"*{out}",
+            "ws_o_ptr": "*fp32", "counter_ptr": "*i32",
+            "lse_ptr": "*fp32", "cu_q_ptr": "*i32", "cu_kv_ptr": "*i32",
             "q_scale_ptr": "*fp32", "k_scale_ptr": "*fp32", "v_scale_ptr": "*fp32", "cos_ptr": f"*{out}",
             "sin_ptr": f"*{out}", "sink_ptr": "*fp32"}
     consts = {
@@ -95,7 +96,7 @@ def compile_fwd(head_dim: int, cfg, dtype: str = "fp16", out: str = "fp16", spli
         "ROTARY_DIM": rotary_dim or head_dim, "INTERLEAVED": interleaved, "EXACT_DOT": False,
         # launch.tma_applies: 16-bit, no RoPE, power-of-two head dim
         "TMA": cfg.tma and not fp8 and not rope and head_dim == triton.next_power_of_2(head_dim),
-        "NUM_STAGES": cfg.num_stages,
+        "NUM_STAGES": cfg.num_stages, "FUSED_COMBINE": split and fused,
         "_float_args": ("sm_scale_log2", "cap_scale", "cap_log2"),
     }
     return compile_sm90(gqa_fwd_kernel, ptrs, consts, cfg.num_warps, cfg.num_stages)
@@ -120,6 +121,8 @@ def classes(all_configs: bool):
             cfgs = fwd.configs_for(d, rows, fp8=dtype == "fp8e4nv")
             for i, cfg in enumerate(cfgs if all_configs else cfgs[:1]):
                 yield f"{label}{'' if i == 0 else f'[{i}]'}", d, cfg, dtype, out, split, {}
+        cfg = fwd.configs_for(d, 4)[0]  # split-KV decode merged in the kernel (forced(fused_combine=True))
+        yield "decode-fused+sink", d, cfg, "fp16", "fp16", True, {"fused": True, "sink": True}
         cfg = fwd.configs_for(d, 1024)[0]  # feature variants of the default prefill config
         yield "prefill+softcap+sink", d, cfg, "fp16", "fp16", False, {"softcap": True, "sink": True}
         for i, tma in enumerate(c for c in fwd.configs_for(d, 1024) if c.tma):  # the TMA / warp-specialized path

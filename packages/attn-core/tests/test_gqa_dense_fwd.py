@@ -84,10 +84,12 @@ def test_prefill_head_dims(head_dim):
                          pos_encoding_mode="none", rotary_dim=None, heads=(4, 2), batch=1))
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["combine-kernel", "merged-in-kernel"])
 @pytest.mark.parametrize("heads,num_splits", [((8, 2), 2), ((8, 2), 8), ((71, 1), 3)], ids=["G4-2", "G4-8", "G71-3"])
-def test_decode_split_kv_and_combine(heads, num_splits):
-    """Split-KV (+ combine kernel) as chosen for small grids; 8 splits of 45 keys leaves empty splits."""
-    with fwd.forced(num_splits=num_splits):
+def test_decode_split_kv_and_combine(heads, num_splits, fused):
+    """Split-KV as chosen for small grids, merged by the combine kernel or by the last split of each block;
+    8 splits of 45 keys leaves empty splits; G = 71 spans several m-blocks (one counter each)."""
+    with fwd.forced(num_splits=num_splits, fused_combine=fused):
         SPEC.check(make_case(DECODE, DEV, shrink=True, seed=3, heads=heads, head_dim=64, s_kv=45))
 
 

@@ -122,6 +122,20 @@ def test_split_kv_ragged():
                              head_dim=128))
 
 
+@pytest.mark.parametrize("num_splits", [2, 5])
+def test_split_kv_merged_in_the_kernel(num_splits):
+    """``fused_combine``: the last split of each block merges the partials itself (no combine launch), over
+    ragged requests with empty splits, an empty request, q_len > kv_len, sinks and a window; twice, so the
+    second call runs on the arrival counters the first one left, which must be back at 0."""
+    case = make_case(SINKS, DEV, shrink=True, seed=18, q_lens=[1, 2, 0, 1, 9], kv_lens=[47, 3, 9, 0, 30],
+                     window_size_left=20)
+    with fwd.forced(num_splits=num_splits, fused_combine=True):
+        first = SPEC.check(case)
+        again = case.fresh().run(SPEC.fn)
+    testing.assert_bitwise("o", first["o"], again["o"])
+    assert not bool(fwd.split_counters(DEV, 1).any()), "arrival counters not reset"
+
+
 @pytest.mark.parametrize("bounds", [(None, None), (40, 64)], ids=["read-lengths", "loose-bounds"])
 def test_host_length_bounds(bounds):
     """Without max_seqlen_q / max_seqlen_kv the call reads cu_seqlens on the host; given bounds (the seed
@@ -287,6 +301,22 @@ def test_tma_configs_gpu(dtype, head_dim):
                          heads=(16, 4), head_dim=head_dim, is_causal=is_causal)
         assert fwd.tma_applies(_problem_of(case))
         SPEC.check_each(case, {f"{c.name} causal={is_causal}": functools.partial(_forced_fwd, c) for c in tma})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_split_kv_merged_in_the_kernel_gpu(dtype):
+    """The fused combine on the GPU, where the arrival counter's ordering matters (partials written by other
+    SMs): decode and short-prefill shapes with many splits per block, 20 calls in a row, each checked."""
+    w = UNIFORM if dtype == "f16" else ROWS["llama-8b-uniform/bf16"]
+    for num_splits in (3, 16, 64):
+        case = make_case(w, DEV, seed=19, q_lens=[1, 4, 1, 0, 2], kv_lens=[20000, 9000, 300, 50, 16384],
+                         heads=(32, 4), head_dim=128, with_sinks=True)
+        expected = case.fresh().run(SPEC.reference)
+        with fwd.forced(num_splits=num_splits, fused_combine=True):
+            for _ in range(20):
+                SPEC.compare(case.fresh().run(SPEC.fn), expected, case)
+    assert not bool(fwd.split_counters(DEV, 1).any()), "arrival counters not reset"
 
 
 FUZZ_SEEDS = reliability.fuzz_seeds(SPEC, reliability.fuzz_cases(16))

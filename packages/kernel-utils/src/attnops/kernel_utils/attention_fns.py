@@ -192,6 +192,28 @@ def merge_partial(acc, m_i, l_i, o_part, lse2_part):
 
 
 @triton.jit
+def merge_splits(part_o_ptr, part_lse_ptr, rows, split_stride, num_splits, row_mask, offs_d, d_mask,
+                 ROW_WIDTH: tl.constexpr):
+    """Merge ``num_splits`` partials of the same rows: split s of row i sits at workspace row
+    ``rows[i] + s·split_stride`` (``part_lse_ptr`` f32 per row, ``part_o_ptr`` f32 ``ROW_WIDTH`` per row).
+    Returns the running ``(acc, m, l)`` of :func:`merge_partial` for :func:`add_sink` /
+    :func:`normalize_rows`. Loads are ``.cg`` (L2): partials written by other programs of the same
+    launch must not come from a stale L1 line."""
+    acc = tl.zeros([rows.shape[0], offs_d.shape[0]], tl.float32)
+    m_i = tl.full([rows.shape[0]], float("-inf"), tl.float32)
+    l_i = tl.zeros([rows.shape[0]], tl.float32)
+    mask = row_mask[:, None] & d_mask[None, :]
+    r = rows.to(tl.int64)  # stepped by split_stride: no int32 product of split and stride
+    for _ in range(0, num_splits):
+        o_part = tl.load(part_o_ptr + r[:, None] * ROW_WIDTH + offs_d[None, :], mask=mask, other=0.0,
+                         cache_modifier=".cg")
+        lse2 = tl.load(part_lse_ptr + r, mask=row_mask, other=float("-inf"), cache_modifier=".cg")
+        acc, m_i, l_i = merge_partial(acc, m_i, l_i, o_part, lse2)
+        r += split_stride
+    return acc, m_i, l_i
+
+
+@triton.jit
 def add_sink(acc, m_i, l_i, sink2):
     """Attention sinks: add ``2^sink2`` to each row's denominator (``sink2 = sink · log2(e)``, ``[BM]``).
 

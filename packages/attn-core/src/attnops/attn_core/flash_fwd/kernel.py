@@ -10,7 +10,10 @@ in one loop; only tiles on the window edges, the causal diagonal or the ragged t
 Scores stay fp32; the softmax is base 2 with ``sm_scale·log2 e`` (× fp8 dequant scales, constant per
 program) folded into ``exp2``.
 With ``SPLIT`` the program handles one of ``num_splits`` chunks of the key range and writes an fp32
-partial (rows normalized by their own sum, plus base-2 lse) that ``gqa_fwd_combine_kernel`` merges.
+partial (rows normalized by their own sum, plus base-2 lse) that ``gqa_fwd_combine_kernel`` merges, or,
+with ``FUSED_COMBINE``, that the last of the block's splits to finish merges itself (a per-block arrival
+counter, as CUTLASS's serial split-K semaphore: CTA barrier, then one release/acquire atomic at GPU scope),
+which saves the combine launch; the counter is reset to 0 by that program for the next call.
 
 ``TMA`` (Hopper configs, 16-bit K/V without RoPE, ``BLOCK_D == HEAD_DIM``): K and V tiles come through
 TMA descriptors built per program over exactly this request's and KV head's ``[kv_len, HEAD_DIM]`` rows
@@ -27,7 +30,7 @@ from attnops.kernel_utils.attention_fns import (
     LOG2E,
     add_sink,
     kv_block_range,
-    merge_partial,
+    merge_splits,
     mma,
     normalize_rows,
     online_softmax_step,
@@ -107,8 +110,8 @@ def _attn_tiles(
 
 @triton.jit
 def gqa_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
-    cu_q_ptr, cu_kv_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, cos_ptr, sin_ptr, sink_ptr,
+    q_ptr, k_ptr, v_ptr, o_ptr, ws_o_ptr, lse_ptr,
+    cu_q_ptr, cu_kv_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, cos_ptr, sin_ptr, sink_ptr, counter_ptr,
     S_q, S_kv, H, H_kv, G, num_m_blocks, num_splits, T_total,
     sm_scale_log2, cap_scale, cap_log2, WL, WR,
     stride_qb, stride_qt, stride_qh,
@@ -120,13 +123,15 @@ def gqa_fwd_kernel(
     VARLEN: tl.constexpr, SPLIT: tl.constexpr, IS_FP8: tl.constexpr, FP8_DOT: tl.constexpr,
     COMPUTE_BF16: tl.constexpr, SOFTCAP: tl.constexpr, HAS_SINK: tl.constexpr,
     ROPE: tl.constexpr, ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr, EXACT_DOT: tl.constexpr,
-    TMA: tl.constexpr, NUM_STAGES: tl.constexpr, WRITE_LSE: tl.constexpr = False,
+    TMA: tl.constexpr, NUM_STAGES: tl.constexpr, FUSED_COMBINE: tl.constexpr, WRITE_LSE: tl.constexpr = False,
 ):
     """Grid ``(num_m_blocks, H_kv, B · num_splits)``; m-blocks run last-first (causal: longest first).
 
     Dense: lengths ``S_q / S_kv``, batch strides. Varlen (``VARLEN``): lengths from ``cu_q / cu_kv``,
-    batch strides 0. Output ``o_ptr`` (out dtype, strides ``stride_o*``) or, with ``SPLIT``, the fp32
-    workspace ``[num_splits, T_total, H, HEAD_DIM]`` with ``lse_ptr`` ``[num_splits, T_total, H]``.
+    batch strides 0. Output ``o_ptr`` (out dtype, strides ``stride_o*``); with ``SPLIT`` the partials go to
+    the fp32 workspace ``ws_o_ptr`` ``[num_splits, T_total, H, HEAD_DIM]`` and ``lse_ptr``
+    ``[num_splits, T_total, H]``, and ``o_ptr`` is written only with ``FUSED_COMBINE`` (``counter_ptr``:
+    ``B·H_kv·num_m_blocks`` int32 zeros).
     ``EXACT_DOT``: interpreter only (fp32 operands, same products, BLAS speed). ``TMA``: see the module
     docstring (needs Triton's scratch allocator; ``NUM_STAGES`` is the key loop's pipeline depth either
     way). ``WRITE_LSE`` (not with
@@ -228,20 +233,41 @@ def gqa_fwd_kernel(
         ws_rows = (split * T_total + tok0 + t).to(tl.int64) * H + head
         o = normalize_rows(acc, l_i) * v_scale
         tl.store(lse_ptr + ws_rows, row_lse2(m_i, l_i), mask=row_mask)
-        tl.store(o_ptr + ws_rows[:, None] * HEAD_DIM + offs_d[None, :], o, mask=q_mask)
+        tl.store(ws_o_ptr + ws_rows[:, None] * HEAD_DIM + offs_d[None, :], o, mask=q_mask)
+        if FUSED_COMBINE:
+            tl.debug_barrier()  # every thread's partial is written before the arrival is released
+            counter = counter_ptr + (b * H_kv + kv_head) * num_m_blocks + pid_m
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            if arrived == num_splits - 1:  # the block's last split: every other partial is visible
+                ws_row0 = (tok0 + t).to(tl.int64) * H + head  # split 0's row of each packed row
+                acc, m_i, l_i = merge_splits(ws_o_ptr, lse_ptr, ws_row0, T_total * H, num_splits, row_mask,
+                                             offs_d, d_mask, HEAD_DIM)
+                tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+                _write_rows(acc, m_i, l_i, 1.0, o_ptr, lse_ptr, sink_ptr, b64, t, head, row_mask, q_start, tok0,
+                            S_q, H, T_total, offs_d, q_mask, stride_ob, stride_ot, stride_oh,
+                            VARLEN, HAS_SINK, False)
     else:
-        if HAS_SINK:
-            sink2 = tl.load(sink_ptr + head, mask=row_mask, other=0.0) * LOG2E_C
-            acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)
-        if WRITE_LSE:  # base-2 lse for the backward (GQABwd): dense [B, H, S_q], varlen [H, T_total]
-            if VARLEN:
-                lse_rows = head.to(tl.int64) * T_total + tok0 + t
-            else:
-                lse_rows = (b64 * H + head) * S_q + t
-            tl.store(lse_ptr + lse_rows, row_lse2(m_i, l_i), mask=row_mask)
-        o = normalize_rows(acc, l_i) * v_scale
-        o_rows = b64 * stride_ob + (q_start + t).to(tl.int64) * stride_ot + head.to(tl.int64) * stride_oh
-        tl.store(o_ptr + o_rows[:, None] + offs_d[None, :], o.to(o_ptr.dtype.element_ty), mask=q_mask)
+        _write_rows(acc, m_i, l_i, v_scale, o_ptr, lse_ptr, sink_ptr, b64, t, head, row_mask, q_start, tok0,
+                    S_q, H, T_total, offs_d, q_mask, stride_ob, stride_ot, stride_oh, VARLEN, HAS_SINK, WRITE_LSE)
+
+
+@triton.jit
+def _write_rows(acc, m_i, l_i, v_scale, o_ptr, lse_ptr, sink_ptr, b64, t, head, row_mask, q_start, tok0,
+                S_q, H, T_total, offs_d, q_mask, stride_ob, stride_ot, stride_oh,
+                VARLEN: tl.constexpr, HAS_SINK: tl.constexpr, WRITE_LSE: tl.constexpr):
+    """Finish whole rows (unsplit, or merged): sink, optional base-2 lse, normalize, store in o's dtype."""
+    if HAS_SINK:
+        sink2 = tl.load(sink_ptr + head, mask=row_mask, other=0.0) * LOG2E_C
+        acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)
+    if WRITE_LSE:  # base-2 lse for the backward (GQABwd): dense [B, H, S_q], varlen [H, T_total]
+        if VARLEN:
+            lse_rows = head.to(tl.int64) * T_total + tok0 + t
+        else:
+            lse_rows = (b64 * H + head) * S_q + t
+        tl.store(lse_ptr + lse_rows, row_lse2(m_i, l_i), mask=row_mask)
+    o = normalize_rows(acc, l_i) * v_scale
+    o_rows = b64 * stride_ob + (q_start + t).to(tl.int64) * stride_ot + head.to(tl.int64) * stride_oh
+    tl.store(o_ptr + o_rows[:, None] + offs_d[None, :], o.to(o_ptr.dtype.element_ty), mask=q_mask)
 
 
 @triton.jit
@@ -258,15 +284,10 @@ def gqa_fwd_combine_kernel(
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     h_mask = heads < H
     offs_d = tl.arange(0, BLOCK_D)
-    mask = h_mask[:, None] & (offs_d[None, :] < HEAD_DIM)
-    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_H], tl.float32)
-    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
-    for s in range(num_splits):
-        ws_rows = (s * T_total + tok).to(tl.int64) * H + heads
-        lse2 = tl.load(ws_lse_ptr + ws_rows, mask=h_mask, other=float("-inf"))
-        o_part = tl.load(ws_o_ptr + ws_rows[:, None] * HEAD_DIM + offs_d[None, :], mask=mask, other=0.0)
-        acc, m_i, l_i = merge_partial(acc, m_i, l_i, o_part, lse2)
+    d_mask = offs_d < HEAD_DIM
+    mask = h_mask[:, None] & d_mask[None, :]
+    acc, m_i, l_i = merge_splits(ws_o_ptr, ws_lse_ptr, tok.to(tl.int64) * H + heads, T_total * H, num_splits,
+                                 h_mask, offs_d, d_mask, HEAD_DIM)
     if HAS_SINK:
         sink2 = tl.load(sink_ptr + heads, mask=h_mask, other=0.0) * LOG2E_C
         acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from attnops.kernel_utils import runtime
+from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.attention_fns import LOG2E
 from attnops.kernel_utils.fp8 import E4M3
 
@@ -76,6 +76,9 @@ DECODE_CONFIGS: dict[int, dict[int, tuple[FwdConfig, ...]]] = {
 
 MIN_SPLIT_KEYS = 256  # a KV split covers at least this many keys
 MAX_SPLITS = 128
+# Split calls merge in the kernel (the last split of each block, ``FUSED_COMBINE``) instead of a combine
+# launch. Off until the H200 has checked and timed it (``forced(fused_combine=True)`` in tests / sweeps).
+FUSED_COMBINE_DEFAULT = False
 
 
 def _dim_class(head_dim: int) -> int:
@@ -117,13 +120,16 @@ _FORCED: dict[str, object] = {}
 
 
 @contextlib.contextmanager
-def forced(config: FwdConfig | None = None, num_splits: int | None = None):
-    """Pin the tile config and/or the split count of every launch inside the block (tests, sweeps)."""
+def forced(config: FwdConfig | None = None, num_splits: int | None = None, fused_combine: bool | None = None):
+    """Pin the tile config, the split count and/or where splits are merged (in the kernel or by a combine
+    launch) for every launch inside the block (tests, sweeps)."""
     saved = dict(_FORCED)
     if config is not None:
         _FORCED["config"] = config
     if num_splits is not None:
         _FORCED["num_splits"] = num_splits
+    if fused_combine is not None:
+        _FORCED["fused_combine"] = fused_combine
     try:
         yield
     finally:
@@ -163,6 +169,22 @@ class Problem:
 
 def _bsh_strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
     return (0, t.stride(0), t.stride(1)) if varlen else (t.stride(0), t.stride(1), t.stride(2))
+
+
+_COUNTERS: dict[tuple, torch.Tensor] = {}
+
+
+def split_counters(device: torch.device, n: int) -> torch.Tensor:
+    """``n`` int32 zeros for the fused combine's arrival counters. The kernel leaves them at 0 again, so one
+    buffer per (device, stream) is reused by every call (stream-ordered calls never share it in flight);
+    it only grows (a fresh zeroed allocation)."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device, stream)
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        _COUNTERS[key] = buf
+    return buf
 
 
 # (head-dim class, decode?, fp8?) -> index of the first config that compiled within the GPU's resources
@@ -230,14 +252,18 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
     split = num_splits > 1
     block_d = triton.next_power_of_2(D)
 
-    if split:
-        ws_o = torch.empty((num_splits, total_tokens, H, D), dtype=torch.float32, device=q.device)
-        ws_lse = torch.empty((num_splits, total_tokens, H), dtype=torch.float32, device=q.device)
-        dst, dst_strides = ws_o, (0, 0, 0)
-    else:
-        ws_lse = None
-        dst, dst_strides = o, _bsh_strides(o, p.varlen)
+    fused = split and bool(_FORCED.get("fused_combine", FUSED_COMBINE_DEFAULT))
     dummy = q  # never read: pointers of absent optional inputs
+    if split:
+        # NaN under the interpreter (CPU tests): a partial read before its split wrote it fails the check
+        new = testing.poisoned if runtime.interpreting() else torch.empty
+        ws_o = new((num_splits, total_tokens, H, D), dtype=torch.float32, device=q.device)
+        ws_lse = new((num_splits, total_tokens, H), dtype=torch.float32, device=q.device)
+        lse_arg = ws_lse
+    else:
+        ws_o = dummy
+        lse_arg = p.lse if p.lse is not None else dummy
+    counters = split_counters(q.device, p.batch * H_kv * num_m_blocks) if fused else dummy
     softcap = float(p.softcap or 0.0)
     S_q = 0 if p.varlen else q.shape[1]
     S_kv = 0 if p.varlen else k.shape[1]
@@ -246,23 +272,24 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
         runtime.ensure_descriptor_scratch()
     grid = (num_m_blocks, H_kv, p.batch * num_splits)
     gqa_fwd_kernel[grid](
-        q, k, v, dst, ws_lse if split else (p.lse if p.lse is not None else dummy),
+        q, k, v, o, ws_o, lse_arg,
         p.cu_q if p.varlen else dummy, p.cu_kv if p.varlen else dummy,
         p.q_scale if fp8 else dummy, p.k_scale if fp8 else dummy, p.v_scale if fp8 else dummy,
         p.rope_cos if p.rope_cos is not None else dummy, p.rope_sin if p.rope_sin is not None else dummy,
-        p.sinks if p.sinks is not None else dummy,
+        p.sinks if p.sinks is not None else dummy, counters,
         S_q, S_kv, H, H_kv, G, num_m_blocks, num_splits, total_tokens,
         p.sm_scale * LOG2E, (p.sm_scale / softcap) if softcap else 0.0, softcap * LOG2E, p.wl, p.wr,
-        *_bsh_strides(q, p.varlen), *_bsh_strides(k, p.varlen), *_bsh_strides(v, p.varlen), *dst_strides,
+        *_bsh_strides(q, p.varlen), *_bsh_strides(k, p.varlen), *_bsh_strides(v, p.varlen),
+        *_bsh_strides(o, p.varlen),
         p.rope_cos.stride(0) if p.rope_cos is not None else 0,
         HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         VARLEN=p.varlen, SPLIT=split, IS_FP8=fp8, FP8_DOT=fp8 and cfg.fp8_dot,
-        COMPUTE_BF16=o.dtype == torch.bfloat16, SOFTCAP=softcap > 0, HAS_SINK=p.sinks is not None and not split,
+        COMPUTE_BF16=o.dtype == torch.bfloat16, SOFTCAP=softcap > 0, HAS_SINK=p.sinks is not None,
         ROPE=p.rope_cos is not None, ROTARY_DIM=p.rotary_dim or D, INTERLEAVED=p.interleaved,
-        EXACT_DOT=runtime.interpreting(), TMA=tma, NUM_STAGES=cfg.num_stages, WRITE_LSE=p.lse is not None,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        EXACT_DOT=runtime.interpreting(), TMA=tma, NUM_STAGES=cfg.num_stages, FUSED_COMBINE=fused,
+        WRITE_LSE=p.lse is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    if split:
+    if split and not fused:
         block_h = max(1, min(triton.next_power_of_2(H), 4096 // block_d))
         # small grids: fewer heads per program, so more SMs share the merge
         while block_h > 1 and total_tokens * triton.cdiv(H, block_h) < runtime.num_sms():
