@@ -25,7 +25,7 @@ from attnops.kernel_utils.attention_fns import (
     add_sink,
     clamp_range,
     kv_block_range,
-    merge_partial,
+    merge_splits,
     mma,
     normalize_rows,
     online_softmax_step,
@@ -243,14 +243,9 @@ def paged_attention_combine_kernel(
     head = h_kv * group + rows % group
     row_ok = tok < q_len
     offs_d = tl.arange(0, BLOCK_D)
-    acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
-    m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
-    for s in range(0, num_splits):
-        part = ((slot0 + s).to(tl.int64) * num_kv_heads + h_kv) * BLOCK_M + r0 + tl.arange(0, BLOCK_R)
-        o_part = tl.load(part_o_ptr + part[:, None] * BLOCK_D + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-        lse2 = tl.load(part_lse_ptr + part, mask=row_ok, other=float("-inf"))
-        acc, m_i, l_i = merge_partial(acc, m_i, l_i, o_part, lse2)
+    part0 = (slot0.to(tl.int64) * num_kv_heads + h_kv) * BLOCK_M + r0 + tl.arange(0, BLOCK_R)
+    acc, m_i, l_i = merge_splits(part_o_ptr, part_lse_ptr, part0, num_kv_heads * BLOCK_M, num_splits, row_ok,
+                                 offs_d, offs_d < BLOCK_D, BLOCK_D)
     if HAS_SINKS:
         sink2 = tl.load(sinks_ptr + head, mask=row_ok, other=0.0) * LOG2E_C
         acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)
