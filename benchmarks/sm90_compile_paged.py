@@ -32,19 +32,19 @@ FLOATS = ("qk_scale", "cap_scale", "cap_log2")
 def compile_attention(cfg, d: int, act: str = "fp16", kv: str | None = None, q_fp8: bool = False,
                       new: bool = False, rope_q: bool = False, rope_pool: bool = False, rope_new: bool = False,
                       interleaved: bool = False, softcap: bool = False, sinks: bool = False,
-                      rotary_dim: int | None = None):
+                      rotary_dim: int | None = None, fused: bool = False):
     kv = kv or act
     q = "fp8e4nv" if q_fp8 else act
     ptrs = {"q_ptr": f"*{q}", "k_ptr": f"*{kv}", "v_ptr": f"*{kv}", "kn_ptr": f"*{act}", "vn_ptr": f"*{act}",
             "o_ptr": f"*{act}", "table_ptr": "*i32", "cache_len_ptr": "*i32", "cu_q_ptr": "*i32",
-            "items_ptr": "*i32", "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "q_scale_ptr": "*fp32",
-            "k_scale_ptr": "*fp32", "v_scale_ptr": "*fp32", "sinks_ptr": "*fp32", "cos_ptr": f"*{act}",
-            "sin_ptr": f"*{act}"}
+            "items_ptr": "*i32", "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "counter_ptr": "*i32",
+            "q_scale_ptr": "*fp32", "k_scale_ptr": "*fp32", "v_scale_ptr": "*fp32", "sinks_ptr": "*fp32",
+            "cos_ptr": f"*{act}", "sin_ptr": f"*{act}"}
     consts = {"HAS_NEW": new, "Q_FP8": q_fp8, "KV_FP8": kv == "fp8e4nv", "ROPE_Q": rope_q, "ROPE_POOL_K": rope_pool,
               "ROPE_NEW_K": rope_new, "ROTARY_DIM": rotary_dim or (d // 2 if interleaved else d),
               "INTERLEAVED": interleaved,
               "SOFTCAP": softcap, "HAS_SINKS": sinks, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
-              "BLOCK_D": d, "EXACT_DOT": False, "_float_args": FLOATS}
+              "BLOCK_D": d, "EXACT_DOT": False, "FUSED_COMBINE": fused, "_float_args": FLOATS}
     consts = {k: v for k, v in consts.items() if k in paged_attention_kernel.arg_names or k.startswith("_")}
     return compile_sm90(paged_attention_kernel, ptrs, consts, cfg.num_warps, cfg.num_stages)
 
@@ -55,6 +55,7 @@ def variants():
         yield "plain", d, {}
         yield "bf16", d, {"act": "bf16"}
         yield "softcap+sinks", d, {"softcap": True, "sinks": True}
+        yield "fused-combine+sinks", d, {"sinks": True, "fused": True}
         yield "rope-neox", d, {"rope_q": True, "rope_pool": True}
         yield "rope-interleaved-R/2", d, {"rope_q": True, "rope_pool": True, "interleaved": True}
         yield "fp8-pool", d, {"kv": "fp8e4nv"}

@@ -35,7 +35,8 @@ CANDIDATES: dict[tuple[str, int], list[TileConfig]] = {
     ("large", 256): [T(64, 64, 8, 2), T(64, 32, 8, 2), T(64, 32, 8, 3), T(64, 64, 4, 2), T(128, 32, 8, 2)],
 }
 # split-KV settings, swept with the default configs (the heuristic's default is TARGET_PROGRAMS_PER_SM)
-SPLIT_KNOBS = ({"num_splits": 1}, {"programs_per_sm": 1}, {"programs_per_sm": 2}, {"programs_per_sm": 8})
+SPLIT_KNOBS = ({"num_splits": 1}, {"programs_per_sm": 1}, {"programs_per_sm": 2}, {"programs_per_sm": 8},
+               {"fused_combine": True}, {"programs_per_sm": 8, "fused_combine": True})
 
 
 def planner(op: str, case):

@@ -92,6 +92,40 @@ def test_forced_kv_splits(name, splits):
     assert any(ln.n_combine for ln in plan.launches), plan.describe()
 
 
+@pytest.mark.parametrize("splits", [2, 5])
+@pytest.mark.parametrize("name", SPLIT_CASES)
+def test_forced_kv_splits_merged_in_the_kernel(name, splits):
+    """``fused_combine``: the last split of each block merges the partials in the attention kernel (no
+    combine launch); the plan is run twice, so the second run starts from the counters the first left."""
+    kw = dict(SPLIT_CASES[name])
+    case = build_case(device=DEV, q_dtype=torch.float16, kv_dtype=torch.float16, seed=splits, **kw)
+    first, plan = _check(case, num_splits=splits, fused_combine=True)
+    assert not any(ln.n_combine for ln in plan.launches) and any(ln.counters is not None for ln in plan.launches)
+    again = case.fresh()
+    again.inputs["plan"] = plan
+    testing.assert_bitwise("o", first["o"], again.run(SPEC.fn)["o"])
+    assert all(not bool(ln.counters.any()) for ln in plan.launches if ln.counters is not None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_kv_splits_merged_in_the_kernel_gpu(dtype):
+    """The fused combine on the GPU, where the arrival counter's ordering matters (partials written by other
+    SMs): decode batches with 3 / 16 / 64 splits per block, 20 runs of each plan, each checked."""
+    for splits in (3, 16, 64):
+        case = build_case([1, 1, 4, 1], [20000, 300, 9000, 16384], 32, 8, 128, 16, dtype, dtype, DEV, seed=21,
+                          sinks=True)
+        a = case.inputs
+        plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 32, 8, 128, num_splits=splits,
+                              fused_combine=True)
+        expected = case.fresh().run(SPEC.reference)
+        for _ in range(20):
+            ours = case.fresh()
+            ours.inputs["plan"] = plan
+            SPEC.compare(ours.run(SPEC.fn), expected, case)
+        assert all(not bool(ln.counters.any()) for ln in plan.launches if ln.counters is not None)
+
+
 def test_plan_is_reused_while_kv_lengths_grow():
     """A decode plan stays correct when every cache grows by a token (kernels read lengths at run time)."""
     kw = dict(num_heads=8, num_kv=2, d=64, page_size=16, seed=3)

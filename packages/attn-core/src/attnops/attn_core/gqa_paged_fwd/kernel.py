@@ -96,7 +96,7 @@ def _attend_source(
 @triton.jit
 def paged_attention_kernel(
     q_ptr, k_ptr, v_ptr, kn_ptr, vn_ptr, o_ptr,
-    table_ptr, cache_len_ptr, cu_q_ptr, items_ptr, part_o_ptr, part_lse_ptr,
+    table_ptr, cache_len_ptr, cu_q_ptr, items_ptr, part_o_ptr, part_lse_ptr, counter_ptr,
     q_scale_ptr, k_scale_ptr, v_scale_ptr, sinks_ptr, cos_ptr, sin_ptr,
     qk_scale, cap_scale, cap_log2, WL, WR, num_pages, table_width, rope_rows, num_kv_heads, group, page_size,
     q_uniform,
@@ -108,13 +108,17 @@ def paged_attention_kernel(
     ROPE_NEW_K: tl.constexpr, ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr,
     SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EXACT_DOT: tl.constexpr,
+    FUSED_COMBINE: tl.constexpr,
 ):
     """Grid: (n_items · H_kv,); program → item pid // H_kv, KV head pid % H_kv (heavy items first).
 
     items[i] = (b, m_block, split, num_splits, slot). Query rows of request b: cu_q[b]..cu_q[b+1] (or
     b·q_uniform.. when q_uniform > 0). group = H / H_kv; page_size, group and q_uniform are runtime ints
     (fewer compiled variants; the integer divisions they cost are per tile row, not per element). cache_len[b]: pool keys; kv_len = cache_len (+ q_len with HAS_NEW).
-    A split item (num_splits > 1) writes normalized partials to slot; otherwise the output."""
+    A split item (num_splits > 1) writes normalized partials to slot; otherwise the output. With
+    ``FUSED_COMBINE`` the last split of a block to arrive (counter ``slot0·H_kv + h_kv``, int32 zeros, left
+    at 0 again; CTA barrier then one acq_rel atomic at GPU scope, as the flash forward) merges the block's
+    partials and writes the output: no combine launch."""
     pid = tl.program_id(0)
     item = pid // num_kv_heads
     h_kv = pid % num_kv_heads
@@ -200,18 +204,38 @@ def paged_attention_kernel(
 
     # ---- epilogue
     if num_splits == 1:
-        if HAS_SINKS:
-            sink2 = tl.load(sinks_ptr + head, mask=row_ok, other=0.0) * LOG2E_C
-            acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)
-        o = normalize_rows(acc, l_i)
-        o_row = (q_start + tok).to(tl.int64) * stride_ot + head.to(tl.int64) * stride_oh
-        tl.store(o_ptr + o_row[:, None] + offs_d[None, :], o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+        _finish_rows(acc, m_i, l_i, sinks_ptr, head, row_ok, o_ptr, q_start, tok, stride_ot, stride_oh, offs_d,
+                     HAS_SINKS)
     else:
         o = normalize_rows(acc, l_i)
         lse2 = row_lse2(m_i, l_i)
         part = (slot.to(tl.int64) * num_kv_heads + h_kv) * BLOCK_M + tl.arange(0, BLOCK_M)
         tl.store(part_o_ptr + part[:, None] * BLOCK_D + offs_d[None, :], o, mask=row_ok[:, None])
         tl.store(part_lse_ptr + part, lse2, mask=row_ok)
+        if FUSED_COMBINE:
+            tl.debug_barrier()  # every thread's partial is written before the arrival is released
+            slot0 = slot - split
+            counter = counter_ptr + slot0 * num_kv_heads + h_kv
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            if arrived == num_splits - 1:  # the block's last split: every other partial is visible
+                part0 = (slot0.to(tl.int64) * num_kv_heads + h_kv) * BLOCK_M + tl.arange(0, BLOCK_M)
+                acc, m_i, l_i = merge_splits(part_o_ptr, part_lse_ptr, part0, num_kv_heads * BLOCK_M, num_splits,
+                                             row_ok, offs_d, offs_d < BLOCK_D, BLOCK_D)
+                tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+                _finish_rows(acc, m_i, l_i, sinks_ptr, head, row_ok, o_ptr, q_start, tok, stride_ot, stride_oh,
+                             offs_d, HAS_SINKS)
+
+
+@triton.jit
+def _finish_rows(acc, m_i, l_i, sinks_ptr, head, row_ok, o_ptr, q_start, tok, stride_ot, stride_oh, offs_d,
+                 HAS_SINKS: tl.constexpr):
+    """Whole rows (unsplit or merged): sink, normalize, store in o's dtype."""
+    if HAS_SINKS:
+        sink2 = tl.load(sinks_ptr + head, mask=row_ok, other=0.0) * LOG2E_C
+        acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)
+    o = normalize_rows(acc, l_i)
+    o_row = (q_start + tok).to(tl.int64) * stride_ot + head.to(tl.int64) * stride_oh
+    tl.store(o_ptr + o_row[:, None] + offs_d[None, :], o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
 @triton.jit

@@ -124,6 +124,7 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
             paged_attention_kernel[(ln.n_items * num_kv,)](
                 q, k_pool, v_pool, kn, vn, o,
                 table, cache_lens, cu_q if cu_q is not None else dummy, ln.items, ln.part_o, ln.part_lse,
+                ln.counters if ln.counters is not None else dummy,
                 q_scale if q_scale is not None else dummy, k_scale if k_scale is not None else dummy,
                 v_scale if v_scale is not None else dummy, sinks if sinks is not None else dummy,
                 cos if cos is not None else dummy, sin if sin is not None else dummy,
@@ -134,7 +135,7 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
                 kn.stride(0), kn.stride(1), vn.stride(0), vn.stride(1),
                 table.stride(0), cos.stride(0) if cos is not None else 0,
                 q_scale.stride(0) if q_scale is not None else 0, ks_b, ks_h,
-                **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, FUSED_COMBINE=ln.counters is not None,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             )
 

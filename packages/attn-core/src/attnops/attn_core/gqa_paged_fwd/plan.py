@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 import triton
 
-from attnops.kernel_utils import runtime
+from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.attention_fns import window_bounds
 
 SMALL_ROWS = 16
@@ -28,6 +28,9 @@ SMALL_ROWS = 16
 # loads in flight, and enough items that the last wave is short.
 TARGET_PROGRAMS_PER_SM = 4
 MIN_SPLIT_KEYS = {"small": 256, "large": 1024}
+# Split blocks merged by their last split inside the attention kernel instead of a combine launch. Off
+# until the H200 has checked and timed it (``fused_combine=True`` per plan in tests and sweeps).
+FUSED_COMBINE_DEFAULT = False
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class Launch:
     combine: torch.Tensor  # [n_c, 4] int32: b, m_block, first slot, num_splits
     part_o: torch.Tensor  # [n_slots, H_kv, BLOCK_M, D] f32 (may be empty)
     part_lse: torch.Tensor  # [n_slots, H_kv, BLOCK_M] f32
+    counters: torch.Tensor | None = None  # [n_slots · H_kv] int32 zeros: merged in the kernel (fused combine)
 
     @property
     def n_items(self) -> int:
@@ -74,7 +78,8 @@ class Launch:
 
     @property
     def n_combine(self) -> int:
-        return self.combine.shape[0]
+        """Blocks the combine kernel merges (0 when the attention kernel merges them itself)."""
+        return 0 if self.counters is not None else self.combine.shape[0]
 
 
 @dataclass
@@ -121,11 +126,14 @@ def _key_span(q_len: int, kv_len: int, t_lo: int, t_hi: int, wl: int, wr: int) -
 def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, head_dim: int,
                          is_causal: bool = True, window_size_left: int = -1, window_size_right: int = -1,
                          new_keys: bool = False, device=None, num_splits: int | None = None,
-                         configs: dict | None = None, programs_per_sm: int | None = None) -> PagedAttentionPlan:
+                         configs: dict | None = None, programs_per_sm: int | None = None,
+                         fused_combine: bool | None = None) -> PagedAttentionPlan:
     """Schedule one batch layout. ``q_lens`` / ``kv_lens``: per-request host ints (``kv_lens`` = pool keys;
     with ``new_keys`` the request also has its q_len new keys). Tuning / test knobs: ``num_splits`` forces
     the KV split count of every item; ``configs`` overrides ``CONFIGS`` entries; ``programs_per_sm``
-    replaces ``TARGET_PROGRAMS_PER_SM`` in the split heuristic."""
+    replaces ``TARGET_PROGRAMS_PER_SM`` in the split heuristic; ``fused_combine`` (default
+    ``FUSED_COMBINE_DEFAULT``) merges split blocks in the attention kernel. A fused plan's counters return to
+    0 after every run: runs of one plan must be stream-ordered (as its workspace already requires)."""
     device = torch.device(device) if device is not None else runtime.device()
     group = num_heads // num_kv_heads
     wl, wr = window_bounds(is_causal, window_size_left, window_size_right)
@@ -175,7 +183,11 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
         items.sort(key=lambda x: -x[0])  # heaviest first: the block scheduler fills the tail with light ones
         item_t = torch.tensor([it for _, it in items], dtype=torch.int32).reshape(-1, 5).to(device)
         comb_t = torch.tensor(combine, dtype=torch.int32).reshape(-1, 4).to(device)
-        part_o = torch.empty((slot, num_kv_heads, bm, head_dim), dtype=torch.float32, device=device)
-        part_lse = torch.empty((slot, num_kv_heads, bm), dtype=torch.float32, device=device)
-        plan.launches.append(Launch(kind, cfg, item_t, comb_t, part_o, part_lse))
+        # NaN under the interpreter (CPU tests): a partial merged before its split wrote it fails the check
+        new = testing.poisoned if runtime.interpreting() else torch.empty
+        part_o = new((slot, num_kv_heads, bm, head_dim), dtype=torch.float32, device=device)
+        part_lse = new((slot, num_kv_heads, bm), dtype=torch.float32, device=device)
+        fused = FUSED_COMBINE_DEFAULT if fused_combine is None else fused_combine
+        counters = torch.zeros(slot * num_kv_heads, dtype=torch.int32, device=device) if fused and slot else None
+        plan.launches.append(Launch(kind, cfg, item_t, comb_t, part_o, part_lse, counters))
     return plan
