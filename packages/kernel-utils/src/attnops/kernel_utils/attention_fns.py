@@ -214,6 +214,18 @@ def merge_splits(part_o_ptr, part_lse_ptr, rows, split_stride, num_splits, row_m
 
 
 @triton.jit
+def restage_operand(x, scratch_ptrs, mask):
+    """Write a tile computed in registers (e.g. a RoPE-rotated q) to global scratch the program owns and
+    load it back, so Triton treats it as a loaded dot operand and stages it through shared memory. Used as
+    the register A operand of a wgmma inside a pipelined loop, such a tile made ptxas serialize every wgmma
+    of the loop (C7515) in the flash and paged kernels. ``scratch_ptrs``: ``x``'s shape, any rows the
+    program may overwrite later (its own output rows); masked-off elements are neither written nor read."""
+    tl.store(scratch_ptrs, x, mask=mask)
+    tl.debug_barrier()  # other threads read what this one wrote
+    return tl.load(scratch_ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
 def add_sink(acc, m_i, l_i, sink2):
     """Attention sinks: add ``2^sink2`` to each row's denominator (``sink2 = sink · log2(e)``, ``[BM]``).
 

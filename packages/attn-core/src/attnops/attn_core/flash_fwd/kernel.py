@@ -34,6 +34,7 @@ from attnops.kernel_utils.attention_fns import (
     mma,
     normalize_rows,
     online_softmax_step,
+    restage_operand,
     rope_tile,
     row_lse2,
     softcap_scores,
@@ -179,6 +180,10 @@ def gqa_fwd_kernel(
         q = rope_tile(q, q_ptr + q_rows, q_mask, cos_ptr, sin_ptr, q_pos, row_mask & (q_pos >= 0), stride_rope,
                       ROTARY_DIM, INTERLEAVED)
         q = _to_compute(q, COMPUTE_BF16)
+        if BLOCK_D != 256:  # through this block's own output rows (o has the compute dtype; see restage_operand)
+            # D = 256: the offline sm_90 build spilled more and serialized R/2 with it; not restaged
+            o_rows = b64 * stride_ob + (q_start + t).to(tl.int64) * stride_ot + head.to(tl.int64) * stride_oh
+            q = restage_operand(q, o_ptr + o_rows[:, None] + offs_d[None, :], q_mask)
     elif IS_FP8 and not FP8_DOT:
         q = _to_compute(q, COMPUTE_BF16)
     UPCAST_K: tl.constexpr = IS_FP8 and not FP8_DOT

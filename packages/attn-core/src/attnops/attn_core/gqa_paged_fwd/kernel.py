@@ -29,6 +29,7 @@ from attnops.kernel_utils.attention_fns import (
     mma,
     normalize_rows,
     online_softmax_step,
+    restage_operand,
     rope_tile,
     row_lse2,
     softcap_scores,
@@ -155,6 +156,11 @@ def paged_attention_kernel(
         q = rope_tile(q, q_ptr + q_row, row_ok[:, None], cos_ptr, sin_ptr, q_pos,
                       row_ok & (q_pos >= 0) & (q_pos < rope_rows), stride_cos, ROTARY_DIM, INTERLEAVED)
     q = q.to(o_ptr.dtype.element_ty)
+    if ROPE_Q and BLOCK_M > 16 and BLOCK_D != 256:
+        # Large (wgmma) tiles: through this block's own output rows (see restage_operand); D = 256 not
+        # restaged (more spills offline, as in the flash kernel)
+        o_row = (q_start + tok).to(tl.int64) * stride_ot + head.to(tl.int64) * stride_oh
+        q = restage_operand(q, o_ptr + o_row[:, None] + offs_d[None, :], row_ok[:, None])
 
     # ---- scales: sm_scale·log2(e) with fp8 dequant multipliers folded in
     dq = 1.0
