@@ -192,19 +192,30 @@ def _flashinfer(case: Case) -> Runner:
         k_dense, v_dense = case.inputs["k"], case.inputs["v"]
         if not (k_dense.is_contiguous() and v_dense.is_contiguous()):
             raise Unsupported("dense decode as pages needs contiguous k / v")
-        ps = next(p for p in (64, 16, 8, 4, 2, 1) if S_kv % p == 0)
+        ps = next(p for p in (256, 64, 16, 8, 4, 2, 1) if S_kv % p == 0)  # 256: as on the seed page
         per_req = S_kv // ps
         dev = c.q.device
-        w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=c.group > 8)
-        w.plan(torch.arange(B + 1, dtype=torch.int32, device=dev) * per_req,
-               torch.arange(B * per_req, dtype=torch.int32, device=dev),
-               torch.full((B,), ps, dtype=torch.int32, device=dev), c.H, c.H_kv, c.D, ps,
-               q_data_type=dt, kv_data_type=dt, **kw)
         k_cache = k_dense.view(B * per_req, ps, c.H_kv, c.D)
         v_cache = v_dense.view(B * per_req, ps, c.H_kv, c.D)
         q = c.q.reshape(B, c.H, c.D)
-        run = lambda: w.run(q, (k_cache, v_cache))
-        note = f"dense K/V viewed as consecutive pages of {ps} tokens"
+        # Tensor-core decode first (FlashInfer's faster GQA path, and what the seed page timed); with JIT
+        # off its module exists only for some dtypes / head dims, so fall back to the CUDA-core kernel.
+        for tensor_cores in (True, False):
+            try:
+                w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tensor_cores)
+                w.plan(torch.arange(B + 1, dtype=torch.int32, device=dev) * per_req,
+                       torch.arange(B * per_req, dtype=torch.int32, device=dev),
+                       torch.full((B,), ps, dtype=torch.int32, device=dev), c.H, c.H_kv, c.D, ps,
+                       q_data_type=dt, kv_data_type=dt, **kw)
+                w.run(q, (k_cache, v_cache))
+                break
+            except Exception as e:  # module missing (JIT off): the CUDA-core kernel is shipped for all
+                if not tensor_cores:
+                    raise
+                tc_error = f"{type(e).__name__}"
+        run = lambda: w.run(q, (k_cache, v_cache))  # noqa: E731
+        path = "tensor-core decode" if tensor_cores else f"CUDA-core decode (tensor-core path: {tc_error})"
+        note = f"dense K/V viewed as consecutive pages of {ps} tokens; {path}"
     else:
         w = fi.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD", backend="auto")
         w.plan(c.cu_q, c.cu_kv, c.H, c.H_kv, c.D, causal=c.causal, q_data_type=dt, kv_data_type=dt, **kw)
