@@ -92,3 +92,19 @@ def compiled_runner(fn: Callable[..., object], case: Case) -> Runner:
     compiled(**case.fresh().inputs)
     torch.cuda.synchronize()
     return runner_of(compiled, case, setup_s=time.perf_counter() - start)
+
+
+def rope_torch(x: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, r: int,
+               interleaved: bool) -> torch.Tensor:
+    """RoPE of ``x [n, heads, D]`` at ``pos [n]`` with ``[P, R/2]`` tables, in x's dtype (torch ops)."""
+    c, s = cos[pos][:, None, :].float(), sin[pos][:, None, :].float()
+    xf = x.float()
+    out = xf.clone()
+    if interleaved:
+        x0, x1 = xf[..., 0:r:2], xf[..., 1:r:2]
+        out[..., 0:r:2], out[..., 1:r:2] = x0 * c - x1 * s, x1 * c + x0 * s
+    else:
+        h = r // 2
+        x0, x1 = xf[..., :h], xf[..., h:r]
+        out[..., :h], out[..., h:r] = x0 * c - x1 * s, x1 * c + x0 * s
+    return out.to(x.dtype)

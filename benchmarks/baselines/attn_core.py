@@ -16,7 +16,7 @@ import torch
 from attnops.kernel_utils.fp8 import E4M3
 from attnops.kernel_utils.opspec import Case
 
-from . import Runner, Unsupported, adapter, require
+from . import Runner, Unsupported, adapter, require, rope_torch
 
 # =====================================================================================================
 # GQADenseFwd / GQAVarlenFwd (dense BSHD and packed THD forward)
@@ -123,11 +123,19 @@ def _workspace(dev) -> torch.Tensor:
 # --- vLLM FA3 ---------------------------------------------------------------------------------------
 
 
+def _rope_positions(c: _Call) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per packed row: query positions (kv_len − q_len + i, clamped at 0: such rows see no key when causal)
+    and key positions (0 .. kv_len − 1), as the spec rotates them."""
+    dev = c.q.device
+    q_pos = [torch.arange(kl - ql, kl, device=dev).clamp_(min=0) for ql, kl in zip(c.q_lens, c.kv_lens)]
+    k_pos = [torch.arange(kl, device=dev) for kl in c.kv_lens]
+    empty = torch.zeros(0, dtype=torch.long, device=dev)
+    return torch.cat(q_pos) if q_pos else empty, torch.cat(k_pos) if k_pos else empty
+
+
 def _fa3(case: Case) -> Runner:
     fa = require("vllm_flash_attn")
     c = _call(case)
-    if c.rope:
-        raise Unsupported("vLLM FA3 varlen has no RoPE (its rotary path is flash_attn_with_kvcache, not in this build)")
     if c.D > 256:
         raise Unsupported(f"FA3 head dim <= 256, got {c.D}")
     if c.fp8 and c.out_dtype != torch.bfloat16:
@@ -144,9 +152,19 @@ def _fa3(case: Case) -> Runner:
         note = "sinks rounded to bf16 (FA3 s_aux)"
     window = [c.wl, 0 if c.causal else c.wr]
     max_q, max_kv = max(c.q_lens, default=0), max(c.kv_lens, default=0)
+    rotate = lambda q, k: (q, k)  # noqa: E731
+    if c.rope:  # vLLM's FA3 varlen has no rotary input: rotate q and k in torch inside the timed call
+        if c.fp8:
+            raise Unsupported("RoPE pre-pass on fp8 q / k: FA3 would need requantized inputs")
+        q_pos, k_pos = _rope_positions(c)
+        cos, sin = case.inputs["rope_cos"], case.inputs["rope_sin"]
+        rotate = lambda q, k: (rope_torch(q, q_pos, cos, sin, c.rotary_dim, c.interleaved),  # noqa: E731
+                               rope_torch(k, k_pos, cos, sin, c.rotary_dim, c.interleaved))
+        note = "RoPE pre-pass in torch (q and k rotated in the call, fp32 math)" + (f"; {note}" if note else "")
 
     def run():
-        return fa.flash_attn_varlen_func(c.q, c.k, c.v, max_q, c.cu_q, max_kv, cu_seqlens_k=c.cu_kv,
+        q, k = rotate(c.q, c.k)
+        return fa.flash_attn_varlen_func(q, k, c.v, max_q, c.cu_q, max_kv, cu_seqlens_k=c.cu_kv,
                                          softmax_scale=c.sm_scale, causal=c.causal, window_size=window,
                                          softcap=c.softcap, fa_version=3, **kwargs)
 

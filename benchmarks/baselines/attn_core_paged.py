@@ -19,7 +19,7 @@ import torch
 from attnops.kernel_utils.fp8 import E4M3
 from attnops.kernel_utils.opspec import Case
 
-from . import Runner, Unsupported, adapter, require
+from . import Runner, Unsupported, adapter, require, rope_torch
 
 PAGED, MHA, PREFILL = "GQAPagedFwd", "MHADecodePagedWithKVCacheFwd", "GQAPrefillPagedWithKVCacheFwd"
 _WS: dict[str, torch.Tensor] = {}
@@ -34,22 +34,6 @@ def _workspace(dev) -> torch.Tensor:
 def _sync(dev):
     if dev.type == "cuda":
         torch.cuda.synchronize()
-
-
-def _rope_torch(x: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, r: int,
-                interleaved: bool) -> torch.Tensor:
-    """RoPE of ``x [n, heads, D]`` at ``pos [n]`` with ``[P, R/2]`` tables, in x's dtype (torch ops)."""
-    c, s = cos[pos][:, None, :].float(), sin[pos][:, None, :].float()
-    xf = x.float()
-    out = xf.clone()
-    if interleaved:
-        x0, x1 = xf[..., 0:r:2], xf[..., 1:r:2]
-        out[..., 0:r:2], out[..., 1:r:2] = x0 * c - x1 * s, x1 * c + x0 * s
-    else:
-        h = r // 2
-        x0, x1 = xf[..., :h], xf[..., h:r]
-        out[..., :h], out[..., h:r] = x0 * c - x1 * s, x1 * c + x0 * s
-    return out.to(x.dtype)
 
 
 # =====================================================================================================
@@ -106,7 +90,7 @@ class _Paged:
         cos, sin = self.a["rope_cos"], self.a["rope_sin"]
 
         def run():
-            out.index_copy_(0, rows, _rope_torch(flat.index_select(0, rows), pos, cos, sin, self.R, self.interleaved))
+            out.index_copy_(0, rows, rope_torch(flat.index_select(0, rows), pos, cos, sin, self.R, self.interleaved))
 
         return out.view_as(self.kp), run
 
@@ -114,7 +98,7 @@ class _Paged:
         cos, sin = self.a["rope_cos"], self.a["rope_sin"]
         pos = torch.cat([torch.arange(c - n, c, device=self.dev) for n, c in zip(self.q_lens, self.kv_lens)]
                         or [torch.zeros(0, dtype=torch.long, device=self.dev)])
-        return lambda: _rope_torch(self.q, pos, cos, sin, self.R, self.interleaved)
+        return lambda: rope_torch(self.q, pos, cos, sin, self.R, self.interleaved)
 
 
 @adapter("fa3", PAGED)
@@ -257,14 +241,14 @@ def sdpa_gather_paged(case: Case) -> Runner:
         if c.fp8_kv:
             k, v = (k.float() * scale_of("k_scale", b)).to(dt), (v.float() * scale_of("v_scale", b)).to(dt)
         if c.rope:
-            k = _rope_torch(k, pos, cos, sin, c.R, c.interleaved)
+            k = rope_torch(k, pos, cos, sin, c.R, c.interleaved)
         return k, v
 
     def prep_q(b, qb, pos):
         if c.fp8_q:
             qb = (qb.float() * a["q_scale"][b].repeat_interleave(c.H // c.H_kv)[None, :, None]).to(dt)
         if c.rope:
-            qb = _rope_torch(qb, pos, cos, sin, c.R, c.interleaved)
+            qb = rope_torch(qb, pos, cos, sin, c.R, c.interleaved)
         return qb
 
     cu = a["cu_seqlens_q"].tolist()
@@ -478,8 +462,8 @@ def fa3_prefill(case: Case) -> Runner:
     def run():
         qr, kr = q, kn
         if rope:
-            qr = _rope_torch(q, pos, cos, sin, R, False)
-            kr = _rope_torch(kn, pos, cos, sin, R, False)
+            qr = rope_torch(q, pos, cos, sin, R, False)
+            kr = rope_torch(kn, pos, cos, sin, R, False)
         co.reshape_and_cache_flash(kr, vn, *pools, slots, kind, k_scale, v_scale)
         return attend(qr, kr, vn)
 
