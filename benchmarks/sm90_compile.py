@@ -31,7 +31,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from attnops.attn_core.flash_fwd import launch as fwd  # noqa: E402
-from attnops.attn_core.flash_fwd.kernel import gqa_fwd_combine_kernel, gqa_fwd_kernel  # noqa: E402
+from attnops.attn_core.flash_fwd.kernel import gqa_fwd_combine_kernel, gqa_fwd_kernel, rope_keys_kernel  # noqa: E402
 
 SM90_SMEM = 232448  # bytes of shared memory one block may use on an H100/H200
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
@@ -82,7 +82,8 @@ def ptxas_report(kernel) -> dict:
 
 def compile_fwd(head_dim: int, cfg, dtype: str = "fp16", out: str = "fp16", split: bool = False,
                 softcap: bool = False, rope: bool = False, sink: bool = False, varlen: bool = True,
-                rotary_dim: int | None = None, interleaved: bool = False, fused: bool = False):
+                rotary_dim: int | None = None, interleaved: bool = False, fused: bool = False,
+                keys_prepass: bool = False):
     fp8 = dtype == "fp8e4nv"
     ptrs = {"q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "v_ptr": f"*{dtype}", "o_ptr": f"*{out}",
             "ws_o_ptr": "*fp32", "counter_ptr": "*i32",
@@ -94,12 +95,22 @@ def compile_fwd(head_dim: int, cfg, dtype: str = "fp16", out: str = "fp16", spli
         "BLOCK_N": cfg.block_n, "VARLEN": varlen, "SPLIT": split, "IS_FP8": fp8, "FP8_DOT": fp8 and cfg.fp8_dot,
         "COMPUTE_BF16": out == "bf16", "SOFTCAP": softcap, "HAS_SINK": sink, "ROPE": rope,
         "ROTARY_DIM": rotary_dim or head_dim, "INTERLEAVED": interleaved, "EXACT_DOT": False,
+        "ROPE_K": rope and not keys_prepass,
         # launch.tma_applies: 16-bit, no RoPE, power-of-two head dim
         "TMA": cfg.tma and not fp8 and not rope and head_dim == triton.next_power_of_2(head_dim),
         "NUM_STAGES": cfg.num_stages, "FUSED_COMBINE": split and fused,
         "_float_args": ("sm_scale_log2", "cap_scale", "cap_log2"),
     }
     return compile_sm90(gqa_fwd_kernel, ptrs, consts, cfg.num_warps, cfg.num_stages)
+
+
+def compile_rope_keys(head_dim: int, interleaved: bool, dtype: str = "fp16"):
+    ptrs = {"k_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", "cu_kv_ptr": "*i32", "cos_ptr": f"*{dtype}",
+            "sin_ptr": f"*{dtype}"}
+    block_d = triton.next_power_of_2(head_dim)
+    consts = {"HEAD_DIM": head_dim, "BLOCK_D": block_d, "BLOCK_T": fwd.ROPE_KEY_ELEMS // block_d,
+              "VARLEN": True, "ROTARY_DIM": head_dim, "INTERLEAVED": interleaved}
+    return compile_sm90(rope_keys_kernel, ptrs, consts, 4, 1)
 
 
 def compile_combine(head_dim: int, out: str = "bf16", varlen: bool = True, sink: bool = True):
@@ -133,6 +144,9 @@ def classes(all_configs: bool):
         yield "prefill+rope", d, cfg, "fp16", "fp16", False, {"rope": True}
         yield "prefill+rope-inter", d, cfg, "fp16", "fp16", False, {"rope": True, "interleaved": True}
         yield "prefill+rope-R/2", d, cfg, "fp16", "fp16", False, {"rope": True, "rotary_dim": d // 2}
+        yield "rope-keys-pre", d, cfg, "fp16", "fp16", False, {"rope": True, "keys_prepass": True}
+        yield "rope-inter-keys-pre", d, cfg, "fp16", "fp16", False, {"rope": True, "interleaved": True,
+                                                                     "keys_prepass": True}
         yield "dense+fp8+rope", d, cfg, "fp8e4nv", "fp16", False, {"rope": True, "varlen": False}
 
 
@@ -168,6 +182,14 @@ def main(argv=None) -> int:
               f"({time.perf_counter() - t0:4.1f}s){flag}",
               flush=True)
     for d in sorted(dims):
+        for interleaved in (False, True):
+            try:
+                r = ptxas_report(compile_rope_keys(d, interleaved))
+                print(f"D{d:<4d}{'rope-keys' + ('-inter' if interleaved else ''):22s}{'':18s} regs {r['regs']:3d} "
+                      f"spill {r['spill']:5d} B")
+            except Exception as e:
+                bad += 1
+                print(f"D{d:<4d}rope-keys FAIL {type(e).__name__}: {str(e).splitlines()[0][:160]}")
         for varlen in (True, False):
             try:
                 r = ptxas_report(compile_combine(d, varlen=varlen))

@@ -1,7 +1,8 @@
 """Sweep the tile configs and split-KV counts of the GQADenseFwd / GQAVarlenFwd kernel on the GPU: every
 config's output is checked against the reference, then timed like the benchmark (device time, cold L2).
 Prints, per seed row, the default choice and its time and the best (config, splits, "+fused": split partials
-merged in the kernel) found, the "-tma" configs included; writes JSON.
+merged in the kernel, "+keys-pre": RoPE keys rotated in a pre-pass) found, the "-tma" configs included; writes
+JSON.
 
     python -m benchmarks.tune_attn_core --filter GQADense --out /tmp/tune-attn-core.json
     python -m benchmarks.tune_attn_core --filter llama-8b-uniform/bf16 --iters 20
@@ -70,11 +71,12 @@ def main():
             cands = fwd.configs_for(D, max_q * G, fp8)
             timed, failed = {}, {}
             for cfg in cands:
-                for splits, fused in ((s, f) for s in _split_options(case, cfg)[1] for f in (False, True)
-                                      if s > 1 or not f):
-                    key = f"{cfg.name}/s{splits}" + ("+fused" if fused else "")
+                rope = case.inputs.get("pos_encoding_mode") == "rope" and not fp8
+                for splits, fused, pre in ((s, f, r) for s in _split_options(case, cfg)[1] for f in (False, True)
+                                           for r in ((False, True) if rope else (False,)) if s > 1 or not f):
+                    key = f"{cfg.name}/s{splits}" + ("+fused" if fused else "") + ("+keys-pre" if pre else "")
                     try:
-                        with fwd.forced(config=cfg, num_splits=splits, fused_combine=fused):
+                        with fwd.forced(config=cfg, num_splits=splits, fused_combine=fused, rope_key_prepass=pre):
                             spec.compare(case.fresh().run(spec.fn), expected, case)
                             fn = lambda: spec.fn(**case.inputs)  # noqa: B023
                             fn()

@@ -144,6 +144,12 @@ def test_fp8_upcast_config_and_decode():
         SPEC.check(make_case(FP8, DEV, shrink=True, seed=9, s_q=1, s_kv=40))
 
 
+def test_rope_keys_rotated_in_a_prepass():
+    """Dense prefill with RoPE (partial rotary dim) and the keys rotated by the pre-pass kernel."""
+    with fwd.forced(rope_key_prepass=True):
+        SPEC.check(make_case(PREFILL, DEV, shrink=True, seed=21, batch=2, heads=(4, 2)))
+
+
 @pytest.mark.parametrize("head_dim,decode", [(64, False), (128, False), (64, True), (128, True)])
 def test_every_config_interpreter(head_dim, decode):
     """Each tile config of the table (the GPU test repeats this for every class and dtype)."""

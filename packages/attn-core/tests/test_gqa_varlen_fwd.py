@@ -93,6 +93,16 @@ def test_rope_ragged(layout, rotary_dim):
                          q_lens=[1, 0, 13, 5], kv_lens=[30, 0, 13, 20], heads=(4, 1)))
 
 
+@pytest.mark.parametrize("layout,rotary_dim", [("neox", 64), ("interleaved", 32), ("interleaved", None),
+                                               ("neox", None)])
+def test_rope_keys_rotated_in_a_prepass(layout, rotary_dim):
+    """``rope_key_prepass``: the keys rotated once by ``rope_keys_kernel`` (positions 0 .. kv_len − 1 per
+    request), q in the kernel; ragged requests, an empty one, q_len > kv_len, a key-less request."""
+    with fwd.forced(rope_key_prepass=True):
+        SPEC.check(make_case(ROPE, DEV, shrink=True, seed=20, rope_layout=layout, rotary_dim=rotary_dim,
+                             q_lens=[1, 0, 13, 5, 7, 3], kv_lens=[30, 0, 13, 20, 3, 0], heads=(4, 1)))
+
+
 @pytest.mark.parametrize("heads", [(2, 2), (6, 3), (71, 1)], ids=["G1", "G2", "G71"])
 def test_gqa_ratios_ragged(heads):
     SPEC.check(make_case(UNIFORM, DEV, shrink=True, seed=6, q_lens=[3, 1, 11], kv_lens=[20, 7, 11], heads=heads,

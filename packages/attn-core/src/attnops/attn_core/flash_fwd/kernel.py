@@ -59,7 +59,7 @@ def _attn_tiles(
     k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
     kv_len, WL, WR, lo, hi, full_lo, full_hi, step_scale, cap_scale, cap_log2,
     cos_ptr, sin_ptr, stride_rope, k_desc, v_desc,
-    BLOCK_N: tl.constexpr, SOFTCAP: tl.constexpr, ROPE: tl.constexpr, ROTARY_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr, SOFTCAP: tl.constexpr, ROPE_K: tl.constexpr, ROTARY_DIM: tl.constexpr,
     INTERLEAVED: tl.constexpr, UPCAST_K: tl.constexpr,
     UPCAST_V: tl.constexpr, COMPUTE_BF16: tl.constexpr, EXACT_DOT: tl.constexpr, FP8_QK: tl.constexpr,
     TMA: tl.constexpr, NUM_STAGES: tl.constexpr,
@@ -82,7 +82,7 @@ def _attn_tiles(
             k = k_desc.load([start, 0])
         else:
             k = tl.load(k_base + k_rows[:, None] * stride_kt + offs_d[None, :], mask=kv_mask, other=0.0)
-        if ROPE:
+        if ROPE_K:
             k = rope_tile(k, k_base + k_rows * stride_kt, kv_mask, cos_ptr, sin_ptr, k_pos, n_mask, stride_rope,
                           ROTARY_DIM, INTERLEAVED)
             k = _to_compute(k, COMPUTE_BF16)
@@ -124,7 +124,7 @@ def gqa_fwd_kernel(
     VARLEN: tl.constexpr, SPLIT: tl.constexpr, IS_FP8: tl.constexpr, FP8_DOT: tl.constexpr,
     COMPUTE_BF16: tl.constexpr, SOFTCAP: tl.constexpr, HAS_SINK: tl.constexpr,
     ROPE: tl.constexpr, ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr, EXACT_DOT: tl.constexpr,
-    TMA: tl.constexpr, NUM_STAGES: tl.constexpr, FUSED_COMBINE: tl.constexpr, WRITE_LSE: tl.constexpr = False,
+    ROPE_K: tl.constexpr, TMA: tl.constexpr, NUM_STAGES: tl.constexpr, FUSED_COMBINE: tl.constexpr, WRITE_LSE: tl.constexpr = False,
 ):
     """Grid ``(num_m_blocks, H_kv, B · num_splits)``; m-blocks run last-first (causal: longest first).
 
@@ -133,6 +133,8 @@ def gqa_fwd_kernel(
     the fp32 workspace ``ws_o_ptr`` ``[num_splits, T_total, H, HEAD_DIM]`` and ``lse_ptr``
     ``[num_splits, T_total, H]``, and ``o_ptr`` is written only with ``FUSED_COMBINE`` (``counter_ptr``:
     ``B·H_kv·num_m_blocks`` int32 zeros).
+    ``ROPE``: rotate q here; ``ROPE_K``: rotate each key tile in the key loop (without it, with ``ROPE``, the
+    keys come rotated by ``rope_keys_kernel``: once per key instead of once per query block).
     ``EXACT_DOT``: interpreter only (fp32 operands, same products, BLAS speed). ``TMA``: see the module
     docstring (needs Triton's scratch allocator; ``NUM_STAGES`` is the key loop's pipeline depth either
     way). ``WRITE_LSE`` (not with
@@ -229,7 +231,7 @@ def gqa_fwd_kernel(
         acc, m_i, l_i, q, q_pos, k_base, v_base, stride_kt, stride_vt, offs_d, d_mask,
         kv_len, WL, WR, n_lo, n_hi, full_lo, full_hi, step_scale, cap_scale, cap_log2,
         cos_ptr, sin_ptr, stride_rope, k_desc, v_desc,
-        BLOCK_N, SOFTCAP, ROPE, ROTARY_DIM, INTERLEAVED, UPCAST_K, UPCAST_V, COMPUTE_BF16, EXACT_DOT, FP8_QK,
+        BLOCK_N, SOFTCAP, ROPE_K, ROTARY_DIM, INTERLEAVED, UPCAST_K, UPCAST_V, COMPUTE_BF16, EXACT_DOT, FP8_QK,
         TMA, NUM_STAGES,
     )
 
@@ -273,6 +275,39 @@ def _write_rows(acc, m_i, l_i, v_scale, o_ptr, lse_ptr, sink_ptr, b64, t, head, 
     o = normalize_rows(acc, l_i) * v_scale
     o_rows = b64 * stride_ob + (q_start + t).to(tl.int64) * stride_ot + head.to(tl.int64) * stride_oh
     tl.store(o_ptr + o_rows[:, None] + offs_d[None, :], o.to(o_ptr.dtype.element_ty), mask=q_mask)
+
+
+@triton.jit
+def rope_keys_kernel(
+    k_ptr, out_ptr, cu_kv_ptr, cos_ptr, sin_ptr,
+    S_kv,
+    stride_kb, stride_kt, stride_kh, stride_ob, stride_ot, stride_oh, stride_rope,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr, VARLEN: tl.constexpr,
+    ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr,
+):
+    """Grid ``(cdiv(max_kv, BLOCK_T), H_kv, B)``: RoPE of every key row at its position in its request
+    (``0 .. kv_len − 1``, spec README §5), written to ``out`` in out's dtype, for prefill shapes where the
+    key loop would otherwise rotate each key once per query block."""
+    b = tl.program_id(2)
+    h = tl.program_id(1).to(tl.int64)
+    if VARLEN:
+        start = tl.load(cu_kv_ptr + b)
+        n = tl.load(cu_kv_ptr + b + 1) - start
+    else:
+        start = b * 0
+        n = S_kv
+    pos = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    if tl.program_id(0) * BLOCK_T < n:
+        b64 = b.to(tl.int64)
+        rows_ok = pos < n
+        offs_d = tl.arange(0, BLOCK_D)
+        mask = rows_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
+        rows = (start + pos).to(tl.int64)
+        src = k_ptr + b64 * stride_kb + rows * stride_kt + h * stride_kh
+        x = tl.load(src[:, None] + offs_d[None, :], mask=mask, other=0.0)
+        y = rope_tile(x, src, mask, cos_ptr, sin_ptr, pos, rows_ok, stride_rope, ROTARY_DIM, INTERLEAVED)
+        dst = out_ptr + b64 * stride_ob + rows * stride_ot + h * stride_oh
+        tl.store(dst[:, None] + offs_d[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit

@@ -19,7 +19,7 @@ from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.attention_fns import LOG2E
 from attnops.kernel_utils.fp8 import E4M3
 
-from .kernel import gqa_fwd_combine_kernel, gqa_fwd_kernel
+from .kernel import gqa_fwd_combine_kernel, gqa_fwd_kernel, rope_keys_kernel
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,11 @@ MAX_SPLITS = 128
 # Split calls merge in the kernel (the last split of each block, ``FUSED_COMBINE``) instead of a combine
 # launch. Off until the H200 has checked and timed it (``forced(fused_combine=True)`` in tests / sweeps).
 FUSED_COMBINE_DEFAULT = False
+# RoPE on prefill shapes: rotate the keys once in a pre-pass (rope_keys_kernel) when several query blocks of a
+# request read each key, instead of in every block's key loop. Off until timed on the H200
+# (``forced(rope_key_prepass=True)`` in tests / sweeps); decode shapes keep the in-loop rotation either way.
+ROPE_KEY_PREPASS_DEFAULT = False
+ROPE_KEY_ELEMS = 4096  # key elements per pre-pass program (rows = this / padded D: no spills up to D = 512)
 
 
 def _dim_class(head_dim: int) -> int:
@@ -120,10 +125,14 @@ _FORCED: dict[str, object] = {}
 
 
 @contextlib.contextmanager
-def forced(config: FwdConfig | None = None, num_splits: int | None = None, fused_combine: bool | None = None):
-    """Pin the tile config, the split count and/or where splits are merged (in the kernel or by a combine
-    launch) for every launch inside the block (tests, sweeps)."""
+def forced(config: FwdConfig | None = None, num_splits: int | None = None, fused_combine: bool | None = None,
+           rope_key_prepass: bool | None = None):
+    """Pin the tile config, the split count, where splits are merged (in the kernel or by a combine launch)
+    and/or where RoPE keys are rotated (pre-pass or key loop) for every launch inside the block (tests,
+    sweeps). ``rope_key_prepass=True`` applies to every 16-bit RoPE call, decode shapes included."""
     saved = dict(_FORCED)
+    if rope_key_prepass is not None:
+        _FORCED["rope_key_prepass"] = rope_key_prepass
     if config is not None:
         _FORCED["config"] = config
     if num_splits is not None:
@@ -219,6 +228,31 @@ def launch(p: Problem) -> None:
         return
 
 
+def rope_keys_in_prepass(p: Problem, rows_per_request: int, block_m: int) -> bool:
+    """Rotate the keys in a pre-pass: 16-bit RoPE calls whose requests span more than one query block (forced
+    either way by ``forced(rope_key_prepass=...)``)."""
+    if p.rope_cos is None or p.q.dtype == E4M3:
+        return False
+    if "rope_key_prepass" in _FORCED:
+        return bool(_FORCED["rope_key_prepass"])
+    return ROPE_KEY_PREPASS_DEFAULT and rows_per_request > block_m
+
+
+def rotated_keys(p: Problem) -> torch.Tensor:
+    """``p.k`` rotated at its positions in each request (``rope_keys_kernel``), contiguous."""
+    k = p.k
+    out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    H_kv, D = k.shape[-2], k.shape[-1]
+    rows = ROPE_KEY_ELEMS // triton.next_power_of_2(D)
+    rope_keys_kernel[(triton.cdiv(max(p.max_kv, 1), rows), H_kv, p.batch)](
+        k, out, p.cu_kv if p.varlen else k, p.rope_cos, p.rope_sin, 0 if p.varlen else k.shape[1],
+        *_bsh_strides(k, p.varlen), *_bsh_strides(out, p.varlen), p.rope_cos.stride(0),
+        HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D), BLOCK_T=rows, VARLEN=p.varlen,
+        ROTARY_DIM=p.rotary_dim or D, INTERLEAVED=p.interleaved, num_warps=4,
+    )
+    return out
+
+
 def tma_applies(p: Problem) -> bool:
     """Whether a ``-tma`` config runs its TMA path for this call (else it runs the pointer path): Hopper
     or the interpreter; 16-bit K/V without RoPE; a power-of-two head dim; K/V row, head and batch strides
@@ -270,6 +304,9 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
     tma = cfg.tma and tma_applies(p)
     if tma:
         runtime.ensure_descriptor_scratch()
+    rope_k_in_loop = p.rope_cos is not None
+    if rope_k_in_loop and rope_keys_in_prepass(p, rows, cfg.block_m):
+        k, rope_k_in_loop = rotated_keys(p), False
     grid = (num_m_blocks, H_kv, p.batch * num_splits)
     gqa_fwd_kernel[grid](
         q, k, v, o, ws_o, lse_arg,
@@ -286,8 +323,8 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
         VARLEN=p.varlen, SPLIT=split, IS_FP8=fp8, FP8_DOT=fp8 and cfg.fp8_dot,
         COMPUTE_BF16=o.dtype == torch.bfloat16, SOFTCAP=softcap > 0, HAS_SINK=p.sinks is not None,
         ROPE=p.rope_cos is not None, ROTARY_DIM=p.rotary_dim or D, INTERLEAVED=p.interleaved,
-        EXACT_DOT=runtime.interpreting(), TMA=tma, NUM_STAGES=cfg.num_stages, FUSED_COMBINE=fused,
-        WRITE_LSE=p.lse is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        EXACT_DOT=runtime.interpreting(), ROPE_K=rope_k_in_loop, TMA=tma, NUM_STAGES=cfg.num_stages,
+        FUSED_COMBINE=fused, WRITE_LSE=p.lse is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split and not fused:
         block_h = max(1, min(triton.next_power_of_2(H), 4096 // block_d))
