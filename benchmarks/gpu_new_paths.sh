@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One GPU call that checks, then times, the paths written without a GPU (docs/dev/gpu-runs.md, item 1):
+# their GPU tests first (a path that fails is not timed: its sweep entries fail their own check too), then
+# the sweeps that decide the defaults. Every step stops at DEADLINE (epoch seconds); JSON and logs land under
+# $OUT (logs packed into new-paths-logs.tgz); one summary line per step is printed.
+#   ATTNOPS_GIT_SHA=<sha> DEADLINE=<epoch s> bash benchmarks/gpu_new_paths.sh
+set -u
+OUT=${OUT:-/tmp/attnops-out}
+mkdir -p "$OUT"
+PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH
+DEADLINE=${DEADLINE:-$(( $(date +%s) + 540 ))}
+left() { local s=$(( DEADLINE - $(date +%s) )); echo $(( s > 5 ? s : 5 )); }
+step() {  # step <name> <command...>: run with the time left, log to $OUT/<name>.log, print its last line
+  local name=$1; shift
+  timeout "$(left)" "$@" >"$OUT/$name.log" 2>&1
+  echo "$name: rc=$? $(tail -n 1 "$OUT/$name.log")"
+}
+step gpu-tests python3 -m pytest -q -p no:cacheprovider -m gpu \
+  -k "atomic or tma or merged_in_the_kernel or prepass or rope" packages/attn-core/tests
+step tune-bwd python3 -m benchmarks.tune_gqa_bwd --filter long --out "$OUT/tune-gqa-bwd.json"
+step tune-decode python3 -m benchmarks.tune_attn_core --filter qwen3-30b --out "$OUT/tune-decode.json"
+step tune-rope python3 -m benchmarks.tune_attn_core --filter rope --out "$OUT/tune-rope.json"
+step tune-prefill python3 -m benchmarks.tune_attn_core --filter q-lt-kv --out "$OUT/tune-prefill.json"
+step tune-mha-paged python3 -m benchmarks.tune_attn_core_paged --filter MHADecode --out "$OUT/tune-mha-paged.json"
+(cd "$OUT" && tar czf new-paths-logs.tgz --remove-files ./*.log 2>/dev/null)
+ls "$OUT"
