@@ -106,16 +106,17 @@ def indexer_variants():
 def mla_variants():
     for dtype in ("bf16", "fp16"):
         ptrs = {n: f"*{dtype}" for n in ("q_ptr", "q_pe_ptr", "k_ptr", "k_pe_ptr", "out_ptr")}
-        ptrs.update(part_o_ptr="*fp32", part_lse_ptr="*fp32")
+        ptrs.update(part_o_ptr="*fp32", part_lse_ptr="*fp32", counter_ptr="*i32")
         ints = dict(H=128, N_kv=4096, group_size=128, head_blocks_per_kv=2, split_len=4096, num_splits=16,
                     stride_qb=128 * 512, stride_qh=512, stride_pb=128 * 64, stride_ph=64, stride_kb=4096 * 512,
                     stride_kt=512, stride_kh=512, stride_eb=4096 * 64, stride_et=64, stride_eh=64,
                     stride_ob=128 * 512, stride_oh=512)
         for name, cfg in mla_op.CONFIGS.items():
-            for split in (False, True):
+            for split, fused in ((False, False), (True, False), (True, True)):
                 cx = dict(D=512, PE=64, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, SPLIT=split,
-                          NUM_STAGES=cfg.num_stages)
-                yield f"mla {name} {dtype} split={split}", lambda cx=cx, cfg=cfg, ptrs=ptrs, ints=ints: compile_sm90(
+                          NUM_STAGES=cfg.num_stages, FUSED_COMBINE=fused)
+                label = f"mla {name} {dtype} split={split}" + (" fused" if fused else "")
+                yield label, lambda cx=cx, cfg=cfg, ptrs=ptrs, ints=ints: compile_sm90(
                     mla_decode_kernel, ptrs, ints, cx, cfg.num_warps, cfg.num_stages, floats=("qk_scale",))
         yield f"mla combine {dtype}", lambda dtype=dtype: compile_sm90(
             mla_combine_kernel, {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": f"*{dtype}"},

@@ -33,7 +33,8 @@ CPU_ONLY = ("interpreter", "fallback")  # configs that exist for the interpreter
 
 
 def variants(spec, case):
-    """(label, callable) per GPU config, and for MLA decode a few split counts around the planner's."""
+    """(label, callable) per GPU config, and for MLA decode a few split counts around the planner's, each also
+    with the splits merged in the decode kernel (``fused_combine``)."""
     op = OPS[spec.name]
     default = op.pick_config()
     for name, cfg in op.CONFIGS.items():
@@ -47,6 +48,9 @@ def variants(spec, case):
         planned = mla_op.plan_splits(q.shape[0], heads, k.shape[1], default.block_n)
         for splits in sorted({1, max(1, planned // 2), planned * 2, planned * 4} - {planned}):
             yield f"default, {splits} splits (planner: {planned})", mla_op.with_config(default, num_splits=splits)
+        for splits in sorted({planned, max(1, planned // 2), planned * 2} - {1}):
+            yield (f"default, {splits} splits merged in the kernel (planner: {planned})",
+                   mla_op.with_config(default, num_splits=splits, fused_combine=True))
 
 
 def main():

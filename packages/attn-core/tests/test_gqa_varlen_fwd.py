@@ -143,7 +143,7 @@ def test_split_kv_merged_in_the_kernel(num_splits):
         first = SPEC.check(case)
         again = case.fresh().run(SPEC.fn)
     testing.assert_bitwise("o", first["o"], again["o"])
-    assert not bool(fwd.split_counters(DEV, 1).any()), "arrival counters not reset"
+    assert not bool(runtime.arrival_counters(DEV, 1).any()), "arrival counters not reset"
 
 
 @pytest.mark.parametrize("bounds", [(None, None), (40, 64)], ids=["read-lengths", "loose-bounds"])
@@ -326,7 +326,7 @@ def test_split_kv_merged_in_the_kernel_gpu(dtype):
         with fwd.forced(num_splits=num_splits, fused_combine=True):
             for _ in range(20):
                 SPEC.compare(case.fresh().run(SPEC.fn), expected, case)
-    assert not bool(fwd.split_counters(DEV, 1).any()), "arrival counters not reset"
+    assert not bool(runtime.arrival_counters(DEV, 1).any()), "arrival counters not reset"
 
 
 FUZZ_SEEDS = reliability.fuzz_seeds(SPEC, reliability.fuzz_cases(16))

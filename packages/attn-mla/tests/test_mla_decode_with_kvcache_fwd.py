@@ -55,6 +55,28 @@ def test_split_kv_and_combine(num_splits):
     )
 
 
+@pytest.mark.parametrize("num_splits", [2, 3, 5])
+def test_split_kv_merged_in_the_kernel(num_splits):
+    """``fused_combine``: the last split of each (request, head block) merges the partials itself; twice, so
+    the second call starts from the arrival counters the first left (back at 0)."""
+    case = make_case(F16_ROW, DEV, shrink=True, seed=4)
+    fn = pinned(mla_op, mla_op.pick_config(), num_splits=num_splits, fused_combine=True)
+    first = SPEC.check(case, fn)
+    testing.assert_bitwise("o", first["o"], case.fresh().run(fn)["o"])
+    assert not bool(runtime.arrival_counters(DEV, 1).any()), "arrival counters not reset"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_splits", [3, 16, 64])
+def test_split_kv_merged_in_the_kernel_gpu(num_splits):
+    """The fused merge on the GPU (partials from other SMs): 20 calls, each checked."""
+    case = make_case(ROWS["ds-v3-single-request/bf16"], DEV, shrink=False, seed=6)
+    expected = case.fresh().run(SPEC.reference)
+    fn = pinned(mla_op, mla_op.pick_config(), num_splits=num_splits, fused_combine=True)
+    for _ in range(20):
+        SPEC.compare(case.fresh().run(fn), expected, case)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("num_splits", [2, 7, 64])
 def test_split_kv_and_combine_bf16(num_splits):
@@ -94,6 +116,14 @@ def test_fused_cache_views():
     case.inputs["q"] = case.inputs["q"] * 2
     assert case.inputs["k"].stride(1) == 576
     SPEC.check(case, keep_views=True)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["combine-kernel", "merged-in-kernel"])
+def test_narrow_latent_split(fused):
+    """D = 64 < the fused merge's 128-column chunk, PE = 16, 3 splits: columns past D are neither read nor
+    written (the output is NaN-poisoned, its neighbours would be hit first)."""
+    fn = pinned(mla_op, mla_op.pick_config(), num_splits=3, fused_combine=fused)
+    SPEC.check(_case(d=64, pe=16, n_kv=45, seed=7), fn)
 
 
 def test_single_key():

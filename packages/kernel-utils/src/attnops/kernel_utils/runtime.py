@@ -71,3 +71,19 @@ def ensure_descriptor_scratch() -> None:
 
     if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
         triton.set_allocator(_torch_scratch)
+
+
+_COUNTERS: dict[tuple, torch.Tensor] = {}
+
+
+def arrival_counters(dev: torch.device, n: int) -> torch.Tensor:
+    """``n`` int32 zeros for a kernel whose last-arriving program per group resets its counter to 0 (split-KV
+    merged in the kernel). One buffer per (device, stream) serves every such call: stream-ordered calls never
+    use it at the same time. It only grows (a fresh zeroed allocation)."""
+    stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else 0
+    key = (dev, stream)
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 1024), dtype=torch.int32, device=dev)
+        _COUNTERS[key] = buf
+    return buf

@@ -180,22 +180,6 @@ def _bsh_strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
     return (0, t.stride(0), t.stride(1)) if varlen else (t.stride(0), t.stride(1), t.stride(2))
 
 
-_COUNTERS: dict[tuple, torch.Tensor] = {}
-
-
-def split_counters(device: torch.device, n: int) -> torch.Tensor:
-    """``n`` int32 zeros for the fused combine's arrival counters. The kernel leaves them at 0 again, so one
-    buffer per (device, stream) is reused by every call (stream-ordered calls never share it in flight);
-    it only grows (a fresh zeroed allocation)."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (device, stream)
-    buf = _COUNTERS.get(key)
-    if buf is None or buf.numel() < n:
-        buf = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
-        _COUNTERS[key] = buf
-    return buf
-
-
 # (head-dim class, decode?, fp8?) -> index of the first config that compiled within the GPU's resources
 _FITS: dict[tuple[int, bool, bool], int] = {}
 
@@ -297,7 +281,7 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
     else:
         ws_o = dummy
         lse_arg = p.lse if p.lse is not None else dummy
-    counters = split_counters(q.device, p.batch * H_kv * num_m_blocks) if fused else dummy
+    counters = runtime.arrival_counters(q.device, p.batch * H_kv * num_m_blocks) if fused else dummy
     softcap = float(p.softcap or 0.0)
     S_q = 0 if p.varlen else q.shape[1]
     S_kv = 0 if p.varlen else k.shape[1]

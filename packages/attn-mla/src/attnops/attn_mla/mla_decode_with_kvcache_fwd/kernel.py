@@ -4,16 +4,22 @@ an online softmax in base 2, and ``acc += P · K_latent`` over its slice of the 
 
 Grid ``(head blocks, KV splits, B)``. With one split the program normalizes and writes the output; with
 several (small batches: the keys of one request are spread over SMs) it writes a normalized fp32 partial
-and its base-2 log-sum-exp, and ``mla_combine_kernel`` merges the splits.
+and its base-2 log-sum-exp, and ``mla_combine_kernel`` merges the splits — or, with ``FUSED_COMBINE``, the
+last split of each (request, head block) to arrive merges them itself (per-block counter: CTA barrier, one
+acq_rel atomic at GPU scope; reset to 0 by that program), saving the combine launch.
 """
 
 import triton
 import triton.language as tl
 
+from attnops.kernel_utils.attention_fns import merge_splits, normalize_rows
+
+MERGE_COLS: tl.constexpr = tl.constexpr(128)  # latent columns merged at a time by the fused combine
+
 
 @triton.jit
 def mla_decode_kernel(
-    q_ptr, q_pe_ptr, k_ptr, k_pe_ptr, out_ptr, part_o_ptr, part_lse_ptr,
+    q_ptr, q_pe_ptr, k_ptr, k_pe_ptr, out_ptr, part_o_ptr, part_lse_ptr, counter_ptr,
     H, N_kv, group_size, head_blocks_per_kv, split_len, num_splits, qk_scale,
     stride_qb, stride_qh, stride_pb, stride_ph,
     stride_kb, stride_kt, stride_kh, stride_eb, stride_et, stride_eh,
@@ -24,6 +30,7 @@ def mla_decode_kernel(
     BLOCK_N: tl.constexpr,
     SPLIT: tl.constexpr,  # write partials for mla_combine_kernel instead of the output
     NUM_STAGES: tl.constexpr,
+    FUSED_COMBINE: tl.constexpr,  # with SPLIT: the last split merges the partials (counter_ptr: int32 zeros)
 ):
     hb = tl.program_id(0)
     split = tl.program_id(1)
@@ -85,9 +92,24 @@ def mla_decode_kernel(
 
     acc = acc / l[:, None]
     if SPLIT:
-        row = (b * H + heads.to(tl.int64)) * num_splits + split
-        tl.store(part_o_ptr + row[:, None] * D + d[None, :], acc, mask=head_ok[:, None])
-        tl.store(part_lse_ptr + row, m + tl.log2(l), mask=head_ok)
+        row0 = (b * H + heads.to(tl.int64)) * num_splits  # split 0's partial row of each head
+        tl.store(part_o_ptr + (row0 + split)[:, None] * D + d[None, :], acc, mask=head_ok[:, None])
+        tl.store(part_lse_ptr + row0 + split, m + tl.log2(l), mask=head_ok)
+        if FUSED_COMBINE:
+            tl.debug_barrier()  # every thread's partial is written before the arrival is released
+            counter = counter_ptr + b * tl.num_programs(0) + hb
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            if arrived == num_splits - 1:  # the block's last split: every other partial is visible
+                tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+                # 128 columns at a time: a [BLOCK_H, D] running sum beside a loaded [BLOCK_H, D] partial
+                # spilled (248 B at 255 registers, offline sm_90)
+                out_rows = out_ptr + b * stride_ob + heads.to(tl.int64)[:, None] * stride_oh
+                for c in tl.static_range(0, D, MERGE_COLS):
+                    dc = c + tl.arange(0, MERGE_COLS)
+                    acc_c, _m, l_c = merge_splits(part_o_ptr, part_lse_ptr, row0, 1, num_splits, head_ok, dc,
+                                                  dc < D, D)
+                    tl.store(out_rows + dc[None, :], normalize_rows(acc_c, l_c).to(out_ptr.dtype.element_ty),
+                             mask=head_ok[:, None] & (dc < D)[None, :])
     else:
         tl.store(out_ptr + b * stride_ob + heads.to(tl.int64)[:, None] * stride_oh + d[None, :],
                  acc.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])

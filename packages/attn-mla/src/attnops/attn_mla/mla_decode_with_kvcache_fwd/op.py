@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from attnops.kernel_utils import checks, runtime
+from attnops.kernel_utils import checks, runtime, testing
 
 from .kernel import mla_combine_kernel, mla_decode_kernel
 
@@ -61,8 +61,15 @@ def plan_splits(batch: int, head_blocks: int, n_kv: int, block_n: int) -> int:
     return triton.cdiv(n_kv, split_len)
 
 
-def launch(q, q_pe, k, k_pe, out, config: MLAConfig, num_splits: int | None = None) -> torch.Tensor:
-    """Fill ``out`` ([B, H, D]); inputs already checked. ``num_splits`` overrides the planner (tests)."""
+# Split requests merged by their last split in the decode kernel instead of a combine launch. Off until the
+# H200 has checked and timed it (``with_config(..., fused_combine=True)`` in tests and sweeps).
+FUSED_COMBINE_DEFAULT = False
+
+
+def launch(q, q_pe, k, k_pe, out, config: MLAConfig, num_splits: int | None = None,
+           fused_combine: bool | None = None) -> torch.Tensor:
+    """Fill ``out`` ([B, H, D]); inputs already checked. ``num_splits`` overrides the planner (tests);
+    ``fused_combine`` where splits are merged (default ``FUSED_COMBINE_DEFAULT``)."""
     b, h, d = q.shape
     n_kv, h_kv = k.shape[1], k.shape[2]
     pe = q_pe.shape[2]
@@ -78,18 +85,22 @@ def launch(q, q_pe, k, k_pe, out, config: MLAConfig, num_splits: int | None = No
     split_len = triton.cdiv(triton.cdiv(n_kv, splits), config.block_n) * config.block_n
     splits = triton.cdiv(n_kv, split_len)  # no empty split
     split = splits > 1
-    part_o = torch.empty((b, h, splits, d) if split else (1,), dtype=torch.float32, device=q.device)
-    part_lse = torch.empty((b, h, splits) if split else (1,), dtype=torch.float32, device=q.device)
+    fused = split and (FUSED_COMBINE_DEFAULT if fused_combine is None else fused_combine)
+    # NaN under the interpreter (CPU tests): a partial merged before its split wrote it fails the check
+    new = testing.poisoned if runtime.interpreting() else torch.empty
+    part_o = new((b, h, splits, d) if split else (1,), dtype=torch.float32, device=q.device)
+    part_lse = new((b, h, splits) if split else (1,), dtype=torch.float32, device=q.device)
+    counters = runtime.arrival_counters(q.device, b * head_blocks) if fused else part_lse
     mla_decode_kernel[(head_blocks, splits, b)](
-        q, q_pe, k, k_pe, out, part_o, part_lse,
+        q, q_pe, k, k_pe, out, part_o, part_lse, counters,
         h, n_kv, group, head_blocks_per_kv, split_len, splits, LOG2E / math.sqrt(d + pe),
         q.stride(0), q.stride(1), q_pe.stride(0), q_pe.stride(1),
         k.stride(0), k.stride(1), k.stride(2), k_pe.stride(0), k_pe.stride(1), k_pe.stride(2),
         out.stride(0), out.stride(1),
         D=d, PE=pe, BLOCK_H=block_h, BLOCK_N=config.block_n, SPLIT=split, NUM_STAGES=config.num_stages,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        FUSED_COMBINE=fused, num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    if split:
+    if split and not fused:
         mla_combine_kernel[(h, b)](part_o, part_lse, out, h, splits, out.stride(0), out.stride(1), D=d, num_warps=4)
     return out
 
@@ -125,14 +136,15 @@ def check_inputs(q, q_pe, k, k_pe) -> None:
     _power_of_two("q_pe", "the rope width PE", pe)
 
 
-def with_config(config: MLAConfig, poison: bool = False, num_splits: int | None = None):
-    """The public function pinned to ``config`` and optionally a split count (tests and tuning);
-    ``poison`` pre-fills the output with NaN so that an unwritten element fails the check."""
+def with_config(config: MLAConfig, poison: bool = False, num_splits: int | None = None,
+                fused_combine: bool | None = None):
+    """The public function pinned to ``config`` and optionally a split count and merge place (tests and
+    tuning); ``poison`` pre-fills the output with NaN so that an unwritten element fails the check."""
 
     def run(q, q_pe, k, k_pe):
         check_inputs(q, q_pe, k, k_pe)
         out = torch.full_like(q, float("nan")) if poison else torch.empty_like(q)
-        return launch(q, q_pe, k, k_pe, out, config, num_splits=num_splits)
+        return launch(q, q_pe, k, k_pe, out, config, num_splits=num_splits, fused_combine=fused_combine)
 
     return run
 
