@@ -18,10 +18,13 @@ step() {  # step <name> <command...>: run with the time left, log to $OUT/<name>
 }
 step gpu-tests python3 -m pytest -q -p no:cacheprovider -m gpu \
   -k "atomic or tma or merged_in_the_kernel or prepass or rope" packages/attn-core/tests
+step gpu-tests-mla python3 -m pytest -q -p no:cacheprovider -m gpu -k "merged_in_the_kernel or split" \
+  packages/attn-mla/tests/test_mla_decode_with_kvcache_fwd.py
 step tune-bwd python3 -m benchmarks.tune_gqa_bwd --filter long --out "$OUT/tune-gqa-bwd.json"
 step tune-decode python3 -m benchmarks.tune_attn_core --filter qwen3-30b --out "$OUT/tune-decode.json"
 step tune-rope python3 -m benchmarks.tune_attn_core --filter rope --out "$OUT/tune-rope.json"
 step tune-prefill python3 -m benchmarks.tune_attn_core --filter q-lt-kv --out "$OUT/tune-prefill.json"
+step tune-mla python3 -m benchmarks.tune_attn_mla --filter ds-v3 --out "$OUT/tune-mla.json"
 step tune-mha-paged python3 -m benchmarks.tune_attn_core_paged --filter MHADecode --out "$OUT/tune-mha-paged.json"
 (cd "$OUT" && tar czf new-paths-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"
