@@ -88,8 +88,8 @@ def main() -> int:
     for dt, (causal, even), d in itertools.product(dtypes, variants, args.dims):
         for cfg in bwd.configs_for(d):
             cx = dict(HEAD_DIM=d, BLOCK_D=triton.next_power_of_2(d), BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1,
-                      BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, IS_CAUSAL=causal, EVEN_M1=even, EVEN_N2=even,
-                      ATOMIC_DQ=args.atomic_dq, EXACT_DOT=False)
+                      BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, IS_CAUSAL=causal, EVEN_M1=even, EVEN_N1=even,
+                      EVEN_N2=even, ATOMIC_DQ=args.atomic_dq, EXACT_DOT=False)
             tag = f"{dt} D{d:<3d} {'causal' if causal else 'full  '} {'even ' if even else 'ragged'} {cfg.name:26s}"
             try:
                 r = compile_sm90(gqa_bwd_kernel, dt, cx, cfg.num_warps, cfg.num_stages)

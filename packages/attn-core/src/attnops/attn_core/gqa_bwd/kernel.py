@@ -86,15 +86,18 @@ def _load(ptrs, mask, MASKED: tl.constexpr):
 def _dkdv_tiles(
     dk, dv, k, v, q_head0, do_head0, lse_head0, delta_head0, dq_acc_head0, stride_qh, stride_doh, stride_lh,
     S_q, stride_qt, stride_dot, stride_aqt, stride_aqh, k_pos, q_off, offs_d, d_mask, scale_log2, lo, hi, G,
-    BLOCK_M: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    ATOMIC_DQ: tl.constexpr, EXACT_DOT: tl.constexpr,
+    S_kv, BLOCK_M: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr, KEYS_RAGGED: tl.constexpr, EXACT_DOT: tl.constexpr,
 ):
     """Query rows ``[lo, hi)`` (``lo`` a multiple of BLOCK_M) of each of the G heads (``*_head0``: the
     group's first head; head g adds ``g·stride_*h``, delta rows are ``S_q`` apart) into the key block's
     dK, dV (``[BLOCK_N, BLOCK_D]`` fp32), as one flat loop over (head, block) pairs. Unmasked calls only get
     rows that are all < S_q and see every key of the block. Rows past S_q load q = dO = 0 and lse = +inf,
     so their P (and dS) is exactly 0. ``ATOMIC_DQ``: also add each step's unscaled ``dS·K`` to the fp32
-    accumulator (``dq_acc_head0``, strides ``stride_aq*``)."""
+    accumulator (``dq_acc_head0``, strides ``stride_aq*``). ``KEYS_RAGGED`` (with it, when S_kv is not a
+    multiple of the key block): key rows past S_kv get P = 0. Their K rows are 0, so their scores are 0 and
+    P = 2^-lse, not 0; without atomic dQ only their (unstored) dK / dV rows saw it, but in dS·K an overflowed
+    dS times a zero K row is NaN."""
     offs_m = tl.arange(0, BLOCK_M)
     NEED_MASK: tl.constexpr = MASKED or not EVEN_D
     steps = (hi - lo + BLOCK_M - 1) // BLOCK_M
@@ -122,6 +125,8 @@ def _dkdv_tiles(
         if MASKED:
             if IS_CAUSAL:  # key j visible from row i iff j <= i + S_kv − S_q (bottom-right)
                 pT = tl.where(k_pos[:, None] <= (m + q_off)[None, :], pT, 0.0)
+        if KEYS_RAGGED:
+            pT = tl.where((k_pos < S_kv)[:, None], pT, 0.0)
         do_ptrs = do_head0 + g64 * stride_doh + m64[:, None] * stride_dot + offs_d[None, :]
         do = _load(do_ptrs, m_mask[:, None] & d_mask[None, :], NEED_MASK)  # [BLOCK_M, BLOCK_D]
         dv = mma(pT.to(do.dtype), do, dv, EXACT_DOT)
@@ -177,12 +182,14 @@ def _dkdv_program(
     stride_dob, stride_dot, stride_doh, stride_lb, stride_lh,
     stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, EVEN_M: tl.constexpr, ATOMIC_DQ: tl.constexpr, EXACT_DOT: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+    EXACT_DOT: tl.constexpr,
 ):
     """dK, dV of key block ``pid // BH_kv`` of one (batch element, KV head), summed over its G heads."""
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
     EVEN_D: tl.constexpr = BLOCK_D == HEAD_DIM
+    KEYS_RAGGED: tl.constexpr = ATOMIC_DQ and not EVEN_N
     q_off = S_kv - S_q
     blk = pid // BH_kv
     rem = pid % BH_kv
@@ -222,16 +229,19 @@ def _dkdv_program(
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_head0, do_head0, lse_head0, delta_head0, dq_acc_head0, stride_qh,
                              stride_doh, stride_lh, S_q, stride_qt, stride_dot, stride_aqt, stride_aqh, k_pos,
                              q_off, offs_d, d_mask, scale_log2,
-                             lo, tl.minimum(mid, S_q), G, BLOCK_M, EVEN_D, True, IS_CAUSAL, ATOMIC_DQ, EXACT_DOT)
+                             lo, tl.minimum(mid, S_q), G, S_kv, BLOCK_M, EVEN_D, True, IS_CAUSAL, ATOMIC_DQ,
+                             KEYS_RAGGED, EXACT_DOT)
     dk, dv = _dkdv_tiles(dk, dv, k, v, q_head0, do_head0, lse_head0, delta_head0, dq_acc_head0, stride_qh,
                          stride_doh, stride_lh, S_q, stride_qt, stride_dot, stride_aqt, stride_aqh, k_pos, q_off,
                          offs_d, d_mask, scale_log2,
-                         mid, tl.maximum(end, mid), G, BLOCK_M, EVEN_D, False, IS_CAUSAL, ATOMIC_DQ, EXACT_DOT)
+                         mid, tl.maximum(end, mid), G, S_kv, BLOCK_M, EVEN_D, False, IS_CAUSAL, ATOMIC_DQ,
+                         KEYS_RAGGED, EXACT_DOT)
     if not EVEN_M:
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_head0, do_head0, lse_head0, delta_head0, dq_acc_head0, stride_qh,
                              stride_doh, stride_lh, S_q, stride_qt, stride_dot, stride_aqt, stride_aqh, k_pos,
                              q_off, offs_d, d_mask, scale_log2,
-                             tl.maximum(end, mid), S_q, G, BLOCK_M, EVEN_D, True, IS_CAUSAL, ATOMIC_DQ, EXACT_DOT)
+                             tl.maximum(end, mid), S_q, G, S_kv, BLOCK_M, EVEN_D, True, IS_CAUSAL, ATOMIC_DQ,
+                             KEYS_RAGGED, EXACT_DOT)
     dk = dk * sm_scale
     tl.store(dk_ptr + b64 * stride_dkb + kvh64 * stride_dkh + n64[:, None] * stride_dkt + offs_d[None, :],
              dk.to(dk_ptr.dtype.element_ty), mask=kv_mask)
@@ -307,8 +317,8 @@ def gqa_bwd_kernel(
     stride_dvb, stride_dvt, stride_dvh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, EVEN_M1: tl.constexpr, EVEN_N2: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-    EXACT_DOT: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, EVEN_M1: tl.constexpr, EVEN_N1: tl.constexpr, EVEN_N2: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr, EXACT_DOT: tl.constexpr,
 ):
     """1-D grid of ``num_dkdv + num_q_blocks·B·H_kv`` programs (``BH_kv = B·H_kv``).
 
@@ -317,7 +327,8 @@ def gqa_bwd_kernel(
     ``num_q_blocks − 1 − p // BH_kv`` (last first), tiles ``BLOCK_M2`` rows × ``BLOCK_N2`` keys.
     ``lse``: ``[B, H, S_q]`` f32 base 2 (strides ``stride_l*``, last dim contiguous); ``delta``:
     ``[B, H, S_q]`` f32 contiguous. Causal is bottom-right: query i sits at key position
-    ``i + S_kv − S_q``. ``EVEN_M1 = S_q % BLOCK_M1 == 0``, ``EVEN_N2 = S_kv % BLOCK_N2 == 0``.
+    ``i + S_kv − S_q``. ``EVEN_M1 = S_q % BLOCK_M1 == 0``, ``EVEN_N1 = S_kv % BLOCK_N1 == 0``,
+    ``EVEN_N2 = S_kv % BLOCK_N2 == 0``.
     ``ATOMIC_DQ``: the grid holds the ``num_dkdv`` dK/dV programs only; they add dQ into ``dq_acc_ptr``
     (``dq_ptr`` is not written). ``EXACT_DOT``: interpreter only (fp32 operands, same products)."""
     pid = tl.program_id(0)
@@ -328,7 +339,7 @@ def gqa_bwd_kernel(
             stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
             stride_dob, stride_dot, stride_doh, stride_lb, stride_lh,
             stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
-            HEAD_DIM, BLOCK_D, BLOCK_M1, BLOCK_N1, IS_CAUSAL, EVEN_M1, ATOMIC_DQ, EXACT_DOT,
+            HEAD_DIM, BLOCK_D, BLOCK_M1, BLOCK_N1, IS_CAUSAL, EVEN_M1, EVEN_N1, ATOMIC_DQ, EXACT_DOT,
         )
     elif not ATOMIC_DQ:
         _dq_program(

@@ -174,7 +174,8 @@ def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfi
         *_bsh(p.dq), *_bsh(p.dk), *_bsh(p.dv),
         HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D),
         BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2,
-        IS_CAUSAL=p.is_causal, EVEN_M1=S_q % cfg.block_m1 == 0, EVEN_N2=S_kv % cfg.block_n2 == 0,
+        IS_CAUSAL=p.is_causal, EVEN_M1=S_q % cfg.block_m1 == 0, EVEN_N1=S_kv % cfg.block_n1 == 0,
+        EVEN_N2=S_kv % cfg.block_n2 == 0,
         ATOMIC_DQ=not p.deterministic, EXACT_DOT=runtime.interpreting(),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
