@@ -124,7 +124,8 @@ def gqa_fwd_kernel(
     VARLEN: tl.constexpr, SPLIT: tl.constexpr, IS_FP8: tl.constexpr, FP8_DOT: tl.constexpr,
     COMPUTE_BF16: tl.constexpr, SOFTCAP: tl.constexpr, HAS_SINK: tl.constexpr,
     ROPE: tl.constexpr, ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr, EXACT_DOT: tl.constexpr,
-    ROPE_K: tl.constexpr, TMA: tl.constexpr, NUM_STAGES: tl.constexpr, FUSED_COMBINE: tl.constexpr, WRITE_LSE: tl.constexpr = False,
+    ROPE_K: tl.constexpr, TMA: tl.constexpr, NUM_STAGES: tl.constexpr, FUSED_COMBINE: tl.constexpr,
+    WRITE_LSE: tl.constexpr = False,
 ):
     """Grid ``(num_m_blocks, H_kv, B · num_splits)``; m-blocks run last-first (causal: longest first).
 
