@@ -11,18 +11,20 @@ set -u
 OUT=${OUT:-/tmp/attnops-out}
 DEADLINE=${DEADLINE:-$(( $(date +%s) + 540 ))}
 export ATTNOPS_GIT_SHA DEADLINE BENCH_FIRST=1
-half() {  # half <gpu> <families...> -- <bench args>
-  local gpu=$1; shift
-  CUDA_VISIBLE_DEVICES=$gpu OUT="$OUT/gpu$gpu" PEERS_DIR="/tmp/peers-gpu$gpu" \
-    bash benchmarks/gpu_job.sh "$@" >"$OUT/gpu$gpu.txt" 2>&1
+half() {  # half <gpu> <name> <families...> -- <bench args>: one gpu_job.sh on one GPU
+  local gpu=$1 name=$2; shift 2
+  CUDA_VISIBLE_DEVICES=$gpu OUT="$OUT/$name" PEERS_DIR="/tmp/peers-gpu$gpu" \
+    bash benchmarks/gpu_job.sh "$@" >"$OUT/$name.txt" 2>&1
 }
 mkdir -p "$OUT"
 case "${PART:?PART=1 or PART=2}" in
-  1) half 0 attn-core -- --filter GQADenseFwd,GQAVarlenFwd,GQABwd --exclude-peers torch-compile &
-     half 1 attn-mla -- --filter MLADecodeWithKVCacheFwd,DSADecodeWithKVCacheFwd & ;;
-  2) half 0 attn-core -- --filter Paged --exclude-peers torch-compile &
-     half 1 attn-mla attn-nsa kvcache-ops -- --filter FP8LightningIndexerFwd,TopKSelectFwd,NSA,PagedKVCache & ;;
+  1) half 0 core-a attn-core -- --filter GQADenseFwd,GQAVarlenFwd,GQABwd --exclude-peers torch-compile &
+     half 1 mla-a attn-mla -- --filter MLADecodeWithKVCacheFwd,DSADecodeWithKVCacheFwd & ;;
+  # the attn-core and attn-mla tests ran in part 1
+  2) TESTS=0 half 0 core-b attn-core -- --filter Paged --exclude-peers torch-compile &
+     (TESTS=0 half 1 mla-b attn-mla -- --filter FP8LightningIndexerFwd,TopKSelectFwd
+      half 1 nsa-kv attn-nsa kvcache-ops) & ;;
   *) echo "PART must be 1 or 2" >&2; exit 2 ;;
 esac
 wait
-cat "$OUT"/gpu*.txt
+cat "$OUT"/*.txt
