@@ -17,7 +17,7 @@ step() {  # step <name> <command...>: run with the time left, log to $OUT/<name>
   echo "$name: rc=$? $(tail -n 1 "$OUT/$name.log")"
 }
 step gpu-tests python3 -m pytest -q -p no:cacheprovider -m gpu \
-  -k "atomic or tma or merged_in_the_kernel or prepass or rope" packages/attn-core/tests
+  -k "atomic or tma or merged_in_the_kernel or prepass or rope or tile_in_page" packages/attn-core/tests
 step gpu-tests-mla python3 -m pytest -q -p no:cacheprovider -m gpu -k "merged_in_the_kernel or split" \
   packages/attn-mla/tests/test_mla_decode_with_kvcache_fwd.py
 step tune-bwd python3 -m benchmarks.tune_gqa_bwd --filter long --out "$OUT/tune-gqa-bwd.json"
@@ -26,5 +26,6 @@ step tune-rope python3 -m benchmarks.tune_attn_core --filter rope --out "$OUT/tu
 step tune-prefill python3 -m benchmarks.tune_attn_core --filter q-lt-kv --out "$OUT/tune-prefill.json"
 step tune-mla python3 -m benchmarks.tune_attn_mla --filter ds-v3 --out "$OUT/tune-mla.json"
 step tune-mha-paged python3 -m benchmarks.tune_attn_core_paged --filter MHADecode --out "$OUT/tune-mha-paged.json"
+step tune-paged-decode python3 -m benchmarks.tune_attn_core_paged --filter p64 --out "$OUT/tune-paged-decode.json"
 (cd "$OUT" && tar czf new-paths-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"

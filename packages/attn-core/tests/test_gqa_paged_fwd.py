@@ -107,6 +107,26 @@ def test_forced_kv_splits_merged_in_the_kernel(name, splits):
     assert all(not bool(ln.counters.any()) for ln in plan.launches if ln.counters is not None)
 
 
+TILE_IN_PAGE_CASES = {
+    "decode-d128-p128": dict(q_lens=[1, 1, 0, 1], cache_lens=[300, 129, 40, 1], num_heads=8, num_kv=2, d=128,
+                             page_size=128, sinks=True),
+    "decode-d64-p256-window": dict(q_lens=[1, 1], cache_lens=[600, 257], num_heads=4, num_kv=1, d=64, page_size=256,
+                                   window_size_left=300),
+    "prefill-d128-p64-rope": dict(q_lens=[20, 3], cache_lens=[140, 64], num_heads=8, num_kv=2, d=128, page_size=64,
+                                  rope=True),
+}
+
+
+@pytest.mark.parametrize("splits", [None, 3])
+@pytest.mark.parametrize("name", TILE_IN_PAGE_CASES)
+def test_tile_in_page(name, splits):
+    """``tile_in_page``: page sizes that are multiples of the key tile (one table entry per tile, affine rows),
+    shuffled pages, ragged tails, an empty request, with and without forced splits."""
+    case = build_case(device=DEV, q_dtype=torch.float16, kv_dtype=torch.float16, seed=22,
+                      **TILE_IN_PAGE_CASES[name])
+    _check(case, tile_in_page=True, **({"num_splits": splits} if splits else {}))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 def test_kv_splits_merged_in_the_kernel_gpu(dtype):

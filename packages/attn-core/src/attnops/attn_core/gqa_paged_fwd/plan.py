@@ -31,6 +31,10 @@ MIN_SPLIT_KEYS = {"small": 256, "large": 1024}
 # Split blocks merged by their last split inside the attention kernel instead of a combine launch. Off
 # until the H200 has checked and timed it (``fused_combine=True`` per plan in tests and sweeps).
 FUSED_COMBINE_DEFAULT = False
+# Pool tiles that lie in one page (page_size a multiple of BLOCK_N) read one table entry per tile instead of a
+# per-key gather. Off until timed (``tile_in_page=True`` per plan): the scalar table load may not be
+# prefetched by Triton's pipeliner the way the per-key (cp.async) gather was.
+TILE_IN_PAGE_DEFAULT = False
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,7 @@ class PagedAttentionPlan:
     new_keys: bool
     device: torch.device
     launches: list[Launch] = field(default_factory=list)
+    tile_in_page: bool = False  # one table entry per pool tile where page_size allows (TILE_IN_PAGE_DEFAULT)
 
     def describe(self) -> str:
         parts = []
@@ -127,20 +132,23 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
                          is_causal: bool = True, window_size_left: int = -1, window_size_right: int = -1,
                          new_keys: bool = False, device=None, num_splits: int | None = None,
                          configs: dict | None = None, programs_per_sm: int | None = None,
-                         fused_combine: bool | None = None) -> PagedAttentionPlan:
+                         fused_combine: bool | None = None, tile_in_page: bool | None = None) -> PagedAttentionPlan:
     """Schedule one batch layout. ``q_lens`` / ``kv_lens``: per-request host ints (``kv_lens`` = pool keys;
     with ``new_keys`` the request also has its q_len new keys). Tuning / test knobs: ``num_splits`` forces
     the KV split count of every item; ``configs`` overrides ``CONFIGS`` entries; ``programs_per_sm``
     replaces ``TARGET_PROGRAMS_PER_SM`` in the split heuristic; ``fused_combine`` (default
     ``FUSED_COMBINE_DEFAULT``) merges split blocks in the attention kernel. A fused plan's counters return to
-    0 after every run: runs of one plan must be stream-ordered (as its workspace already requires)."""
+    0 after every run: runs of one plan must be stream-ordered (as its workspace already requires);
+    ``tile_in_page`` (default ``TILE_IN_PAGE_DEFAULT``) reads one table entry per pool tile when the page size
+    is a multiple of the key tile."""
     device = torch.device(device) if device is not None else runtime.device()
     group = num_heads // num_kv_heads
     wl, wr = window_bounds(is_causal, window_size_left, window_size_right)
     table = {**CONFIGS, **(configs or {})}
     q_lens = tuple(int(x) for x in q_lens)
     kv_lens = tuple(int(x) for x in kv_lens)
-    plan = PagedAttentionPlan(q_lens, kv_lens, num_heads, num_kv_heads, head_dim, (wl, wr), new_keys, device)
+    plan = PagedAttentionPlan(q_lens, kv_lens, num_heads, num_kv_heads, head_dim, (wl, wr), new_keys, device,
+                              tile_in_page=TILE_IN_PAGE_DEFAULT if tile_in_page is None else tile_in_page)
     sms = runtime.num_sms()
     for kind in ("large", "small"):
         cfg = table[config_key(kind, head_dim)]
