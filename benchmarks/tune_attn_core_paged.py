@@ -37,7 +37,8 @@ CANDIDATES: dict[tuple[str, int], list[TileConfig]] = {
 # split-KV settings, swept with the default configs (the heuristic's default is TARGET_PROGRAMS_PER_SM)
 SPLIT_KNOBS = ({"num_splits": 1}, {"programs_per_sm": 1}, {"programs_per_sm": 2}, {"programs_per_sm": 8},
                {"fused_combine": True}, {"programs_per_sm": 8, "fused_combine": True}, {"tile_in_page": True},
-               {"tile_in_page": True, "fused_combine": True})
+               {"tile_in_page": True, "fused_combine": True}, {"min_split_keys": 64, "fused_combine": True},
+               {"min_split_keys": 128, "fused_combine": True}, {"min_split_keys": 128})
 
 
 def planner(op: str, case):

@@ -146,6 +146,15 @@ def test_kv_splits_merged_in_the_kernel_gpu(dtype):
         assert all(not bool(ln.counters.any()) for ln in plan.launches if ln.counters is not None)
 
 
+def test_min_split_keys_knob():
+    """``min_split_keys`` lowers the per-split floor of the heuristic (more, shorter splits on latency rows); the
+    result stays correct, merged by the combine kernel or in the attention kernel."""
+    case = build_case([1, 1], [300, 77], 8, 8, 64, 16, torch.float16, torch.float16, DEV, seed=23)
+    for fused in (False, True):
+        _, plan = _check(case, min_split_keys=64, programs_per_sm=64, fused_combine=fused)
+        assert any(int(ln.items[:, 3].max()) > 1 for ln in plan.launches), plan.describe()
+
+
 def test_plan_is_reused_while_kv_lengths_grow():
     """A decode plan stays correct when every cache grows by a token (kernels read lengths at run time)."""
     kw = dict(num_heads=8, num_kv=2, d=64, page_size=16, seed=3)

@@ -132,7 +132,8 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
                          is_causal: bool = True, window_size_left: int = -1, window_size_right: int = -1,
                          new_keys: bool = False, device=None, num_splits: int | None = None,
                          configs: dict | None = None, programs_per_sm: int | None = None,
-                         fused_combine: bool | None = None, tile_in_page: bool | None = None) -> PagedAttentionPlan:
+                         fused_combine: bool | None = None, tile_in_page: bool | None = None,
+                         min_split_keys: int | None = None) -> PagedAttentionPlan:
     """Schedule one batch layout. ``q_lens`` / ``kv_lens``: per-request host ints (``kv_lens`` = pool keys;
     with ``new_keys`` the request also has its q_len new keys). Tuning / test knobs: ``num_splits`` forces
     the KV split count of every item; ``configs`` overrides ``CONFIGS`` entries; ``programs_per_sm``
@@ -140,7 +141,8 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     ``FUSED_COMBINE_DEFAULT``) merges split blocks in the attention kernel. A fused plan's counters return to
     0 after every run: runs of one plan must be stream-ordered (as its workspace already requires);
     ``tile_in_page`` (default ``TILE_IN_PAGE_DEFAULT``) reads one table entry per pool tile when the page size
-    is a multiple of the key tile."""
+    is a multiple of the key tile; ``min_split_keys`` replaces ``MIN_SPLIT_KEYS`` (both classes) in the split
+    heuristic (latency rows: more, shorter splits)."""
     device = torch.device(device) if device is not None else runtime.device()
     group = num_heads // num_kv_heads
     wl, wr = window_bounds(is_causal, window_size_left, window_size_right)
@@ -176,7 +178,7 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
         else:
             want = max(1, math.ceil(sms / n0)) if n0 < sms else 1
         items, combine, slot = [], [], 0
-        min_keys = MIN_SPLIT_KEYS[kind]
+        min_keys = min_split_keys or MIN_SPLIT_KEYS[kind]
         for b, m, pool_span, cost in blocks:
             tiles = max(1, triton.cdiv(pool_span, cfg.block_n))
             # forced: exactly num_splits (some may be empty); else at most one split per min_keys keys
