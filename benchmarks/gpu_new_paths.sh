@@ -25,6 +25,7 @@ step tune-decode python3 -m benchmarks.tune_attn_core --filter qwen3-30b --out "
 step tune-rope python3 -m benchmarks.tune_attn_core --filter rope --out "$OUT/tune-rope.json"
 step tune-prefill python3 -m benchmarks.tune_attn_core --filter q-lt-kv --out "$OUT/tune-prefill.json"
 step tune-mla python3 -m benchmarks.tune_attn_mla --filter ds-v3 --out "$OUT/tune-mla.json"
+step tune-topk python3 -m benchmarks.tune_attn_mla --filter topk-decode --out "$OUT/tune-topk.json"
 step tune-mha-paged python3 -m benchmarks.tune_attn_core_paged --filter MHADecode --out "$OUT/tune-mha-paged.json"
 step tune-paged-decode python3 -m benchmarks.tune_attn_core_paged --filter p64 --out "$OUT/tune-paged-decode.json"
 (cd "$OUT" && tar czf new-paths-logs.tgz --remove-files ./*.log 2>/dev/null)

@@ -46,6 +46,11 @@ CONFIGS = {
     # Few rows (decode): one 16-warp program per row; windows up to 16384 keys go straight to registers.
     "h200-latency": TopKConfig(block=4096, stages=3, samples=2048, slack=(9, 4), cap_factor=8, max_cap=16384,
                                num_warps=16, maxnreg=128, programs_per_sm=1),
+    # Sweep candidate for the decode row (not picked): the final select over 4·topk registers instead of
+    # 8·topk (half the compares per bitwise step); ~2.25·topk survivors expected, so a 4·topk cap is ~9 σ of
+    # the sample's rank error away. Windows of 4·topk..8·topk keys then take the sample path.
+    "h200-latency-4x": TopKConfig(block=4096, stages=3, samples=2048, slack=(9, 4), cap_factor=4, max_cap=16384,
+                                  num_warps=16, maxnreg=128, programs_per_sm=1),
     # Small steps so that shrunk rows still take several steps per pass (interpreter).
     "interpreter": TopKConfig(block=256, stages=1, samples=64, slack=(9, 4), cap_factor=4, max_cap=16384,
                               num_warps=4, maxnreg=None, programs_per_sm=1),
