@@ -14,7 +14,7 @@ from attnops.attn_core.gqa_bwd import launch as bwd
 from attnops.attn_core.gqa_bwd.reference import attention_ref, gqa_bwd_closed_form, gqa_bwd_ref
 from attnops.attn_core.gqa_bwd.spec import SPEC, make_case
 from attnops.kernel_utils import runtime, testing
-from attnops.kernel_utils.pytest_plugin import seed_rows
+from attnops.kernel_utils.pytest_plugin import run_offline_compile, seed_rows
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
@@ -313,6 +313,16 @@ def test_empty_shapes():
         for name, t in out.items():
             assert not bool(t.any()), name
         SPEC.check(case)
+
+
+def test_kernels_compile_for_sm90():
+    """Both GQABwd variants (deterministic and atomic dQ: wgmma, cp.async, vectorized fp32 atomics) through
+    Triton's sm_90 pipeline and ptxas offline, every D = 128 config: no compile error, shared memory fits."""
+    for extra in ((), ("--atomic-dq",)):
+        listing = run_offline_compile(__file__, "sm90_compile_gqa_bwd", "--dims", "128", *extra)
+        assert "COMPILE ERROR" not in listing and "OVER SMEM" not in listing, listing
+        if extra:
+            assert "atom.global" in listing, listing
 
 
 # --- GPU-only ---------------------------------------------------------------------------------------

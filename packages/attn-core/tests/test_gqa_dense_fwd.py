@@ -1,11 +1,7 @@
 """GQADenseFwd against its reference: every seed row (shrunk on CPU, full size on the GPU), the cost model
 against the page, edge cases (GQA ratios, head dims, masks, softcap, RoPE, fp8, split-KV), bad input."""
 
-import os
-import subprocess
-import sys
 import zlib
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +11,7 @@ from attnops.attn_core.flash_fwd import launch as fwd
 from attnops.attn_core.gqa_dense_fwd.spec import DECLARED_SHAPE_DIFFERS, SPEC, make_case
 from attnops.kernel_utils import reliability, runtime, testing
 from attnops.kernel_utils.fp8 import E4M3
-from attnops.kernel_utils.pytest_plugin import seed_rows
+from attnops.kernel_utils.pytest_plugin import run_offline_compile, seed_rows
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
@@ -227,16 +223,11 @@ def test_every_decode_config_gpu(dtype, head_dim):
 
 
 def test_kernel_compiles_for_sm90_without_spills():
-    """The GPU-only paths (wgmma, fp8 MMA, cp.async pipelining, no EXACT_DOT) through Triton's real sm_90
-    pipeline and ptxas, offline: every D = 128 class compiles, fits shared memory and does not spill."""
-    root = Path(__file__).resolve().parents[3]
-    if not (root / "benchmarks" / "sm90_compile.py").exists():
-        pytest.skip("benchmarks/ not in this checkout")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-m", "benchmarks.sm90_compile", "--dims", "128"], cwd=root, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "SPILL" not in run.stdout and "FAIL" not in run.stdout, run.stdout
+    """The GPU-only paths (wgmma, fp8 MMA, cp.async pipelining, TMA descriptors, the in-kernel split merge, no
+    EXACT_DOT) through Triton's real sm_90 pipeline and ptxas, offline: every D = 128 class compiles, fits
+    shared memory and does not spill."""
+    listing = run_offline_compile(__file__, "sm90_compile", "--dims", "128")
+    assert "SPILL" not in listing and "FAIL" not in listing, listing
 
 
 FUZZ_SEEDS = reliability.fuzz_seeds(SPEC, reliability.fuzz_cases(16))

@@ -14,7 +14,7 @@ from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, SMALL_ROWS, plan_paged
 from attnops.attn_core.gqa_paged_fwd.spec import SPEC, build_case, make_case
 from attnops.kernel_utils import reliability, runtime, testing
 from attnops.kernel_utils.fp8 import E4M3
-from attnops.kernel_utils.pytest_plugin import seed_rows
+from attnops.kernel_utils.pytest_plugin import run_offline_compile, seed_rows
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
@@ -153,6 +153,13 @@ def test_min_split_keys_knob():
     for fused in (False, True):
         _, plan = _check(case, min_split_keys=64, programs_per_sm=64, fused_combine=fused)
         assert any(int(ln.items[:, 3].max()) > 1 for ln in plan.launches), plan.describe()
+
+
+def test_kernel_compiles_for_sm90():
+    """The paged kernel's GPU-only variants at D = 128 (wgmma tiles, RoPE restaging, the in-kernel split merge,
+    one table entry per tile) and the combine / append kernels through Triton's sm_90 pipeline and ptxas."""
+    listing = run_offline_compile(__file__, "sm90_compile_paged", "--dims", "128")
+    assert "FAIL" not in listing and "SMEM" not in listing, listing
 
 
 def test_plan_is_reused_while_kv_lengths_grow():

@@ -10,7 +10,7 @@ from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op
 from attnops.attn_mla.mla_decode_with_kvcache_fwd.spec import SPEC, make_case
 from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.opspec import Case
-from attnops.kernel_utils.pytest_plugin import seed_rows
+from attnops.kernel_utils.pytest_plugin import run_offline_compile, seed_rows
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
@@ -84,6 +84,15 @@ def test_split_kv_and_combine_bf16(num_splits):
         make_case(ROWS["ds-v3-single-request/bf16"], DEV, shrink=False, seed=4),
         pinned(mla_op, mla_op.pick_config(), num_splits=num_splits),
     )
+
+
+def test_kernels_compile_for_sm90():
+    """MLA decode (unsplit, split, split merged in the kernel) through Triton's sm_90 pipeline and ptxas:
+    no compile error, no spill and no serialized wgmma on the GPU config."""
+    listing = run_offline_compile(__file__, "sm90_compile_attn_mla", "--op", "mla")
+    gpu_lines = [ln for ln in listing.splitlines() if " h200 " in ln]
+    assert len(gpu_lines) == 6 and not any("SPILL" in ln or "SERIALIZED" in ln or "FAIL" in ln for ln in gpu_lines), \
+        listing
 
 
 def _case(b=2, h=16, n_kv=40, h_kv=1, d=512, pe=64, dtype=torch.float16, seed=0) -> Case:

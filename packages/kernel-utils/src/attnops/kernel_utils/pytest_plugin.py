@@ -3,6 +3,11 @@ where no CUDA device exists (CPU runs go through Triton's interpreter)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from . import runtime
@@ -32,3 +37,18 @@ def seed_rows(spec):
     """An op's seed workloads as pytest params: rows the interpreter computes wrongly (``interpreter_ok``)
     carry the ``gpu`` mark, so CPU runs skip them and the GPU runs them all."""
     return [w if spec.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in spec.workloads]
+
+
+def run_offline_compile(test_file: str, tool: str, *args: str, timeout: int = 600) -> str:
+    """Run ``python -m benchmarks.<tool> args`` — an offline sm_90 compile of GPU-only kernel paths (TMA,
+    wgmma, atomics, pipelining: what the interpreter never lowers) — from the repository root above
+    ``test_file``, with the interpreter off. Fails on a non-zero exit (compile error, shared memory over the
+    limit); returns the listing. Skips in a checkout without ``benchmarks/`` (tests of an installed wheel)."""
+    root = Path(test_file).resolve().parents[3]
+    if not (root / "benchmarks" / f"{tool}.py").exists():
+        pytest.skip("benchmarks/ not in this checkout")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-m", f"benchmarks.{tool}", *args], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout
