@@ -7,6 +7,7 @@ touches the CUDA driver at import beyond ``torch.cuda.is_available()``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -87,3 +88,16 @@ def arrival_counters(dev: torch.device, n: int) -> torch.Tensor:
         buf = torch.zeros(max(n, 1024), dtype=torch.int32, device=dev)
         _COUNTERS[key] = buf
     return buf
+
+
+@contextlib.contextmanager
+def pinned(store: dict, **values):
+    """Set the non-None ``values`` in a launcher's override ``store`` for the block, then restore it (how
+    tests and sweeps pin a tile config, split count or path)."""
+    saved = dict(store)
+    store.update({k: v for k, v in values.items() if v is not None})
+    try:
+        yield
+    finally:
+        store.clear()
+        store.update(saved)

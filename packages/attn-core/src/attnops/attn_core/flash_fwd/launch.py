@@ -8,7 +8,6 @@ of calls (tests, tuning sweeps).
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 
@@ -124,26 +123,13 @@ def choose_splits(programs: int, max_kv: int, sms: int) -> int:
 _FORCED: dict[str, object] = {}
 
 
-@contextlib.contextmanager
 def forced(config: FwdConfig | None = None, num_splits: int | None = None, fused_combine: bool | None = None,
            rope_key_prepass: bool | None = None):
     """Pin the tile config, the split count, where splits are merged (in the kernel or by a combine launch)
     and/or where RoPE keys are rotated (pre-pass or key loop) for every launch inside the block (tests,
     sweeps). ``rope_key_prepass=True`` applies to every 16-bit RoPE call, decode shapes included."""
-    saved = dict(_FORCED)
-    if rope_key_prepass is not None:
-        _FORCED["rope_key_prepass"] = rope_key_prepass
-    if config is not None:
-        _FORCED["config"] = config
-    if num_splits is not None:
-        _FORCED["num_splits"] = num_splits
-    if fused_combine is not None:
-        _FORCED["fused_combine"] = fused_combine
-    try:
-        yield
-    finally:
-        _FORCED.clear()
-        _FORCED.update(saved)
+    return runtime.pinned(_FORCED, config=config, num_splits=num_splits, fused_combine=fused_combine,
+                          rope_key_prepass=rope_key_prepass)
 
 
 @dataclass

@@ -8,7 +8,6 @@ to the next one and is skipped from then on.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -82,16 +81,9 @@ _FORCED: dict[str, BwdConfig] = {}
 _TOO_BIG: set[BwdConfig] = set()  # configs that did not fit this GPU's shared memory
 
 
-@contextlib.contextmanager
 def forced(config: BwdConfig):
     """Pin the tile config of every backward launch inside the block (tests, sweeps)."""
-    saved = dict(_FORCED)
-    _FORCED["config"] = config
-    try:
-        yield
-    finally:
-        _FORCED.clear()
-        _FORCED.update(saved)
+    return runtime.pinned(_FORCED, config=config)
 
 
 @dataclass

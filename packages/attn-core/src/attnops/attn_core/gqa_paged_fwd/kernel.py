@@ -286,9 +286,5 @@ def paged_attention_combine_kernel(
     part0 = (slot0.to(tl.int64) * num_kv_heads + h_kv) * BLOCK_M + r0 + tl.arange(0, BLOCK_R)
     acc, m_i, l_i = merge_splits(part_o_ptr, part_lse_ptr, part0, num_kv_heads * BLOCK_M, num_splits, row_ok,
                                  offs_d, offs_d < BLOCK_D, BLOCK_D)
-    if HAS_SINKS:
-        sink2 = tl.load(sinks_ptr + head, mask=row_ok, other=0.0) * LOG2E_C
-        acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)
-    o = normalize_rows(acc, l_i)
-    o_row = (q_start + tok).to(tl.int64) * stride_ot + head.to(tl.int64) * stride_oh
-    tl.store(o_ptr + o_row[:, None] + offs_d[None, :], o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+    _finish_rows(acc, m_i, l_i, sinks_ptr, head, row_ok, o_ptr, q_start, tok, stride_ot, stride_oh, offs_d,
+                 HAS_SINKS)
