@@ -11,6 +11,7 @@ JSON.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 
@@ -22,6 +23,7 @@ from attnops.attn_core.specs import SPECS
 from attnops.kernel_utils import runtime
 from attnops.kernel_utils.fp8 import E4M3
 
+from .sweep import check_and_time
 from .timing import L2Flusher, profile_iterations
 
 OPS = ("GQADenseFwd", "GQAVarlenFwd")
@@ -69,20 +71,14 @@ def main():
             expected = case.fresh().run(spec.reference)
             D, G, max_q, _, fp8 = _shape(case)
             cands = fwd.configs_for(D, max_q * G, fp8)
-            timed, failed = {}, {}
-            for cfg in cands:
-                rope = case.inputs.get("pos_encoding_mode") == "rope" and not fp8
-                for splits, fused, pre in ((s, f, r) for s in _split_options(case, cfg)[1] for f in (False, True)
-                                           for r in ((False, True) if rope else (False,)) if s > 1 or not f):
-                    key = f"{cfg.name}/s{splits}" + ("+fused" if fused else "") + ("+keys-pre" if pre else "")
-                    try:
-                        with fwd.forced(config=cfg, num_splits=splits, fused_combine=fused, rope_key_prepass=pre):
-                            spec.compare(case.fresh().run(spec.fn), expected, case)
-                            fn = lambda: spec.fn(**case.inputs)  # noqa: B023
-                            fn()
-                            timed[key] = statistics.median(profile_iterations(fn, args.iters, flush))
-                    except Exception as e:  # a config that does not compile or fails the check is reported
-                        failed[key] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            rope = case.inputs.get("pos_encoding_mode") == "rope" and not fp8
+            variants = (
+                (f"{cfg.name}/s{splits}" + ("+fused" if fused else "") + ("+keys-pre" if pre else ""), spec.fn,
+                 functools.partial(fwd.forced, config=cfg, num_splits=splits, fused_combine=fused,
+                                   rope_key_prepass=pre))
+                for cfg in cands for splits in _split_options(case, cfg)[1] for fused in (False, True)
+                for pre in ((False, True) if rope else (False,)) if splits > 1 or not fused)
+            timed, failed = check_and_time(spec, case, expected, variants, args.iters, flush)
             default = f"{cands[0].name}/s{_split_options(case, cands[0])[0]}"  # unless it did not fit
             fn = lambda: spec.fn(**case.inputs)  # noqa: B023
             fn()

@@ -12,8 +12,8 @@ with the default configs.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import statistics
 
 import torch
 
@@ -21,7 +21,8 @@ from attnops.attn_core import gqa_paged_plan, gqa_prefill_paged_plan, mha_decode
 from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, TileConfig, config_key
 from attnops.attn_core.specs import SPECS
 
-from .timing import L2Flusher, profile_iterations
+from .sweep import check_and_time
+from .timing import L2Flusher
 
 OPS = ("GQAPagedFwd", "MHADecodePagedWithKVCacheFwd", "GQAPrefillPagedWithKVCacheFwd")
 
@@ -59,6 +60,10 @@ def planner(op: str, case):
                                                **kw)
 
 
+def _with_plan(op, plan, **inputs):
+    return op(**inputs, plan=plan)
+
+
 def _launches(plan):
     return plan.attn.launches if hasattr(plan, "attn") else plan.launches
 
@@ -88,18 +93,9 @@ def main():
                 variants += [(f"{ln.kind}:{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}s{cfg.num_stages}",
                               {"configs": {key: cfg}}) for cfg in CANDIDATES.get(key, []) if cfg != CONFIGS[key]]
             variants += [("".join(f"{k}={v}" for k, v in knob.items()), knob) for knob in SPLIT_KNOBS]
-            timed, failed = {}, {}
-            for name, kw in variants:
-                try:
-                    plan = make_plan(**kw)
-                    ours = case.fresh()
-                    ours.inputs["plan"] = plan
-                    spec.compare(ours.run(spec.fn), expected, case)
-                    fn = lambda plan=plan, op=spec.fn, a=case.inputs: op(**a, plan=plan)
-                    fn()
-                    timed[name] = statistics.median(profile_iterations(fn, args.iters, flush))
-                except Exception as e:  # a variant that does not compile or fails the check is reported
-                    failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+            timed, failed = check_and_time(spec, case, expected, (
+                (name, functools.partial(_with_plan, spec.fn, make_plan(**kw)), None) for name, kw in variants),
+                args.iters, flush)
             best = min(timed, key=timed.get) if timed else None
             rec = {"id": w.id, "default": default_plan.describe(), "default_ms": timed.get("default"),
                    "best": best, "best_ms": timed.get(best), "timed_ms": timed, "failed": failed}

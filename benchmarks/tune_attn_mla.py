@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import statistics
 
 import torch
 
@@ -21,7 +20,8 @@ from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op
 from attnops.attn_mla.specs import SPECS
 from attnops.attn_mla.topk_select_fwd import op as topk_op
 
-from .timing import L2Flusher, profile_iterations
+from .sweep import check_and_time
+from .timing import L2Flusher
 
 OPS = {
     "MLADecodeWithKVCacheFwd": mla_op,
@@ -67,15 +67,9 @@ def main():
                 continue
             case = spec.make_case(w, torch.device("cuda"), False, 0)
             expected = case.fresh().run(spec.reference)
-            timed, failed = {}, {}
-            for label, fn in variants(spec, case):
-                try:
-                    spec.compare(case.fresh().run(fn), expected, case)
-                    run = lambda fn=fn, inputs=case.inputs: fn(**inputs)
-                    run()
-                    timed[label] = statistics.median(profile_iterations(run, args.iters, flush))
-                except Exception as e:  # a variant that fails is reported, the sweep goes on
-                    failed[label] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            timed, failed = check_and_time(spec, case, expected,
+                                           ((label, fn, None) for label, fn in variants(spec, case)), args.iters,
+                                           flush)
             default = next((k for k in timed if k.endswith("(default)")), None)
             best = min(timed, key=timed.get) if timed else None
             results.append({"id": w.id, "ms": timed, "failed": failed, "default": default, "best": best})

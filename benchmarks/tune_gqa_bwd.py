@@ -21,6 +21,7 @@ from attnops.attn_core.gqa_bwd import launch as bwd
 from attnops.attn_core.gqa_bwd.spec import SPEC
 from attnops.kernel_utils import runtime
 
+from .sweep import check_and_time
 from .timing import L2Flusher, profile_iterations
 
 
@@ -41,18 +42,10 @@ def main():
         B, S_q, H, D = a["q"].shape
         chosen = bwd.choose(D, B, S_q, a["k"].shape[1], H, a["k"].shape[2], a["is_causal"], runtime.num_sms())
         fn = lambda c=case: SPEC.fn(**c.inputs)  # noqa: E731
-        timed, failed = {}, {}
-        for cfg, deterministic in itertools.product(bwd.configs_for(D), (True, False)):
-            name = cfg.name + ("" if deterministic else "-atomic")
-            variant = functools.partial(SPEC.fn, deterministic=deterministic)
-            run = lambda c=case, v=variant: v(**c.inputs)  # noqa: E731
-            try:
-                with bwd.forced(cfg):
-                    SPEC.compare(case.fresh().run(variant), expected, case)
-                    run()
-                    timed[name] = statistics.median(profile_iterations(run, args.iters, flush))
-            except Exception as e:  # a config that does not compile or fails the check is reported
-                failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        timed, failed = check_and_time(SPEC, case, expected, (
+            (cfg.name + ("" if det else "-atomic"), functools.partial(SPEC.fn, deterministic=det),
+             functools.partial(bwd.forced, cfg))
+            for cfg, det in itertools.product(bwd.configs_for(D), (True, False))), args.iters, flush)
         fn()
         default_ms = statistics.median(profile_iterations(fn, args.iters, flush))
         best = min(timed, key=timed.get) if timed else None
