@@ -181,23 +181,19 @@ def main(argv=None) -> int:
               f"{r['smem'] / 1024:6.1f} KB  wgmma {str(r['wgmma']):5s} ld.b16 {r['ldg16']:3d} "
               f"({time.perf_counter() - t0:4.1f}s){flag}",
               flush=True)
-    for d in sorted(dims):
-        for interleaved in (False, True):
+    for d in sorted(dims):  # the small helper kernels: registers / spills / shared memory, or the error
+        helpers = [(f"rope-keys{'-inter' if il else ''}", lambda d=d, il=il: compile_rope_keys(d, il))
+                   for il in (False, True)]
+        helpers += [(f"combine-{'varlen' if vl else 'dense'}", lambda d=d, vl=vl: compile_combine(d, varlen=vl))
+                    for vl in (True, False)]
+        for label, build in helpers:
             try:
-                r = ptxas_report(compile_rope_keys(d, interleaved))
-                print(f"D{d:<4d}{'rope-keys' + ('-inter' if interleaved else ''):22s}{'':18s} regs {r['regs']:3d} "
-                      f"spill {r['spill']:5d} B")
+                r = ptxas_report(build())
+                print(f"D{d:<4d}{label:22s}{'':18s} regs {r['regs']:3d} spill {r['spill']:5d} B  smem "
+                      f"{r['smem'] / 1024:6.1f} KB")
             except Exception as e:
                 bad += 1
-                print(f"D{d:<4d}rope-keys FAIL {type(e).__name__}: {str(e).splitlines()[0][:160]}")
-        for varlen in (True, False):
-            try:
-                r = ptxas_report(compile_combine(d, varlen=varlen))
-                print(f"D{d:<4d}{'combine' + ('-varlen' if varlen else '-dense'):22s}{'':18s} regs {r['regs']:3d} "
-                      f"spill {r['spill']:5d} B  smem {r['smem'] / 1024:6.1f} KB")
-            except Exception as e:
-                bad += 1
-                print(f"D{d:<4d}combine FAIL {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+                print(f"D{d:<4d}{label} FAIL {type(e).__name__}: {str(e).splitlines()[0][:160]}")
     return 1 if bad else 0
 
 

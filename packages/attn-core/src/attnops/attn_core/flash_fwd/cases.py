@@ -10,6 +10,7 @@ import torch
 
 from attnops.kernel_utils import testing
 from attnops.kernel_utils.fp8 import E4M3
+from attnops.kernel_utils.reliability import random_choice, random_int
 
 FP8_SPREAD = 16.0  # fp8 inputs are N(0, 16²) codes (some saturate at ±448); scales ~1/16 bring them to N(0, 1)
 SHRINK_MAX_LEN = 48  # interpreter: longest request after shrinking
@@ -91,3 +92,18 @@ def compare_dual(out: dict, ref: dict, case, reference) -> None:
         case.meta["lowp"] = reference(**case.inputs, compute_dtype=out_dt)
     floor = 2e-3 if case.inputs["q"].dtype == E4M3 else 1e-3
     testing.assert_close_dual("o", out["o"], ref["o"], case.meta["lowp"], floor=floor)
+
+
+def fuzz_params(gen: torch.Generator, d: int, causal: bool, rope: bool) -> dict:
+    """The mask / scale / RoPE keywords of a fuzzed GQADenseFwd or GQAVarlenFwd call (windows, softcap,
+    sm_scale, partial rotary dims, both RoPE layouts), drawn from ``gen``."""
+    return {
+        "is_causal": causal,
+        "window_size_left": random_choice(gen, [-1, -1, 0, random_int(gen, 1, 30)]),
+        "window_size_right": random_choice(gen, [-1, -1, random_int(gen, 0, 10)]) if not causal else -1,
+        "softcap": random_choice(gen, [None, None, 3.0, 30.0]),
+        "sm_scale": random_choice(gen, [None, None, 0.05]),
+        "pos_encoding_mode": "rope" if rope else "none",
+        "rotary_dim": random_choice(gen, [None, d // 2 - (d // 2) % 2]) if rope else None,
+        "rope_layout": random_choice(gen, ["neox", "interleaved"]),
+    }

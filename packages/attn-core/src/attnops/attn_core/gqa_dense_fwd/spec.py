@@ -94,16 +94,7 @@ def fuzz(seed: int, device) -> Case:
         s_q = random_choice(gen, [1, random_int(gen, 1, 40)])
     kv_heads, group = random_int(gen, 1, 2), random_choice(gen, [1, 2, 3, 4, 5, 8])
     d = random_choice(gen, [16, 32, 64, 64, 80, 128])
-    params = {
-        "is_causal": causal,
-        "window_size_left": random_choice(gen, [-1, -1, 0, random_int(gen, 1, 30)]),
-        "window_size_right": random_choice(gen, [-1, -1, random_int(gen, 0, 10)]) if not causal else -1,
-        "softcap": random_choice(gen, [None, None, 3.0, 30.0]),
-        "sm_scale": random_choice(gen, [None, None, 0.05]),
-        "pos_encoding_mode": "rope" if rope else "none",
-        "rotary_dim": random_choice(gen, [None, d // 2 - (d // 2) % 2]) if rope else None,
-        "rope_layout": random_choice(gen, ["neox", "interleaved"]),
-    }
+    params = cases.fuzz_params(gen, d, causal, rope)
     if rope and s_kv == 0:
         params["pos_encoding_mode"], params["rotary_dim"] = "none", None
     case = make_case(w, device, False, seed, batch=random_int(gen, 0, 3), s_q=s_q, s_kv=s_kv,

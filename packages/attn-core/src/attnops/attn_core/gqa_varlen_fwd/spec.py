@@ -106,16 +106,7 @@ def fuzz(seed: int, device) -> Case:
     d = random_choice(gen, [16, 32, 64, 64, 80, 128])
     causal = random_choice(gen, [True, True, False])
     rope = random_choice(gen, [False, False, True])
-    params = {
-        "is_causal": causal,
-        "window_size_left": random_choice(gen, [-1, -1, 0, random_int(gen, 1, 30)]),
-        "window_size_right": random_choice(gen, [-1, -1, random_int(gen, 0, 10)]) if not causal else -1,
-        "softcap": random_choice(gen, [None, None, 3.0, 30.0]),
-        "sm_scale": random_choice(gen, [None, None, 0.05]),
-        "pos_encoding_mode": "rope" if rope else "none",
-        "rotary_dim": random_choice(gen, [None, d // 2 - (d // 2) % 2]) if rope else None,
-        "rope_layout": random_choice(gen, ["neox", "interleaved"]),
-    }
+    params = cases.fuzz_params(gen, d, causal, rope)
     if w.dtypes()[0] == E4M3:
         params["out_dtype"] = torch.float16 if runtime.interpreting() else random_choice(
             gen, [torch.float16, torch.bfloat16])
