@@ -10,6 +10,8 @@ import math
 
 import torch
 
+from . import runtime
+
 # Entry written into block-table columns that the lengths never reach: any read of it is out of range.
 UNUSED_PAGE = -(2**30)
 
@@ -31,6 +33,15 @@ def poisoned(shape, dtype: torch.dtype, device) -> torch.Tensor:
     if dtype.is_floating_point:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     return torch.full(shape, torch.iinfo(dtype).min, dtype=dtype, device=device)
+
+
+def kernel_buffer(shape, dtype: torch.dtype, device) -> torch.Tensor:
+    """A buffer a kernel fills (an output, a split workspace): ``torch.empty`` on a GPU, NaN-poisoned under
+    the interpreter, so that an element the kernel should write and does not fails the CPU tests instead of
+    passing on whatever an earlier call left in reused memory."""
+    if runtime.interpreting():
+        return poisoned(shape, dtype, device)
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def cu_seqlens(lengths, device) -> torch.Tensor:

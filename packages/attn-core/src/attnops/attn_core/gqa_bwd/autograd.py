@@ -6,9 +6,10 @@ from __future__ import annotations
 import torch
 
 from attnops.attn_core.flash_fwd import launch as fwd
+from attnops.kernel_utils import testing
 from attnops.kernel_utils.attention_fns import window_bounds
 
-from .op import _alloc, _bwd, check_qkv
+from .op import _bwd, check_qkv
 
 
 @torch.library.custom_op("attnops::gqa_attention_fwd", mutates_args=())
@@ -16,8 +17,8 @@ def _fwd_lse(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, wl: int, wr: int, sm_scale: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     B, S_q, H, D = q.shape
-    o = _alloc((B, S_q, H, D), q.dtype, q.device)
-    lse = _alloc((B, H, S_q), torch.float32, q.device)
+    o = testing.kernel_buffer((B, S_q, H, D), q.dtype, q.device)
+    lse = testing.kernel_buffer((B, H, S_q), torch.float32, q.device)
     if k.shape[1] == 0:  # no key: empty rows (o = 0, lse = -inf), nothing to launch
         o.zero_()
         lse.fill_(float("-inf"))

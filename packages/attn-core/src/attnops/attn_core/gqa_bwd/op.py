@@ -34,13 +34,6 @@ def check_qkv(q, k, v, is_causal, sm_scale) -> tuple[torch.device, float]:
     return dev, float(sm_scale) if sm_scale is not None else D**-0.5
 
 
-def _alloc(shape, dtype, device) -> torch.Tensor:
-    # Under the interpreter (CPU tests) outputs start NaN-poisoned so an unwritten element fails.
-    if runtime.interpreting():
-        return testing.poisoned(shape, dtype, device)
-    return torch.empty(shape, dtype=dtype, device=device)
-
-
 @torch.library.custom_op("attnops::gqa_bwd", mutates_args=())
 def _bwd(
     q: torch.Tensor,
@@ -57,9 +50,9 @@ def _bwd(
     S_kv, H_kv = k.shape[1], k.shape[2]
     if B == 0 or S_q == 0 or S_kv == 0:  # no (query, key) pair: every gradient is 0
         return q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)
-    dq = _alloc((B, S_q, H, D), q.dtype, q.device)
-    dk = _alloc((B, S_kv, H_kv, D), k.dtype, k.device)
-    dv = _alloc((B, S_kv, H_kv, D), v.dtype, v.device)
+    dq = testing.kernel_buffer((B, S_q, H, D), q.dtype, q.device)
+    dk = testing.kernel_buffer((B, S_kv, H_kv, D), k.dtype, k.device)
+    dv = testing.kernel_buffer((B, S_kv, H_kv, D), v.dtype, v.device)
     bwd.launch(bwd.Problem(q, k, v, o, do, lse, dq, dk, dv, is_causal=is_causal, sm_scale=sm_scale,
                            deterministic=deterministic))
     return dq, dk, dv

@@ -12,7 +12,7 @@ import math
 import torch
 import triton
 
-from attnops.kernel_utils import checks, runtime
+from attnops.kernel_utils import checks, runtime, testing
 from attnops.kernel_utils.attention_fns import LOG2E, window_bounds
 from attnops.kernel_utils.fp8 import E4M3
 
@@ -282,7 +282,7 @@ def _(q, k_pages, v_pages, page_table, cache_seqlens, cu_seqlens_q, q_scale, k_s
 
 def _run(plan, q, k_pages, v_pages, page_table, cache_seqlens, cu_seqlens_q, q_scale, k_scale, v_scale, rope_cos,
          rope_sin, sinks, sm_scale, softcap, rope, rotary_dim, interleaved, out_dtype):
-    o = torch.empty(q.shape, dtype=out_dtype, device=q.device)
+    o = testing.kernel_buffer(q.shape, out_dtype, q.device)
     if q.shape[0] == 0:
         return o
     if k_scale is not None:  # the kernel reads both with k_scale's strides (no-op when already dense)

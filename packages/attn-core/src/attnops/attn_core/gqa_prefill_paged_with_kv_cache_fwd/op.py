@@ -11,7 +11,7 @@ import triton
 
 from attnops.attn_core.gqa_paged_fwd.op import check_head_dim, check_softcap, check_table_values, run_plan
 from attnops.attn_core.gqa_paged_fwd.plan import PagedAttentionPlan, plan_paged_attention
-from attnops.kernel_utils import checks, runtime
+from attnops.kernel_utils import checks, runtime, testing
 from attnops.kernel_utils.attention_fns import window_bounds
 from attnops.kernel_utils.fp8 import E4M3
 
@@ -247,7 +247,7 @@ def gqa_prefill_paged_with_kv_cache_fwd(
     d = q.shape[2]
     scale = float(sm_scale) if sm_scale is not None else 1.0 / math.sqrt(d)
     if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        out = testing.kernel_buffer(q.shape, q.dtype, q.device)
     args = (q, k_new, v_new, k_pages, v_pages, k_scale, v_scale, cu_seqlens_q, cache_seqlens, block_table, out,
             page_size)
     tail = (scale, float(softcap or 0.0), bool(fuse_rope), float(rope_base), int(max_position or 0),

@@ -8,7 +8,7 @@ import torch
 
 from attnops.attn_core.gqa_paged_fwd.op import check_head_dim, check_table_values, run_plan
 from attnops.attn_core.gqa_paged_fwd.plan import PagedAttentionPlan, plan_paged_attention
-from attnops.kernel_utils import checks, runtime
+from attnops.kernel_utils import checks, runtime, testing
 from attnops.kernel_utils.attention_fns import window_bounds
 
 _16BIT = (torch.float16, torch.bfloat16)
@@ -62,7 +62,7 @@ def _(q, k, v, real_seqlen_kv, block_table, page_size, is_causal):
 
 def _run(plan, q, k, v, real_seqlen_kv, block_table, page_size):
     batch, s_q, num_heads, d = q.shape
-    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    o = testing.kernel_buffer(q.shape, q.dtype, q.device)
     if batch * s_q == 0:
         return o
     q3 = q.reshape(batch * s_q, num_heads, d)  # a view for contiguous q (copy otherwise)
