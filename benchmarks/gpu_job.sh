@@ -25,7 +25,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 run_tests() {
   local skip=()
   [ "${BENCH:-1}" = 1 ] && skip=(-k "not seed_row_full_size")
-  timeout "$(left)" python3 -m pytest -q -p no:cacheprovider "${skip[@]}" "packages/$1/tests" \
+  # ATTNOPS_POISON=1: outputs start NaN-filled on the GPU too, so an unwritten element fails (tests only)
+  ATTNOPS_POISON=1 timeout "$(left)" python3 -m pytest -q -p no:cacheprovider "${skip[@]}" "packages/$1/tests" \
     >"$OUT/tests-$1.log" 2>&1
   echo "tests $1: $(tail -n 1 "$OUT/tests-$1.log")"
 }

@@ -13,12 +13,11 @@ row they read against the tensor bounds either way.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 
 import torch
 
-from attnops.kernel_utils import checks, runtime, testing
+from attnops.kernel_utils import checks
 
 ACTIVATIONS = (torch.float16, torch.bfloat16)
 
@@ -131,14 +130,6 @@ def check_packing(
 def tune_bucket(num_tokens: int) -> int:
     """Autotune key for a token count: its power-of-two bucket (no re-tuning for every batch size)."""
     return max(0, int(num_tokens) - 1).bit_length()
-
-
-def alloc_output(shape, dtype: torch.dtype, device) -> torch.Tensor:
-    """Output buffer: ``torch.empty``, or NaN / int-min poisoned under the interpreter or with
-    ``ATTNOPS_POISON=1`` so that a test catches any element the kernel leaves unwritten."""
-    if runtime.interpreting() or os.environ.get("ATTNOPS_POISON", "0") not in ("", "0"):
-        return testing.poisoned(shape, dtype, device)
-    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def check_tile_strides(name: str, t: torch.Tensor, rows_per_tile: int = 128):

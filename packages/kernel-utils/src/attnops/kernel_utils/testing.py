@@ -7,6 +7,7 @@ integers) so an unwritten element fails the comparison.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -36,10 +37,10 @@ def poisoned(shape, dtype: torch.dtype, device) -> torch.Tensor:
 
 
 def kernel_buffer(shape, dtype: torch.dtype, device) -> torch.Tensor:
-    """A buffer a kernel fills (an output, a split workspace): ``torch.empty`` on a GPU, NaN-poisoned under
-    the interpreter, so that an element the kernel should write and does not fails the CPU tests instead of
-    passing on whatever an earlier call left in reused memory."""
-    if runtime.interpreting():
+    """A buffer a kernel fills (an output, a split workspace): ``torch.empty`` on a GPU, NaN / int-min
+    poisoned under the interpreter or with ``ATTNOPS_POISON=1`` (GPU test runs), so that an element the kernel
+    should write and does not fails the tests instead of passing on whatever reused memory held."""
+    if runtime.interpreting() or os.environ.get("ATTNOPS_POISON", "0") not in ("", "0"):
         return poisoned(shape, dtype, device)
     return torch.empty(shape, dtype=dtype, device=device)
 

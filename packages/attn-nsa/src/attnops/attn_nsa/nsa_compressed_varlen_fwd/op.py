@@ -10,7 +10,6 @@ import triton
 from attnops.attn_nsa._tuning import TunedKernel
 from attnops.attn_nsa._varlen import (
     ACTIVATIONS,
-    alloc_output,
     check_heads,
     check_int_param,
     check_packing,
@@ -18,7 +17,7 @@ from attnops.attn_nsa._varlen import (
     check_tile_strides,
     tune_bucket,
 )
-from attnops.kernel_utils import checks, runtime
+from attnops.kernel_utils import checks, runtime, testing
 
 from .kernel import nsa_compressed_fwd_kernel
 
@@ -58,8 +57,8 @@ def _run(q, k_cmp, v_cmp, offsets, chunk_offsets, token_indices, scale, bs, conf
     """Allocate and launch (no argument checks). ``config`` forces one launch config (tests)."""
     num_tokens, h, dk = q.shape
     num_chunks, h_kv, dv = v_cmp.shape
-    o = alloc_output((num_tokens, h, dv), q.dtype, q.device)
-    lse = alloc_output((num_tokens, h), q.dtype, q.device)
+    o = testing.kernel_buffer((num_tokens, h, dv), q.dtype, q.device)
+    lse = testing.kernel_buffer((num_tokens, h), q.dtype, q.device)
     if num_tokens == 0:
         return o, lse
     g = h // h_kv

@@ -8,7 +8,6 @@ import triton
 from attnops.attn_nsa._tuning import TunedKernel
 from attnops.attn_nsa._varlen import (
     ACTIVATIONS,
-    alloc_output,
     check_heads,
     check_int_param,
     check_packing,
@@ -16,7 +15,7 @@ from attnops.attn_nsa._varlen import (
     check_tile_strides,
     tune_bucket,
 )
-from attnops.kernel_utils import checks, runtime
+from attnops.kernel_utils import checks, runtime, testing
 
 from .kernel import nsa_topk_kernel
 
@@ -52,7 +51,7 @@ def _run(q, k_cmp, offsets, chunk_offsets, token_indices, scale, selected_block_
     num_tokens, h, d = q.shape
     num_chunks, h_kv, _ = k_cmp.shape
     s = selected_block_num
-    block_indices = alloc_output((num_tokens, h_kv, s), torch.int32, q.device)
+    block_indices = testing.kernel_buffer((num_tokens, h_kv, s), torch.int32, q.device)
     if num_tokens == 0 or s == 0:
         return block_indices
     g = h // h_kv

@@ -10,14 +10,13 @@ import triton
 from attnops.attn_nsa._tuning import TunedKernel
 from attnops.attn_nsa._varlen import (
     ACTIVATIONS,
-    alloc_output,
     check_heads,
     check_int_param,
     check_packing,
     check_scale_param,
     tune_bucket,
 )
-from attnops.kernel_utils import checks, runtime
+from attnops.kernel_utils import checks, runtime, testing
 
 from .kernel import nsa_varlen_fwd_kernel
 
@@ -53,7 +52,7 @@ def _run(q, k, v, block_indices, block_counts, offsets, token_indices, is_causal
     """Allocate and launch (no argument checks). ``config`` forces one launch config (tests)."""
     num_tokens, h, d = q.shape
     h_kv = k.shape[1]
-    o = alloc_output((num_tokens, h, d), q.dtype, q.device)
+    o = testing.kernel_buffer((num_tokens, h, d), q.dtype, q.device)
     if num_tokens == 0:
         return o
     g = h // h_kv
