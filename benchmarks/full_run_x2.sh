@@ -1,30 +1,41 @@
 #!/usr/bin/env bash
-# The full 223-row benchmark (issue 8) in two calls on an nvidia-h200-x2 machine, each running one half on each
-# GPU in parallel (a family's rows take longer than one call's 10 minutes on one GPU):
-#   PART=1: GPU 0 GQADenseFwd, GQAVarlenFwd, GQABwd | GPU 1 MLADecodeWithKVCacheFwd, DSADecodeWithKVCacheFwd
-#   PART=2: GPU 0 the three paged attn-core ops    | GPU 1 indexer, top-k, attn-nsa, kvcache-ops
-# torch.compile peers are excluded on attn-core (10-30 s of compile per row). Each half is one
-# benchmarks/gpu_job.sh (BENCH_FIRST=1: rows are timed before the family's tests) with its own OUT sub-folder
-# and peer directory; every step stops at DEADLINE (epoch seconds). `.peers/` must hold ../shared/peers.
+# The new-path checks, the full 223-row benchmark (issue 8) and the sanitizer sweep (issue 10) in three calls
+# on an nvidia-h200-x2 machine, each running two lanes in parallel, one per GPU:
+#   PART=1: GPU 0 benchmarks/gpu_new_paths.sh        | GPU 1 attn-nsa, kvcache-ops, FP8LightningIndexerFwd rows
+#   PART=2: GPU 0 GQADenseFwd, GQAVarlenFwd, GQABwd  | GPU 1 the three paged attn-core ops
+#           rows, then the attn-core GPU tests       |
+#   PART=3: GPU 0 MLA / DSA rows, then attn-mla tests | GPU 1 TopKSelectFwd rows, then gpu_reliability.sh
+# Part 1 decides the defaults that parts 2 and 3 time (the rows it times do not use the new paths).
+# torch.compile peers are excluded on attn-core (10-30 s of compile per row) and, with torch-ref, on MLA/DSA
+# (both already on record). A benchmark lane is benchmarks/gpu_job.sh (BENCH_FIRST=1: rows are timed before the
+# family's tests) with its own OUT sub-folder and peer directory; every step stops at DEADLINE (epoch seconds).
+# Everything under $OUT is packed into run.tgz at the end (at most 8 files come back). `.peers/` must hold
+# ../shared/peers.
 #   ATTNOPS_GIT_SHA=<sha> DEADLINE=<epoch s> PART=1 bash benchmarks/full_run_x2.sh
 set -u
 OUT=${OUT:-/tmp/attnops-out}
 DEADLINE=${DEADLINE:-$(( $(date +%s) + 540 ))}
 export ATTNOPS_GIT_SHA DEADLINE BENCH_FIRST=1
-half() {  # half <gpu> <name> <families...> -- <bench args>: one gpu_job.sh on one GPU
+lane() {  # lane <gpu> <name> <command...>: one lane on one GPU, its output in $OUT/<name>.txt
   local gpu=$1 name=$2; shift 2
-  CUDA_VISIBLE_DEVICES=$gpu OUT="$OUT/$name" PEERS_DIR="/tmp/peers-gpu$gpu" \
-    bash benchmarks/gpu_job.sh "$@" >"$OUT/$name.txt" 2>&1
+  CUDA_VISIBLE_DEVICES=$gpu OUT="$OUT/$name" PEERS_DIR="/tmp/peers-gpu$gpu" "$@" >"$OUT/$name.txt" 2>&1
 }
+job() { bash benchmarks/gpu_job.sh "$@"; }
 mkdir -p "$OUT"
-case "${PART:?PART=1 or PART=2}" in
-  1) half 0 core-a attn-core -- --filter GQADenseFwd,GQAVarlenFwd,GQABwd --exclude-peers torch-compile &
-     half 1 mla-a attn-mla -- --filter MLADecodeWithKVCacheFwd,DSADecodeWithKVCacheFwd & ;;
-  # the attn-core and attn-mla tests ran in part 1
-  2) TESTS=0 half 0 core-b attn-core -- --filter Paged --exclude-peers torch-compile &
-     (TESTS=0 half 1 mla-b attn-mla -- --filter FP8LightningIndexerFwd,TopKSelectFwd
-      half 1 nsa-kv attn-nsa kvcache-ops) & ;;
-  *) echo "PART must be 1 or 2" >&2; exit 2 ;;
+case "${PART:?PART=1, 2 or 3}" in
+  1) lane 0 new-paths bash benchmarks/gpu_new_paths.sh &
+     lane 1 nsa-kv-idx bash -c 'TESTS=0 OUT=$OUT/nsa bash benchmarks/gpu_job.sh attn-nsa
+       OUT=$OUT/kv bash benchmarks/gpu_job.sh kvcache-ops
+       TESTS=0 OUT=$OUT/idx bash benchmarks/gpu_job.sh attn-mla -- --filter FP8LightningIndexerFwd' & ;;
+  2) lane 0 core-a job attn-core -- --filter GQADenseFwd,GQAVarlenFwd,GQABwd --exclude-peers torch-compile &
+     TESTS=0 lane 1 core-b job attn-core -- --filter Paged --exclude-peers torch-compile & ;;
+  3) lane 0 mla-a job attn-mla -- --filter MLADecodeWithKVCacheFwd,DSADecodeWithKVCacheFwd \
+       --exclude-peers torch-compile,torch-ref &
+     lane 1 topk-rel bash -c 'TESTS=0 OUT=$OUT/topk bash benchmarks/gpu_job.sh attn-mla -- --filter TopKSelectFwd
+       STEP_CAP=100 RACECHECK=1 OUT=$OUT/rel bash benchmarks/gpu_reliability.sh attn-core attn-mla attn-nsa kvcache-ops' & ;;
+  *) echo "PART must be 1, 2 or 3" >&2; exit 2 ;;
 esac
 wait
 cat "$OUT"/*.txt
+(cd "$OUT" && tar czf run.tgz --remove-files -- */ ./*.txt 2>/dev/null)
+ls -R "$OUT"

@@ -3,14 +3,15 @@
 # rows and a few fuzz cases, (RACECHECK=1) racecheck over the shrunk seed rows, then the seeded fuzz and
 # determinism tests on CUDA tensors (ATTNOPS_FUZZ_CASES per op). Every step stops at DEADLINE (epoch seconds);
 # logs land under $OUT (packed into reliability-logs.tgz); one summary line per step is printed.
-#   DEADLINE=<epoch s> ATTNOPS_FUZZ_CASES=30 [RACECHECK=1] bash benchmarks/gpu_reliability.sh attn-core attn-mla
+#   DEADLINE=<epoch s> ATTNOPS_FUZZ_CASES=30 [RACECHECK=1] [STEP_CAP=<s>] bash benchmarks/gpu_reliability.sh attn-core attn-mla
 set -u
 OUT=${OUT:-/tmp/attnops-out}
 mkdir -p "$OUT"
 PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONPATH ATTNOPS_FUZZ_CASES=${ATTNOPS_FUZZ_CASES:-30}
 DEADLINE=${DEADLINE:-$(( $(date +%s) + 540 ))}
-left() { local s=$(( DEADLINE - $(date +%s) )); echo $(( s > 5 ? s : 5 )); }
+# STEP_CAP (seconds) bounds each step so one family's sanitizer run cannot use the whole call
+left() { local s=$(( DEADLINE - $(date +%s) )); s=$(( s < ${STEP_CAP:-600} ? s : ${STEP_CAP:-600} )); echo $(( s > 5 ? s : 5 )); }
 summary() { grep -E "ERROR SUMMARY|[0-9]+ (passed|failed)" "$1" | tail -n 2 | tr '\n' ' '; }
 pytest_q=(python3 -m pytest -q -p no:cacheprovider)
 for family in "$@"; do
