@@ -32,9 +32,10 @@ MIN_SPLIT_KEYS = {"small": 256, "large": 1024}
 # until the H200 has checked and timed it (``fused_combine=True`` per plan in tests and sweeps).
 FUSED_COMBINE_DEFAULT = False
 # Pool tiles that lie in one page (page_size a multiple of BLOCK_N) read one table entry per tile instead of a
-# per-key gather. Off until timed (``tile_in_page=True`` per plan): the scalar table load may not be
-# prefetched by Triton's pipeliner the way the per-key (cp.async) gather was.
-TILE_IN_PAGE_DEFAULT = False
+# per-key gather. The default for the launch kinds where the H200 timed it faster (2026-12-01: every one of
+# 13 decode rows, 3-10 %; docs/perf/attn-core.md); the prefill ("large") kind keeps the per-key gather until
+# it is timed. ``tile_in_page=True/False`` per plan overrides it for both kinds.
+TILE_IN_PAGE_DEFAULT = frozenset({"small"})
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class Launch:
     part_o: torch.Tensor  # [n_slots, H_kv, BLOCK_M, D] f32 (may be empty)
     part_lse: torch.Tensor  # [n_slots, H_kv, BLOCK_M] f32
     counters: torch.Tensor | None = None  # [n_slots · H_kv] int32 zeros: merged in the kernel (fused combine)
+    tile_in_page: bool = False  # one table entry per pool tile where page_size allows (TILE_IN_PAGE_DEFAULT)
 
     @property
     def n_items(self) -> int:
@@ -99,7 +101,6 @@ class PagedAttentionPlan:
     new_keys: bool
     device: torch.device
     launches: list[Launch] = field(default_factory=list)
-    tile_in_page: bool = False  # one table entry per pool tile where page_size allows (TILE_IN_PAGE_DEFAULT)
 
     def describe(self) -> str:
         parts = []
@@ -140,8 +141,8 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     replaces ``TARGET_PROGRAMS_PER_SM`` in the split heuristic; ``fused_combine`` (default
     ``FUSED_COMBINE_DEFAULT``) merges split blocks in the attention kernel. A fused plan's counters return to
     0 after every run: runs of one plan must be stream-ordered (as its workspace already requires);
-    ``tile_in_page`` (default ``TILE_IN_PAGE_DEFAULT``) reads one table entry per pool tile when the page size
-    is a multiple of the key tile; ``min_split_keys`` replaces ``MIN_SPLIT_KEYS`` (both classes) in the split
+    ``tile_in_page`` (default: ``TILE_IN_PAGE_DEFAULT``'s launch kinds) reads one table entry per pool tile
+    when the page size is a multiple of the key tile; ``min_split_keys`` replaces ``MIN_SPLIT_KEYS`` (both classes) in the split
     heuristic (latency rows: more, shorter splits)."""
     device = torch.device(device) if device is not None else runtime.device()
     group = num_heads // num_kv_heads
@@ -149,8 +150,7 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     table = {**CONFIGS, **(configs or {})}
     q_lens = tuple(int(x) for x in q_lens)
     kv_lens = tuple(int(x) for x in kv_lens)
-    plan = PagedAttentionPlan(q_lens, kv_lens, num_heads, num_kv_heads, head_dim, (wl, wr), new_keys, device,
-                              tile_in_page=TILE_IN_PAGE_DEFAULT if tile_in_page is None else tile_in_page)
+    plan = PagedAttentionPlan(q_lens, kv_lens, num_heads, num_kv_heads, head_dim, (wl, wr), new_keys, device)
     sms = runtime.num_sms()
     for kind in ("large", "small"):
         cfg = table[config_key(kind, head_dim)]
@@ -197,5 +197,6 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
         part_lse = testing.kernel_buffer((slot, num_kv_heads, bm), torch.float32, device)
         fused = FUSED_COMBINE_DEFAULT if fused_combine is None else fused_combine
         counters = torch.zeros(slot * num_kv_heads, dtype=torch.int32, device=device) if fused and slot else None
-        plan.launches.append(Launch(kind, cfg, item_t, comb_t, part_o, part_lse, counters))
+        tile = kind in TILE_IN_PAGE_DEFAULT if tile_in_page is None else tile_in_page
+        plan.launches.append(Launch(kind, cfg, item_t, comb_t, part_o, part_lse, counters, tile))
     return plan
