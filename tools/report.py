@@ -158,7 +158,8 @@ def gap_reason(op: str, name: str, workload_name: str, measured_over_published: 
     if "chunked" in workload_name:
         return "§2: the page times one query token"
     if name == "flashinfer" and op == "GQADenseFwd":
-        return "§2: no prebuilt tensor-core decode module in the kit for this dtype / head dim (JIT off): CUDA-core decode measured"
+        return ("§2: no prebuilt tensor-core decode module in the kit for this dtype / head dim (JIT off): "
+                "CUDA-core decode measured")
     if name == "flashinfer" and op == "GQAPagedFwd" and faster:
         return "§3: the page used FlashInfer's CUDA-core decode / prefill wrapper"
     if name == "fa3" and "rope" in workload_name and not faster:
