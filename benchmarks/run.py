@@ -27,6 +27,7 @@ from attnops.kernel_utils import runtime
 from attnops.kernel_utils.opspec import OpSpec
 
 from . import baselines
+from .sweep import matches
 
 FAMILIES = ("kvcache-ops", "attn-core", "attn-mla", "attn-nsa")
 OURS = "attnops"
@@ -68,11 +69,6 @@ def environment(ceilings: dict) -> dict:
         "git_sha": git_sha(),
         "ceilings": ceilings,
     }
-
-
-def matches(row_id: str, row_filter: str) -> bool:
-    """``--filter a,b``: rows whose id contains any of the comma-separated parts (empty: every row)."""
-    return not row_filter or any(part in row_id for part in row_filter.split(","))
 
 
 def _short(e: BaseException) -> str:

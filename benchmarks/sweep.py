@@ -15,6 +15,11 @@ from .timing import L2Flusher, profile_iterations
 Variant = tuple[str, Callable, Callable[[], contextlib.AbstractContextManager] | None]
 
 
+def matches(row_id: str, row_filter: str) -> bool:
+    """``--filter a,b``: rows whose id contains any of the comma-separated parts (empty: every row)."""
+    return not row_filter or any(part in row_id for part in row_filter.split(","))
+
+
 def check_and_time(spec, case, expected: dict, variants: Iterable[Variant], iters: int,
                    flush: L2Flusher) -> tuple[dict[str, float], dict[str, str]]:
     """``(timed ms, failed reason)`` per variant label."""

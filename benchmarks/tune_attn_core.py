@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import statistics
 
 import torch
@@ -23,7 +24,7 @@ from attnops.attn_core.specs import SPECS
 from attnops.kernel_utils import runtime
 from attnops.kernel_utils.fp8 import E4M3
 
-from .sweep import check_and_time
+from .sweep import check_and_time, matches
 from .timing import L2Flusher, profile_iterations
 
 OPS = ("GQADenseFwd", "GQAVarlenFwd")
@@ -46,16 +47,19 @@ def _split_options(case, cfg) -> tuple[int, list[int]]:
     h_kv = a["k"].shape[-2]
     m_blocks = max(1, triton.cdiv(max_q * G, cfg.block_m))
     programs = min(batch * m_blocks, triton.cdiv(total * G, cfg.block_m) + batch) * h_kv
-    default = fwd.choose_splits(programs, max_kv, runtime.num_sms())
+    sms = runtime.num_sms()
+    default = fwd.choose_splits(programs, max_kv, sms)
     opts = {default, 1}
     if default > 1:
-        opts |= {max(1, default // 2), min(fwd.MAX_SPLITS, default * 2)}
+        # the candidate rule of docs/perf/attn-core.md (2026-12-01): ~sqrt(kv) / 4 splits, one program per SM
+        sqrt_rule = max(1, min(triton.cdiv(sms, programs), math.isqrt(max_kv) // 4, fwd.MAX_SPLITS))
+        opts |= {max(1, default // 2), min(fwd.MAX_SPLITS, default * 2), sqrt_rule}
     return default, sorted(opts)
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--filter", default="", help="only rows whose id contains this")
+    p.add_argument("--filter", default="", help="only rows whose id contains one of these (comma-separated)")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--out", default="tune-attn-core.json")
     args = p.parse_args()
@@ -65,7 +69,7 @@ def main():
         if spec.name not in OPS:
             continue
         for w in spec.workloads:
-            if args.filter not in w.id:
+            if not matches(w.id, args.filter):
                 continue
             case = spec.make_case(w, torch.device("cuda"), False, 0)
             expected = case.fresh().run(spec.reference)

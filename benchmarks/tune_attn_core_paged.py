@@ -21,7 +21,7 @@ from attnops.attn_core import gqa_paged_plan, gqa_prefill_paged_plan, mha_decode
 from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, TileConfig, config_key
 from attnops.attn_core.specs import SPECS
 
-from .sweep import check_and_time
+from .sweep import check_and_time, matches
 from .timing import L2Flusher
 
 OPS = ("GQAPagedFwd", "MHADecodePagedWithKVCacheFwd", "GQAPrefillPagedWithKVCacheFwd")
@@ -70,7 +70,7 @@ def _launches(plan):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--filter", default="", help="only rows whose id contains this")
+    p.add_argument("--filter", default="", help="only rows whose id contains one of these (comma-separated)")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--out", default="tune-attn-core-paged.json")
     args = p.parse_args()
@@ -80,7 +80,7 @@ def main():
         if spec.name not in OPS:
             continue
         for w in spec.workloads:
-            if args.filter not in w.id:
+            if not matches(w.id, args.filter):
                 continue
             case = spec.make_case(w, torch.device("cuda"), False, 0)
             expected = case.fresh().run(spec.reference)

@@ -20,7 +20,7 @@ from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op
 from attnops.attn_mla.specs import SPECS
 from attnops.attn_mla.topk_select_fwd import op as topk_op
 
-from .sweep import check_and_time
+from .sweep import check_and_time, matches
 from .timing import L2Flusher
 
 OPS = {
@@ -55,7 +55,7 @@ def variants(spec, case):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--filter", default="", help="only rows whose id contains this")
+    p.add_argument("--filter", default="", help="only rows whose id contains one of these (comma-separated)")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--out", default="tune-attn-mla.json")
     args = p.parse_args()
@@ -63,7 +63,7 @@ def main():
     results = []
     for spec in SPECS:
         for w in spec.workloads:
-            if args.filter not in w.id:
+            if not matches(w.id, args.filter):
                 continue
             case = spec.make_case(w, torch.device("cuda"), False, 0)
             expected = case.fresh().run(spec.reference)

@@ -21,20 +21,20 @@ from attnops.attn_core.gqa_bwd import launch as bwd
 from attnops.attn_core.gqa_bwd.spec import SPEC
 from attnops.kernel_utils import runtime
 
-from .sweep import check_and_time
+from .sweep import check_and_time, matches
 from .timing import L2Flusher, profile_iterations
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--filter", default="", help="only rows whose id contains this")
+    p.add_argument("--filter", default="", help="only rows whose id contains one of these (comma-separated)")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--out", default="tune-gqa-bwd.json")
     args = p.parse_args()
     flush = L2Flusher()
     results = []
     for w in SPEC.workloads:
-        if args.filter not in w.id:
+        if not matches(w.id, args.filter):
             continue
         case = SPEC.make_case(w, torch.device("cuda"), False, 0)
         expected = case.fresh().run(SPEC.reference)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One GPU lane of the checks and sweeps that decide the next defaults (docs/dev/gpu-runs.md): named GPU tests
+# first (verbose, so a cut log still says which test failed), then the sweeps in the order their decisions
+# are needed; each sweep checks every variant's output against the reference before timing it. Every step
+# is cut at its cap or at DEADLINE (epoch seconds), whichever comes first; JSON and logs land under $OUT
+# (logs packed into sweeps-logs.tgz); one summary line per step is printed.
+#   ATTNOPS_GIT_SHA=<sha> DEADLINE=<epoch s> bash benchmarks/gpu_sweeps.sh
+set -u
+OUT=${OUT:-/tmp/attnops-out}
+mkdir -p "$OUT"
+PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH
+DEADLINE=${DEADLINE:-$(( $(date +%s) + 540 ))}
+left() { local s=$(( DEADLINE - $(date +%s) )); echo $(( s > 5 ? s : 5 )); }
+step() {  # step <name> <cap s> <command...>: run with the time left (at most cap), log to $OUT/<name>.log
+  local name=$1 cap=$2; shift 2
+  local t; t=$(left); t=$(( t < cap ? t : cap ))
+  timeout "$t" "$@" >"$OUT/$name.log" 2>&1
+  echo "$name: rc=$? $(tail -n 1 "$OUT/$name.log")"
+}
+tune() { local name=$1 cap=$2 tool=$3; shift 3; step "$name" "$cap" python3 -m "benchmarks.$tool" --out "$OUT/$name.json" "$@"; }
+core=packages/attn-core/tests
+# Node ids, not -k: on the GPU machine a -k expression once matched every test of the family.
+step gpu-tests 150 python3 -m pytest -v -p no:cacheprovider \
+  "$core/test_attn_core_reliability.py::test_nan_and_inf_stay_in_their_request" \
+  "$core/test_mha_decode_paged_with_kv_cache_fwd.py" \
+  "$core/test_gqa_paged_fwd.py::test_tile_in_page" \
+  "$core/test_gqa_paged_fwd.py::test_kv_splits_merged_in_the_kernel_gpu" \
+  "$core/test_gqa_varlen_fwd.py::test_tma_configs_gpu" \
+  "$core/test_gqa_varlen_fwd.py::test_rope_keys_rotated_in_a_prepass" \
+  "$core/test_gqa_dense_fwd.py::test_rope_keys_rotated_in_a_prepass" \
+  "$core/test_gqa_bwd.py::test_atomic_dq_every_config_gpu"
+# paged: the two rows slower on 2026-12-01 (405b-p256: tile_in_page suspected) and the prefill kind
+tune tune-paged 90 tune_attn_core_paged --filter llama-405b,llama-70b-p16,GQAPrefillPaged
+tune tune-bwd-short 60 tune_gqa_bwd --filter short  # refit `choose` (llama-70b-long wants m64n128)
+tune tune-splits 60 tune_attn_core --filter llama-8b-32k,llama-70b-32k,gemma-2b-8k  # sqrt split rule
+tune tune-rope 60 tune_attn_core --filter rope  # RoPE key pre-pass on the rows not reached
+tune tune-d64 40 tune_attn_core --filter gpt-oss  # 4-warp D = 64 prefill tile
+tune tune-mla 60 tune_attn_mla --filter mla-tp,single-request,ds-v3-4k  # in-kernel split merge (MLA)
+tune tune-topk 30 tune_attn_mla --filter topk-decode  # h200-latency-4x
+(cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
+ls "$OUT"
