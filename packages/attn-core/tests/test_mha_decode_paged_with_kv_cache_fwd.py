@@ -68,11 +68,19 @@ def test_lengths_shorter_than_the_chunk(causal):
     SPEC.check(case)
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["merged-in-kernel", "combine-launch"])
 @pytest.mark.parametrize("splits", [2, 3])
-def test_forced_kv_splits(splits):
+def test_forced_kv_splits(splits, fused):
+    """Both ways of merging splits: in the attention kernel (the op's default) and by the combine launch."""
     case = build_case([300, 45, 0], 4, 2, 128, 64, F16, DEV, seed=splits, is_causal=True)
-    plan = _check_with_plan(case, num_splits=splits)
-    assert any(ln.n_combine for ln in plan.launches)
+    plan = _check_with_plan(case, num_splits=splits, fused_combine=fused)
+    split = [ln for ln in plan.launches if ln.part_o.numel()]
+    assert split and all((ln.counters is not None) == fused and bool(ln.n_combine) != fused for ln in split)
+
+
+def test_plans_merge_splits_in_the_kernel_by_default():
+    plan = mha_decode_paged_plan([300, 45, 0], 4, 2, 128, is_causal=True, num_splits=2)
+    assert any(ln.counters is not None for ln in plan.launches)
 
 
 def test_plan_reuse_and_mismatch():
