@@ -33,7 +33,10 @@ CANDIDATES: dict[tuple[str, int], list[TileConfig]] = {
     ("small", 256): [T(16, 32, 4, 3), T(16, 64, 4, 2), T(16, 64, 8, 2), T(16, 16, 8, 3)],
     ("large", 64): [T(64, 64, 4, 3), T(128, 64, 4, 3), T(128, 64, 8, 3), T(128, 128, 8, 3), T(128, 64, 8, 4)],
     ("large", 128): [T(64, 64, 4, 3), T(128, 64, 8, 3), T(128, 64, 4, 3), T(128, 128, 8, 2), T(128, 32, 4, 4)],
-    ("large", 256): [T(64, 64, 8, 2), T(64, 32, 8, 2), T(64, 32, 8, 3), T(64, 64, 4, 2), T(128, 32, 8, 2)],
+    # 4-warp D = 256 tiles: 96 / 64 KB of shared memory would let two programs share an SM, but ptxas caps
+    # them at 255 registers with 8-104 B of spill (offline sm_90): the sweep decides
+    ("large", 256): [T(64, 64, 8, 2), T(64, 32, 8, 2), T(64, 32, 8, 3), T(64, 64, 4, 2), T(128, 32, 8, 2),
+                     T(64, 32, 4, 2), T(64, 16, 4, 3)],
 }
 # split-KV settings, swept with the default configs (the heuristic's default is TARGET_PROGRAMS_PER_SM)
 SPLIT_KNOBS = ({"num_splits": 1}, {"programs_per_sm": 1}, {"programs_per_sm": 2}, {"programs_per_sm": 8},
