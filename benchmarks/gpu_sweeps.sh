@@ -38,6 +38,6 @@ tune tune-splits 60 tune_attn_core --filter llama-8b-32k,llama-70b-32k,gemma-2b-
 tune tune-rope 60 tune_attn_core --filter rope  # RoPE key pre-pass on the rows not reached
 tune tune-d64 40 tune_attn_core --filter gpt-oss  # 4-warp D = 64 prefill tile
 tune tune-mla 60 tune_attn_mla --filter mla-tp,single-request,ds-v3-4k  # in-kernel split merge (MLA)
-tune tune-topk 30 tune_attn_mla --filter topk-decode  # h200-latency-4x
+tune tune-topk 75 tune_attn_mla --filter TopK --iters 10  # h200-latency-4x, radix selects
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"

@@ -74,7 +74,7 @@ def topk_variants():
     for name, cfg in topk_op.CONFIGS.items():
         for k in (1024, 2048):
             cx = dict(BLOCK=cfg.block, STAGES=cfg.stages, CAP=cfg.cap(k), SAMPLES=cfg.samples,
-                      SLACK_NUM=cfg.slack[0], SLACK_DEN=cfg.slack[1], FULL_ONLY=cfg.full_only(k))
+                      SLACK_NUM=cfg.slack[0], SLACK_DEN=cfg.slack[1], FULL_ONLY=cfg.full_only(k), RADIX=cfg.radix)
             yield f"topk {name} k={k}", lambda cx=cx, cfg=cfg: compile_sm90(
                 topk_select_kernel, ptrs, ints, cx, cfg.num_warps, cfg.stages, maxnreg=cfg.maxnreg), cfg
 

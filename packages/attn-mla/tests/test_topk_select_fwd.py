@@ -1,5 +1,7 @@
 """TopKSelectFwd against its reference: every seed row (shrunk on CPU), each launch config, windows, ties,
-strided and grouped scores, bad input."""
+strided and grouped scores, bad input. The edge cases run both register selects (bitwise and radix)."""
+
+import dataclasses
 
 import pytest
 import torch
@@ -14,6 +16,8 @@ from attnops.kernel_utils.pytest_plugin import seed_rows
 
 DEV = runtime.device()
 ROWS = {w.name: w for w in SPEC.workloads}
+# The picked config with the other register select (radix <-> bitwise): both run every edge case.
+SELECTS = (topk_op.pick_config(), dataclasses.replace(topk_op.pick_config(), radix=not topk_op.pick_config().radix))
 
 
 @pytest.mark.parametrize(
@@ -68,7 +72,7 @@ def test_windows_of_every_kind():
     starts = [[0, 10, 900, -50, 0, 3], [700, 0, 0, 1200, 5, 100]]
     ends = [[0, 5, 940, 30, 1500, 3000], [1800, 40, 150, 1439, 1400, 101]]
     case = _case(_scores(2, 6, s_kv, seed=1), starts, ends, topk)
-    for config in (topk_op.pick_config(), topk_op.CONFIGS["fallback"]):
+    for config in (*SELECTS, topk_op.CONFIGS["fallback"]):
         got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
         assert bool((got[0, 0] == s_kv).all()) and bool((got[0, 1] == s_kv).all()), "empty window pads fully"
         assert int((got[1, 5] != s_kv).sum()) == 1, "a one-key window selects exactly that key"
@@ -83,17 +87,40 @@ def test_ties_go_to_the_lower_position():
     scores = levels[torch.randint(0, 5, (1, 3, 1800, 1), generator=gen)]
     case = _case(scores, [[0, 100, 0]], [[1800, 1700, 50]], 300)
     expected = case.fresh().run(SPEC.reference)["indexes"].cpu()
-    for config in (topk_op.pick_config(), topk_op.CONFIGS["fallback"]):
+    for config in (*SELECTS, topk_op.CONFIGS["fallback"]):
         got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
         assert torch.equal(got.sort(-1).values, expected.sort(-1).values)
 
 
-def test_all_minus_inf_row_is_still_selected():
+@pytest.mark.parametrize("config", SELECTS, ids=lambda c: "radix" if c.radix else "bitwise")
+def test_all_minus_inf_row_is_still_selected(config):
     """In-window −inf scores are eligible: a row of only −inf returns the first topk positions."""
     scores = torch.full((1, 1, 2000, 1), float("-inf"))
     case = _case(scores, [[0]], [[2000]], 64)
-    got = SPEC.check(case, pinned(topk_op, topk_op.pick_config()))["indexes"].cpu()
+    got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
     assert torch.equal(got.reshape(-1).sort().values, torch.arange(64, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_radix_and_bitwise_selects_agree(seed):
+    """Rows drawn to stress the digit steps: scores on few levels (ties inside a digit bin), both signs, ±0.0,
+    ±inf, values that differ only in the low mantissa bits (the last digit decides), windows of every length
+    class; both selects must equal the reference exactly (as sets)."""
+    gen = testing.generator(40 + seed)
+    s_kv, topk = 2500, 37 + 29 * seed
+    base = torch.randn((2, 4, s_kv, 1), generator=gen)
+    near = 1.0 + torch.randint(0, 64, base.shape, generator=gen) * 2.0 ** -23  # one exponent, low bits differ
+    levels = torch.tensor([float("-inf"), -2.0, -0.0, 0.0, 0.5, float("inf")])[torch.randint(0, 6, base.shape,
+                                                                                              generator=gen)]
+    scores = base.clone()  # rows: normal, near-equal, few levels, near-equal negative
+    scores[:, 1], scores[:, 2], scores[:, 3] = near[:, 1], levels[:, 2], -near[:, 3]
+    starts = torch.randint(-40, s_kv, (2, 4), generator=gen)
+    ends = starts + torch.randint(0, s_kv, (2, 4), generator=gen)
+    case = _case(scores, starts.tolist(), ends.tolist(), topk)
+    expected = case.fresh().run(SPEC.reference)["indexes"].cpu().sort(-1).values
+    for config in SELECTS:
+        got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
+        assert torch.equal(got.sort(-1).values, expected), config
 
 
 def test_groups_and_strided_scores():
@@ -163,5 +190,6 @@ def test_tie_across_the_sample_threshold():
     scores[0, 1, :, 0] = torch.where(torch.arange(3000) % 50 == 0, 2.0, scores[0, 1, :, 0].clamp(max=0.5))
     case = _case(scores, [[0, 0]], [[3000, 3000]], 100)
     expected = case.fresh().run(SPEC.reference)["indexes"].cpu()
-    got = SPEC.check(case, pinned(topk_op, topk_op.pick_config()))["indexes"].cpu()
-    assert torch.equal(got.sort(-1).values, expected.sort(-1).values)
+    for config in SELECTS:
+        got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
+        assert torch.equal(got.sort(-1).values, expected.sort(-1).values)

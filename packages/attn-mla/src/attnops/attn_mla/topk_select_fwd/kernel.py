@@ -21,8 +21,10 @@ A persistent program walks rows ``r = (b·S + s)·G + g``. For a window of ``n``
 
 Register select over ``keys`` (``valid`` marks real entries): the largest key ``T`` with
 ``#{key >= T} >= k`` by a 32-step bitwise search on counts (each step one compare + one CTA reduction over
-registers: no memory traffic), then every key ``> T`` plus the lowest-position keys ``== T`` up to ``k``,
-written in ascending position order (ties go to the lower position).
+registers: no memory traffic) or, with ``RADIX``, 4 steps of 8 bits (each a 256-bin histogram of the next
+digit over the keys that match the digits found so far, and a scan of the bins: 4 dependent CTA-wide steps
+instead of 32), then every key ``> T`` plus the lowest-position keys ``== T`` up to ``k``, written in ascending
+position order (ties go to the lower position).
 
 Whole-row select (``FULL_ONLY`` rows, sample misses): the same search with every count a read of the
 window (34 reads; exact, slow, rare on real scores).
@@ -66,6 +68,32 @@ def _kth_largest(keys, k):
 
 
 @triton.jit
+def _kth_largest_radix(keys, k):
+    """``_kth_largest`` by 8-bit digits, most significant first: the bins are counted over the keys whose
+    higher digits equal those chosen so far, and the chosen digit is the largest whose count of keys at or
+    above it still reaches the remaining rank. The top digit is the signed top byte shifted to 0..255 (so the
+    int32 order holds without an unsigned copy of the keys). Callers pass at least k real keys; padding
+    (int32 min, the lowest key) then never reaches rank k."""
+    bins = tl.arange(0, 256)
+    rank = tl.zeros([], dtype=tl.int32) + k
+    kth = tl.zeros([], dtype=tl.int32)
+    for i in tl.static_range(4):
+        if i == 0:
+            hist = tl.histogram((keys >> 24) + 128, 256)
+        else:
+            hist = tl.histogram((keys >> (24 - 8 * i)) & 0xFF, 256,
+                                mask=(keys >> (32 - 8 * i)) == (kth >> (32 - 8 * i)))
+        at_or_above = tl.cumsum(hist, axis=0, reverse=True)
+        d = tl.max(tl.where(at_or_above >= rank, bins, 0), axis=0)
+        rank -= tl.sum(tl.where(bins > d, hist, 0), axis=0)
+        if i == 0:
+            kth = (d - 128) << 24
+        else:
+            kth = kth | (d << (24 - 8 * i))
+    return kth
+
+
+@triton.jit
 def _keys_at(j, m, row_ptr, stride_t, lo, scratch_ptr, FROM_SCRATCH: tl.constexpr):
     """(keys, positions) of candidates ``j`` (masked by ``m``): scratch slots (fp32 bits << 32 | position),
     or window offsets."""
@@ -100,13 +128,16 @@ def _write_selected(row_ptr, stride_t, lo, scratch_ptr, n, kth, room, out_row_pt
 
 @triton.jit
 def _select_registers(row_ptr, stride_t, lo, scratch_ptr, n, k, out_row_ptr, CAP: tl.constexpr,
-                      BLOCK: tl.constexpr, FROM_SCRATCH: tl.constexpr):
+                      BLOCK: tl.constexpr, FROM_SCRATCH: tl.constexpr, RADIX: tl.constexpr):
     """Exact top-k of n <= CAP candidates: keys loaded once into a CAP-wide register tensor."""
     j = tl.arange(0, CAP)
     valid = j < n
     keys, _ = _keys_at(j, valid, row_ptr, stride_t, lo, scratch_ptr, FROM_SCRATCH)
     keys = tl.where(valid, keys, -2147483648)
-    kth = _kth_largest(keys, k)
+    if RADIX:
+        kth = _kth_largest_radix(keys, k)
+    else:
+        kth = _kth_largest(keys, k)
     n_gt = tl.sum((keys > kth).to(tl.int32), axis=0)  # padding (int32 min) is never > kth
     _write_selected(row_ptr, stride_t, lo, scratch_ptr, n, kth, k - n_gt, out_row_ptr, BLOCK, FROM_SCRATCH)
 
@@ -167,6 +198,7 @@ def topk_select_kernel(
     SLACK_NUM: tl.constexpr,  # the sample threshold aims at SLACK_NUM / SLACK_DEN × topk survivors
     SLACK_DEN: tl.constexpr,
     FULL_ONLY: tl.constexpr,  # topk too large for CAP: every row longer than topk is selected over the window
+    RADIX: tl.constexpr,  # register selects by 8-bit digit histograms instead of the 32-step bitwise search
 ):
     tl.static_assert(SAMPLES % 8 == 0)
     tl.static_assert(SAMPLES >= 16)
@@ -194,7 +226,7 @@ def topk_select_kernel(
                     j = j0 + blk
                     tl.store(out_row + j, tl.where(j < n, lo + j, S_kv), mask=j < topk)
             elif n <= CAP:
-                _select_registers(row_ptr, stride_st, lo, scratch, n, topk, out_row, CAP, BLOCK, False)
+                _select_registers(row_ptr, stride_st, lo, scratch, n, topk, out_row, CAP, BLOCK, False, RADIX)
             elif FULL_ONLY:
                 _select_window(row_ptr, stride_st, lo, n, topk, out_row, BLOCK)
             else:
@@ -210,7 +242,11 @@ def topk_select_kernel(
                 # (int64 via a zero: a launch with topk == 1 makes topk a constant, which has no .to)
                 rank = (SLACK_NUM * nsamp * (tl.zeros([], tl.int64) + topk) + SLACK_DEN * n - 1) // (SLACK_DEN * n)
                 rank = tl.minimum(tl.maximum(rank, 1), nsamp)
-                thr_key = _kth_largest(tl.where(sok, skeys, -2147483648), rank.to(tl.int32))
+                skeys = tl.where(sok, skeys, -2147483648)
+                if RADIX:
+                    thr_key = _kth_largest_radix(skeys, rank.to(tl.int32))
+                else:
+                    thr_key = _kth_largest(skeys, rank.to(tl.int32))
                 thr = _key_float(thr_key)
                 # 2. One read: full tiles pipelined (unmasked: vectorized cp.async), then the partial tile.
                 lo_al = (lo // 16) * 16
@@ -230,7 +266,7 @@ def topk_select_kernel(
                 tl.debug_barrier()  # scratch written by all threads before any thread reads it back
                 # 3. Exact select among the survivors, or the fallbacks.
                 if (count >= topk) & (count <= CAP):
-                    _select_registers(row_ptr, stride_st, lo, scratch, count, topk, out_row, CAP, BLOCK, True)
+                    _select_registers(row_ptr, stride_st, lo, scratch, count, topk, out_row, CAP, BLOCK, True, RADIX)
                 else:
                     n_gt = tl.zeros([], dtype=tl.int32)
                     if count > CAP:

@@ -23,6 +23,7 @@ class TopKConfig:
     num_warps: int
     maxnreg: int | None  # register cap per thread (ptxas otherwise takes up to 255 and one program fills an SM)
     programs_per_sm: int  # persistent programs per SM: must all be resident (regs, smem), see sm90 compile
+    radix: bool = False  # register selects by 8-bit digit histograms (4 dependent steps instead of 32)
 
     def cap(self, topk: int) -> int:
         return min(max(256, self.cap_factor * triton.next_power_of_2(topk)), self.max_cap)
@@ -51,6 +52,11 @@ CONFIGS = {
     # the sample's rank error away. Windows of 4·topk..8·topk keys then take the sample path.
     "h200-latency-4x": TopKConfig(block=4096, stages=3, samples=2048, slack=(9, 4), cap_factor=4, max_cap=16384,
                                   num_warps=16, maxnreg=128, programs_per_sm=1),
+    # Sweep candidates (not picked): the decode and the many-row configs with the 4-step radix select.
+    "h200-latency-radix": TopKConfig(block=4096, stages=3, samples=2048, slack=(9, 4), cap_factor=8,
+                                     max_cap=16384, num_warps=16, maxnreg=128, programs_per_sm=1, radix=True),
+    "h200-radix": TopKConfig(block=2048, stages=4, samples=2048, slack=(9, 4), cap_factor=4, max_cap=16384,
+                             num_warps=8, maxnreg=80, programs_per_sm=3, radix=True),
     # Small steps so that shrunk rows still take several steps per pass (interpreter).
     "interpreter": TopKConfig(block=256, stages=1, samples=64, slack=(9, 4), cap_factor=4, max_cap=16384,
                               num_warps=4, maxnreg=None, programs_per_sm=1),
@@ -82,7 +88,7 @@ def launch(index_score, starts, ends, topk: int, out: torch.Tensor, config: TopK
         *index_score.stride()[:2], index_score.stride(2), index_score.stride(3),
         *starts.stride(), *ends.stride(),
         BLOCK=config.block, STAGES=config.stages, CAP=cap, SAMPLES=config.samples,
-        SLACK_NUM=config.slack[0], SLACK_DEN=config.slack[1], FULL_ONLY=config.full_only(topk),
+        SLACK_NUM=config.slack[0], SLACK_DEN=config.slack[1], FULL_ONLY=config.full_only(topk), RADIX=config.radix,
         num_warps=config.num_warps, num_stages=config.stages, **extra,
     )
     return out
