@@ -221,16 +221,16 @@ def fuzz_lengths(gen, batch: int, max_q: int, max_extra: int) -> tuple[list[int]
 
 def fuzz(seed: int, device) -> Case:
     """A random valid call: 1-5 requests with 0/1/short/longer query chunks and caches, odd page sizes
-    (1..48), G 1..5 or 8, D 16..128, masks (causal / full / windows), softcap, sinks, RoPE (both layouts,
-    partial), fp8 pools (per-tensor / per-head scales) and fp8 q, shared pages, and sometimes an explicit
-    plan forcing 1-4 KV splits."""
+    (1..48) and multiples of the key tile (64, 128), G 1..5 or 8, D 16..128, masks (causal / full / windows),
+    softcap, sinks, RoPE (both layouts, partial), fp8 pools (per-tensor / per-head scales) and fp8 q, shared
+    pages, and sometimes an explicit plan forcing 1-4 KV splits."""
     gen = testing.generator(seed)
     act = random_choice(gen, [torch.float16] if runtime.interpreting() else [torch.float16, torch.bfloat16])
     q_dtype = random_choice(gen, [act, act, act, E4M3])
     kv_dtype = E4M3 if q_dtype == E4M3 else random_choice(gen, [act, act, E4M3])
     num_kv, group = random_int(gen, 1, 2), random_choice(gen, [1, 2, 3, 4, 5, 8])
     d = random_choice(gen, [16, 32, 64, 64, 128])
-    page_size = random_choice(gen, [1, 5, 16, 16, 48])
+    page_size = random_choice(gen, [1, 5, 16, 48, 64, 128])  # 64 / 128: one table entry per tile (tile_in_page)
     q_lens, kv_lens = fuzz_lengths(gen, random_int(gen, 1, 5), 24, 90)
     causal = random_choice(gen, [True, True, False])
     wl = random_choice(gen, [-1, -1, 0, random_int(gen, 1, 40)])

@@ -123,10 +123,10 @@ def build_case(q_lens, cache_lens, num_heads: int, num_kv: int, d: int, page_siz
 
 
 def fuzz(seed: int, device) -> Case:
-    """A random valid call: 1-4 requests with 0..24 new tokens over 0..80 cached ones, odd page sizes, G 1..5
-    or 8, D 16..128, causal or not, softcap, fused RoPE (full or partial R), fp8 pools with new values past
-    saturation, shared pages for the cached part only when no request appends into them, sometimes an
-    explicit plan with 1-3 splits."""
+    """A random valid call: 1-4 requests with 0..24 new tokens over 0..80 cached ones, odd page sizes and
+    multiples of the key tile (64, 128), G 1..5 or 8, D 16..128, causal or not, softcap, fused RoPE (full or
+    partial R), fp8 pools with new values past saturation, shared pages for the cached part only when no
+    request appends into them, sometimes an explicit plan with 1-3 splits."""
     gen = testing.generator(seed)
     dtype = random_choice(gen, [torch.float16] if runtime.interpreting() else [torch.float16, torch.bfloat16])
     pool_dtype = random_choice(gen, [dtype, dtype, E4M3])
@@ -137,7 +137,7 @@ def fuzz(seed: int, device) -> Case:
     cache_lens = [random_choice(gen, [0, random_int(gen, 1, 80), random_int(gen, 1, 80)]) for _ in range(batch)]
     rope = random_choice(gen, [False, True])
     causal = random_choice(gen, [True, True, False])
-    case = build_case(q_lens, cache_lens, num_kv * group, num_kv, d, random_choice(gen, [1, 5, 16, 16, 48]), dtype,
+    case = build_case(q_lens, cache_lens, num_kv * group, num_kv, d, random_choice(gen, [1, 5, 16, 48, 64, 128]), dtype,
                       pool_dtype, device, seed, is_causal=causal, softcap=random_choice(gen, [None, None, 4.0]),
                       fuse_rope=rope, rotary_dim=random_choice(gen, [None, d // 2]) if rope else None,
                       new_scale=random_choice(gen, [1.0, 1.0, 150.0]) if pool_dtype == E4M3 else 1.0,
