@@ -28,7 +28,7 @@ case "${PART:?PART=sweeps, core, mla or rest}" in
     lane 1 rows-rel bash -c '
       if [ -n "$ROWS" ]; then set -- $ROWS; OUT=$OUT/rows bash benchmarks/gpu_job.sh "$1" -- --filter "$2" \
         --exclude-peers torch-compile,torch-ref; fi
-      STEP_CAP=120 RACECHECK=1 OUT=$OUT/rel bash benchmarks/gpu_reliability.sh attn-core attn-mla attn-nsa kvcache-ops' & ;;
+      STEP_CAP=80 RACECHECK=1 FUZZ=0 OUT=$OUT/rel bash benchmarks/gpu_reliability.sh attn-core attn-mla attn-nsa kvcache-ops' & ;;
   core)
     lane 0 core-a bash benchmarks/gpu_job.sh attn-core -- --filter GQADenseFwd,GQAVarlenFwd,GQABwd "${core_peers[@]}" &
     lane 1 core-b bash benchmarks/gpu_job.sh attn-core -- --filter Paged "${core_peers[@]}" & ;;
