@@ -91,18 +91,41 @@ def profile_iterations(
             flush()
             fn()
             torch.cuda.synchronize()
-    events = _kernel_intervals(prof)
-    per_iter: list[list[tuple[int, int]]] = []
+    per_iter = _split_iterations(_kernel_intervals(prof), iters, count_copies)
+    return [_union_ms([(start, stop) for _, start, stop in it]) for it in per_iter]
+
+
+def kernel_breakdown(fn: Callable[[], object], iters: int, flush: L2Flusher) -> dict[str, float]:
+    """Median device time (ms) per kernel name over ``iters`` calls of ``fn`` (each after an L2 flush): which
+    launch of a multi-kernel call (attention vs split combine, say) the time goes to."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            flush()
+            fn()
+            torch.cuda.synchronize()
+    per_name: dict[str, list[float]] = {}
+    for it in _split_iterations(_kernel_intervals(prof), iters, False):
+        totals: dict[str, float] = {}
+        for name, start, stop in it:
+            totals[name] = totals.get(name, 0.0) + (stop - start) / 1e6
+        for name, ms in totals.items():
+            per_name.setdefault(name, []).append(ms)
+    return {name: statistics.median(v) for name, v in per_name.items()}
+
+
+def _split_iterations(events, iters: int, count_copies: bool) -> list[list[tuple[str, int, int]]]:
+    """The activities between consecutive flush kernels, one list per iteration."""
+    per_iter: list[list[tuple[str, int, int]]] = []
     for name, start, stop in events:
         if FLUSH_NAME in name:
             per_iter.append([])
         elif per_iter and (count_copies or "Memcpy" not in name):
-            per_iter[-1].append((start, stop))
+            per_iter[-1].append((name, start, stop))
     if len(per_iter) != iters:
         raise RuntimeError(f"CUPTI saw {len(per_iter)} flushes for {iters} iterations: no device timing")
     if not any(per_iter):
         raise RuntimeError("CUPTI recorded no kernels for the timed call")
-    return [_union_ms(iv) for iv in per_iter]
+    return per_iter
 
 
 def iteration_budget(fn: Callable[[], object], flush: L2Flusher) -> tuple[int, int]:

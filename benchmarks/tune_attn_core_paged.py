@@ -22,7 +22,7 @@ from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, TileConfig, config_key
 from attnops.attn_core.specs import SPECS
 
 from .sweep import check_and_time, matches
-from .timing import L2Flusher
+from .timing import L2Flusher, kernel_breakdown
 
 OPS = ("GQAPagedFwd", "MHADecodePagedWithKVCacheFwd", "GQAPrefillPagedWithKVCacheFwd")
 
@@ -102,6 +102,11 @@ def main():
             best = min(timed, key=timed.get) if timed else None
             rec = {"id": w.id, "default": default_plan.describe(), "default_ms": timed.get("default"),
                    "best": best, "best_ms": timed.get(best), "timed_ms": timed, "failed": failed}
+            if "default" in timed:  # where the default's time goes: attention launches vs the split combine
+                run = functools.partial(_with_plan, spec.fn, default_plan, **case.inputs)
+                rec["default_kernels_ms"] = kernel_breakdown(run, args.iters, flush)
+                print("    default per kernel: " + ", ".join(f"{k[:40]} {v * 1e3:.1f} us"
+                                                          for k, v in rec["default_kernels_ms"].items()), flush=True)
             results.append(rec)
             dflt = timed.get("default", float("nan"))
             print(f"{w.id}: default {dflt * 1e3:.1f} us [{rec['default']}]; best {best} "
