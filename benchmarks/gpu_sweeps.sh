@@ -20,22 +20,24 @@ step() {  # step <name> <cap s> <command...>: run with the time left (at most ca
 }
 tune() { local name=$1 cap=$2 tool=$3; shift 3; step "$name" "$cap" python3 -m "benchmarks.$tool" --out "$OUT/$name.json" "$@"; }
 core=packages/attn-core/tests
-# Caps add up to ~580 s: the deadline cuts the last sweeps first (ordered by the size of the gap they address).
+# Caps add up to ~610 s: the deadline cuts the last sweeps first (ordered by the size of the gap they address).
 # Node ids, not -k: on the GPU machine a -k expression once matched every test of the family.
 step gpu-tests 120 python3 -m pytest -v -p no:cacheprovider \
   "$core/test_attn_core_reliability.py::test_nan_and_inf_stay_in_their_request" \
   "$core/test_mha_decode_paged_with_kv_cache_fwd.py" \
   "$core/test_gqa_paged_fwd.py::test_tile_in_page" \
+  "$core/test_gqa_paged_fwd.py::test_pow2_pages" \
   "$core/test_gqa_paged_fwd.py::test_kv_splits_merged_in_the_kernel_gpu" \
   "$core/test_gqa_varlen_fwd.py::test_tma_configs_gpu" \
   "$core/test_gqa_varlen_fwd.py::test_rope_keys_rotated_in_a_prepass" \
   "$core/test_gqa_dense_fwd.py::test_rope_keys_rotated_in_a_prepass" \
   "$core/test_gqa_bwd.py::test_atomic_dq_every_config_gpu"
-# paged: the two rows slower on 2026-12-01 (405b-p256: tile_in_page suspected); GQAPagedFwd's prefill rows
-# (0.40-0.58x FA3 on the per-key gather of the prefill tile: tile_in_page for that kind, page 64) and the prefill
-# op's smaller rows (D = 256 tiles: its default spills 136 B with RoPE, 64x32 w8 none)
-tune tune-paged 120 tune_attn_core_paged \
-  --filter llama-405b,llama-70b-p16,GQAPagedFwd/llama-8b/,serving-step,llama-8b-noncausal,gemma-2b,llama-8b-rope/,starcoder
+# paged: the rows slower on 2026-12-01 (405b-p256, 70b-p16); the p16 rows (pow2_pages: pages below the tile);
+# GQAPagedFwd's prefill rows (0.40-0.58x FA3 on the per-key gather of the prefill tile: tile_in_page and
+# pow2_pages for that kind, page 64); the prefill op's smaller rows (D = 256 tiles: its default spills 136 B
+# with RoPE, 64x32 w8 none). The default plan's time per kernel is printed too (attention vs combine).
+tune tune-paged 150 tune_attn_core_paged \
+  --filter llama-405b,-p16/,GQAPagedFwd/llama-8b/,serving-step,llama-8b-noncausal,gemma-2b,llama-8b-rope/,starcoder
 tune tune-bwd-short 60 tune_gqa_bwd --filter short  # refit `choose` (llama-70b-long wants m64n128)
 tune tune-splits 60 tune_attn_core --filter llama-8b-32k,llama-70b-32k,gemma-2b-8k  # sqrt split rule
 tune tune-topk 60 tune_attn_mla --filter TopK --iters 10  # h200-latency-4x, radix selects

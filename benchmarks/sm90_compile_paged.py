@@ -32,7 +32,8 @@ FLOATS = ("qk_scale", "cap_scale", "cap_log2")
 def compile_attention(cfg, d: int, act: str = "fp16", kv: str | None = None, q_fp8: bool = False,
                       new: bool = False, rope_q: bool = False, rope_pool: bool = False, rope_new: bool = False,
                       interleaved: bool = False, softcap: bool = False, sinks: bool = False,
-                      rotary_dim: int | None = None, fused: bool = False, tile_in_page: bool = False):
+                      rotary_dim: int | None = None, fused: bool = False, tile_in_page: bool = False,
+                      page_shift: int = -1):
     kv = kv or act
     q = "fp8e4nv" if q_fp8 else act
     ptrs = {"q_ptr": f"*{q}", "k_ptr": f"*{kv}", "v_ptr": f"*{kv}", "kn_ptr": f"*{act}", "vn_ptr": f"*{act}",
@@ -45,7 +46,7 @@ def compile_attention(cfg, d: int, act: str = "fp16", kv: str | None = None, q_f
               "INTERLEAVED": interleaved,
               "SOFTCAP": softcap, "HAS_SINKS": sinks, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
               "BLOCK_D": d, "EXACT_DOT": False, "FUSED_COMBINE": fused,
-              "TILE_IN_PAGE": tile_in_page, "_float_args": FLOATS}
+              "TILE_IN_PAGE": tile_in_page, "PAGE_SHIFT": page_shift, "_float_args": FLOATS}
     consts = {k: v for k, v in consts.items() if k in paged_attention_kernel.arg_names or k.startswith("_")}
     return compile_sm90(paged_attention_kernel, ptrs, consts, cfg.num_warps, cfg.num_stages)
 
@@ -58,6 +59,7 @@ def variants():
         yield "softcap+sinks", d, {"softcap": True, "sinks": True}
         yield "fused-combine+sinks", d, {"sinks": True, "fused": True}
         yield "tile-in-page", d, {"tile_in_page": True}
+        yield "pow2-pages", d, {"page_shift": 4}
         yield "tile-in-page+rope", d, {"tile_in_page": True, "rope_q": True, "rope_pool": True}
         yield "rope-neox", d, {"rope_q": True, "rope_pool": True}
         yield "rope-interleaved-R/2", d, {"rope_q": True, "rope_pool": True, "interleaved": True}

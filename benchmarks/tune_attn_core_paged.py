@@ -42,7 +42,8 @@ CANDIDATES: dict[tuple[str, int], list[TileConfig]] = {
 SPLIT_KNOBS = ({"num_splits": 1}, {"programs_per_sm": 1}, {"programs_per_sm": 2}, {"programs_per_sm": 8},
                {"fused_combine": True}, {"programs_per_sm": 8, "fused_combine": True}, {"tile_in_page": True},
                {"tile_in_page": True, "fused_combine": True}, {"min_split_keys": 64, "fused_combine": True},
-               {"min_split_keys": 128, "fused_combine": True}, {"min_split_keys": 128})
+               {"min_split_keys": 128, "fused_combine": True}, {"min_split_keys": 128}, {"pow2_pages": True},
+               {"pow2_pages": True, "tile_in_page": True})
 
 
 def planner(op: str, case):

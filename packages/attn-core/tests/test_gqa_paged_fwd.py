@@ -127,6 +127,26 @@ def test_tile_in_page(name, splits):
     _check(case, tile_in_page=True, **({"num_splits": splits} if splits else {}))
 
 
+POW2_PAGE_CASES = {
+    "decode-d128-p16": dict(q_lens=[1, 1, 0, 1], cache_lens=[300, 17, 40, 1], num_heads=8, num_kv=2, d=128,
+                            page_size=16, sinks=True),
+    "decode-d64-p1-window": dict(q_lens=[1, 2], cache_lens=[70, 33], num_heads=4, num_kv=1, d=64, page_size=1,
+                                 window_size_left=20),
+    "prefill-d128-p32-rope": dict(q_lens=[20, 3], cache_lens=[140, 64], num_heads=8, num_kv=2, d=128, page_size=32,
+                                  rope=True),
+    "prefill-d64-p48": dict(q_lens=[17, 1], cache_lens=[100, 49], num_heads=4, num_kv=2, d=64, page_size=48),
+}
+
+
+@pytest.mark.parametrize("splits", [None, 3])
+@pytest.mark.parametrize("name", POW2_PAGE_CASES)
+def test_pow2_pages(name, splits):
+    """``pow2_pages``: shift / mask page addressing for page sizes 1, 16 and 32 (decode and prefill tiles,
+    shuffled pages, ragged tails, an empty request); page 48 keeps the division."""
+    case = build_case(device=DEV, q_dtype=torch.float16, kv_dtype=torch.float16, seed=23, **POW2_PAGE_CASES[name])
+    _check(case, pow2_pages=True, **({"num_splits": splits} if splits else {}))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 def test_kv_splits_merged_in_the_kernel_gpu(dtype):

@@ -48,7 +48,7 @@ def _attend_source(
     cos_ptr, sin_ptr, stride_cos, key_pos_shift,
     page_size, PAGED: tl.constexpr, ROPE_K: tl.constexpr, ROTARY_DIM: tl.constexpr,
     INTERLEAVED: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    EXACT_DOT: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
+    EXACT_DOT: tl.constexpr, TILE_IN_PAGE: tl.constexpr, PAGE_SHIFT: tl.constexpr,
 ):
     """Fold the keys of one source that rows at positions [pos_lo, pos_hi] see, restricted to
     [split_lo, split_hi), into (acc, m_i, l_i). One software-pipelined loop; only tiles outside the
@@ -61,7 +61,9 @@ def _attend_source(
     tables that the host did not check never read outside the tensors); else key j is row j of k_base / v_base.
     ``key_pos_shift`` turns a key index into its RoPE position. ``TILE_IN_PAGE`` (page_size a multiple of
     BLOCK_N; tiles start at multiples of BLOCK_N): each tile lies in one page, so it reads one table entry and
-    addresses its rows affinely instead of a per-key table gather with a division by page_size."""
+    addresses its rows affinely instead of a per-key table gather with a division by page_size.
+    ``PAGE_SHIFT`` >= 0 (page_size = 2^PAGE_SHIFT): the per-key page and slot by a shift and a mask instead of
+    an integer division and remainder by the runtime page_size."""
     n_lo, full_lo, full_hi, n_hi = kv_block_range(pos_lo, pos_hi, kv_len, WL, WR, BLOCK_N)
     a = clamp_range(n_lo, split_lo, split_hi)
     b = clamp_range(n_hi, split_lo, split_hi)
@@ -77,10 +79,16 @@ def _attend_source(
                 ok = ok & (page >= 0) & (page < num_pages)
                 slot = (n0 - col * page_size + offs_n).to(tl.int64)
             else:
-                col_ok = ok & (k_pos // page_size < table_width)
-                page = tl.load(table_row + k_pos // page_size, mask=col_ok, other=-1)
+                if PAGE_SHIFT >= 0:
+                    col = k_pos >> PAGE_SHIFT
+                    slot = k_pos & ((1 << PAGE_SHIFT) - 1)
+                else:
+                    col = k_pos // page_size
+                    slot = k_pos % page_size
+                col_ok = ok & (col < table_width)
+                page = tl.load(table_row + col, mask=col_ok, other=-1)
                 ok = col_ok & (page >= 0) & (page < num_pages)
-                slot = (k_pos % page_size).to(tl.int64)
+                slot = slot.to(tl.int64)
             page = page.to(tl.int64)
             k_row = page * stride_kp + slot * stride_kt
             v_row = page * stride_vp + slot * stride_vt
@@ -117,7 +125,7 @@ def paged_attention_kernel(
     ROPE_NEW_K: tl.constexpr, ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr,
     SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EXACT_DOT: tl.constexpr,
-    FUSED_COMBINE: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
+    FUSED_COMBINE: tl.constexpr, TILE_IN_PAGE: tl.constexpr, PAGE_SHIFT: tl.constexpr,
 ):
     """Grid: (n_items · H_kv,); program → item pid // H_kv, KV head pid % H_kv (heavy items first).
 
@@ -200,7 +208,7 @@ def paged_attention_kernel(
             table_width, rope_rows,
             stride_kp, stride_kt, stride_vp, stride_vt, cos_ptr, sin_ptr, stride_cos, 0,
             page_size, True, ROPE_POOL_K, ROTARY_DIM, INTERLEAVED, SOFTCAP, BLOCK_N, BLOCK_D, EXACT_DOT,
-            TILE_IN_PAGE)
+            TILE_IN_PAGE, PAGE_SHIFT)
     if KV_FP8:
         acc = acc * dv_pool  # pool values were raw e4m3: scale the pool's contribution once
     # ---- source 2: this request's new rows, keys [pool_len, kv_len) (relative index i = key − pool_len)
@@ -216,7 +224,7 @@ def paged_attention_kernel(
                 table_width, rope_rows,
                 0, stride_knt, 0, stride_vnt, cos_ptr, sin_ptr, stride_cos, pool_len,
                 page_size, False, ROPE_NEW_K, ROTARY_DIM, INTERLEAVED, SOFTCAP, BLOCK_N, BLOCK_D, EXACT_DOT,
-                False)
+                False, -1)
 
     # ---- epilogue
     if num_splits == 1:

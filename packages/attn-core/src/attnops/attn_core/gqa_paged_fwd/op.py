@@ -137,6 +137,7 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
                 q_scale.stride(0) if q_scale is not None else 0, ks_b, ks_h,
                 **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, FUSED_COMBINE=ln.counters is not None,
                 TILE_IN_PAGE=ln.tile_in_page and page_size % cfg.block_n == 0,
+                PAGE_SHIFT=page_size.bit_length() - 1 if plan.pow2_pages and page_size & (page_size - 1) == 0 else -1,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             )
 

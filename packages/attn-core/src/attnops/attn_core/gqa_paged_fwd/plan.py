@@ -36,6 +36,10 @@ FUSED_COMBINE_DEFAULT = False
 # 13 decode rows, 3-10 %; docs/perf/attn-core.md); the prefill ("large") kind keeps the per-key gather until
 # it is timed. ``tile_in_page=True/False`` per plan overrides it for both kinds.
 TILE_IN_PAGE_DEFAULT = frozenset({"small"})
+# Power-of-two page sizes: per-key page / slot by shift and mask instead of an integer division by the runtime
+# page size (the tiles ``tile_in_page`` does not cover: pages smaller than the tile, the prefill kind). Off
+# until timed (``pow2_pages=True`` per plan); offline sm_90 it removes the per-key division code.
+POW2_PAGES_DEFAULT = False
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,7 @@ class PagedAttentionPlan:
     new_keys: bool
     device: torch.device
     launches: list[Launch] = field(default_factory=list)
+    pow2_pages: bool = False  # shift / mask page addressing where the page size is a power of two
 
     def describe(self) -> str:
         parts = []
@@ -134,7 +139,7 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
                          new_keys: bool = False, device=None, num_splits: int | None = None,
                          configs: dict | None = None, programs_per_sm: int | None = None,
                          fused_combine: bool | None = None, tile_in_page: bool | None = None,
-                         min_split_keys: int | None = None) -> PagedAttentionPlan:
+                         min_split_keys: int | None = None, pow2_pages: bool | None = None) -> PagedAttentionPlan:
     """Schedule one batch layout. ``q_lens`` / ``kv_lens``: per-request host ints (``kv_lens`` = pool keys;
     with ``new_keys`` the request also has its q_len new keys). Tuning / test knobs: ``num_splits`` forces
     the KV split count of every item; ``configs`` overrides ``CONFIGS`` entries; ``programs_per_sm``
@@ -143,14 +148,16 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     0 after every run: runs of one plan must be stream-ordered (as its workspace already requires);
     ``tile_in_page`` (default: ``TILE_IN_PAGE_DEFAULT``'s launch kinds) reads one table entry per pool tile
     when the page size is a multiple of the key tile; ``min_split_keys`` replaces ``MIN_SPLIT_KEYS`` (both
-    classes) in the split heuristic (latency rows: more, shorter splits)."""
+    classes) in the split heuristic (latency rows: more, shorter splits); ``pow2_pages`` (default
+    ``POW2_PAGES_DEFAULT``) addresses power-of-two pages by shift and mask."""
     device = torch.device(device) if device is not None else runtime.device()
     group = num_heads // num_kv_heads
     wl, wr = window_bounds(is_causal, window_size_left, window_size_right)
     table = {**CONFIGS, **(configs or {})}
     q_lens = tuple(int(x) for x in q_lens)
     kv_lens = tuple(int(x) for x in kv_lens)
-    plan = PagedAttentionPlan(q_lens, kv_lens, num_heads, num_kv_heads, head_dim, (wl, wr), new_keys, device)
+    plan = PagedAttentionPlan(q_lens, kv_lens, num_heads, num_kv_heads, head_dim, (wl, wr), new_keys, device,
+                              pow2_pages=POW2_PAGES_DEFAULT if pow2_pages is None else pow2_pages)
     sms = runtime.num_sms()
     for kind in ("large", "small"):
         cfg = table[config_key(kind, head_dim)]
