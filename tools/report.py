@@ -177,6 +177,57 @@ def gap_reason(op: str, name: str, workload_name: str, measured_over_published: 
     return "not examined"
 
 
+PAGED_PREFILL_ROWS = ("llama-8b", "llama-8b-serving-step", "llama-8b-noncausal", "qwen3-ragged-odd")
+
+
+def floor_gap(op: str, name: str) -> str:
+    """What stands between a row below the floor and the best peer (measured, or the named hypothesis), and
+    where it is written up. Rows without an analysis say so."""
+    core, mla = "docs/perf/attn-core.md", "docs/perf/attn-mla.md"
+    no_ws = "no warp specialization in Triton 3.6 (FA3 overlaps softmax with the MMA)"
+    if op == "GQABwd":
+        if "70b-long" in name and "mha" not in name:
+            return f"`choose` takes the 64-key tile here: m64n128 measured 693 vs 846 µs ({core}, 2026-12-01)"
+        return f"7 MMA products per tile pair issued serially, {no_ws}; atomic dQ measured slower ({core})"
+    if op == "GQADenseFwd" and name.startswith("qwen3-30b"):
+        return f"split count 2× too many from 8 k keys (16k: 20.5 µs at half the splits; rule to sweep) ({core})"
+    if op in ("GQADenseFwd", "GQAVarlenFwd") and "sink" not in name and "chunked" not in name:
+        return f"prefill: {no_ws}; TMA tiles measured 0.93–0.97× ({core})"
+    if op == "GQAPagedFwd":
+        if "-p16" in name:
+            return f"pages below the key tile: per-key table gather and division (`pow2_pages` candidate) ({core})"
+        if "405b" in name or "70b" in name:
+            return f"split rows slower since 2026-11-30 with identical attention PTX: combine launch suspected ({core})"
+        if name in PAGED_PREFILL_ROWS:
+            return f"prefill tile: per-key page gather and division (`tile_in_page` / `pow2_pages` to sweep) ({core})"
+    if op == "GQAPrefillPagedWithKVCacheFwd":
+        if name.startswith(("qwen35", "gemma")):
+            return f"D = 256 prefill tile at ~25 % SOL, spills with RoPE (64x32 / 4-warp tiles to sweep) ({core})"
+        return f"prefill tile: per-key page gather and division; {no_ws} ({core})"
+    if op == "MHADecodePagedWithKVCacheFwd":
+        return f"latency row: split policy (min_split_keys 64 + in-kernel merge faster on serving rows) ({core})"
+    if op == "MLADecodeWithKVCacheFwd":
+        return f"scores, softmax and rescale not overlapped with the MMA (the peers are warp-specialized) ({mla})"
+    if op == "DSADecodeWithKVCacheFwd":
+        return f"as MLA, plus the dependent index → row gather chain ({mla})"
+    if op == "TopKSelectFwd":
+        return f"one program per row (FlashInfer splits a row over CTAs); radix select candidate ({mla})"
+    return "not analysed yet"
+
+
+def below_floor(by_op) -> list[str]:
+    """Table rows for every rated row under the floor; a record older than its op's newest run says so."""
+    rows = []
+    for op, lines in by_op.items():
+        newest = max((ln.run for ln in lines if ln.run), default="")
+        for ln in lines:
+            if ln.ratio is not None and ln.ratio < FLOOR:
+                stale = f" [record of {ln.run}]" if ln.run != newest else ""
+                rows.append(f"| {ln.workload.id} | {ln.ratio:.2f} | {ln.best_peer[0]} {ln.best_peer[1]:.4f} | "
+                            f"{_ms(ln.ours_ms)} | {floor_gap(op, ln.workload.name)}{stale} |")
+    return rows
+
+
 def published_vs_measured(by_op) -> tuple[list[str], list[str]]:
     """Rows of two tables: published peers measured here that differ by more than 20%, and published peers
     that could not be measured here (with what the adapter reported)."""
@@ -253,6 +304,11 @@ def render_md(by_op, runs) -> str:
             note = f" — {ln.note}" if ln.note else ""
             out.append(f"| {w.name} | {w.dtype} | {ratio} | {_ms(ln.ours_ms)} | {peers}{note} | {tflops} | {sol} | "
                        f"{bound} | {_published(w)} |")
+    out += ["", f"## Rows below {FLOOR:.2f} of the best peer measured", "",
+            "What stands between each row and the floor: the measured cause or the named hypothesis, and where it",
+            "is written up (\"not analysed yet\" where nobody has looked).", "",
+            "| row | ratio | best peer (ms) | ours (ms) | what stands in the way |",
+            "| --- | ---: | --- | ---: | --- |", *below_floor(by_op)]
     differ, missing = published_vs_measured(by_op)
     out += ["", "## Published vs measured peers", "",
             f"Published peers (seed page) that were measured here and differ by more than {DISCREPANCY:.0%}, with",
