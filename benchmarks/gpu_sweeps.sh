@@ -37,7 +37,7 @@ step gpu-tests 120 python3 -m pytest -v -p no:cacheprovider \
 # pow2_pages for that kind, page 64); the prefill op's smaller rows (D = 256 tiles: its default spills 136 B
 # with RoPE, 64x32 w8 none). The default plan's time per kernel is printed too (attention vs combine).
 tune tune-paged 150 tune_attn_core_paged \
-  --filter llama-405b,-p16/,GQAPagedFwd/llama-8b/,serving-step,llama-8b-noncausal,gemma-2b,llama-8b-rope/,starcoder
+  --filter llama-405b,-p16/,GQAPagedFwd/llama-8b/,serving-step,llama-8b-noncausal,gpt-oss-sink,gemma-2b,llama-8b-rope/,starcoder
 tune tune-bwd-short 60 tune_gqa_bwd --filter short  # refit `choose` (llama-70b-long wants m64n128)
 tune tune-splits 60 tune_attn_core --filter llama-8b-32k,llama-70b-32k,gemma-2b-8k  # sqrt split rule
 tune tune-topk 60 tune_attn_mla --filter TopK --iters 10  # h200-latency-4x, radix selects

@@ -191,9 +191,17 @@ def floor_gap(op: str, name: str) -> str:
         return f"7 MMA products per tile pair issued serially, {no_ws}; atomic dQ measured slower ({core})"
     if op == "GQADenseFwd" and name.startswith("qwen3-30b"):
         return f"split count 2× too many from 8 k keys (16k: 20.5 µs at half the splits; rule to sweep) ({core})"
-    if op in ("GQADenseFwd", "GQAVarlenFwd") and "sink" not in name and "chunked" not in name:
+    if "sink-mixed" in name:
+        return ("window-128 rows: each query tile meets 2–3 key tiles, so its q load, epilogue and the launch "
+                f"dominate (hypothesis; FA3 13–24 µs) ({core})")
+    if op in ("GQADenseFwd", "GQAVarlenFwd"):
         return f"prefill: {no_ws}; TMA tiles measured 0.93–0.97× ({core})"
     if op == "GQAPagedFwd":
+        if "32k" in name:
+            return ("long decode at 69 % of the HBM roof (FlashInfer ~94 %): bytes in flight per SM; programs_per_sm "
+                    f"= 8 measured 332 vs 385 µs before tile_in_page ({core})")
+        if "sink-decode" in name:
+            return f"latency-bound (21 % SOL) split decode of 64 items over 2 k keys: split policy to sweep ({core})"
         if "-p16" in name:
             return f"pages below the key tile: per-key table gather and division (`pow2_pages` candidate) ({core})"
         if "405b" in name or "70b" in name:
