@@ -79,7 +79,7 @@ class Launch:
     combine: torch.Tensor  # [n_c, 4] int32: b, m_block, first slot, num_splits
     part_o: torch.Tensor  # [n_slots, H_kv, BLOCK_M, D] f32 (may be empty)
     part_lse: torch.Tensor  # [n_slots, H_kv, BLOCK_M] f32
-    counters: torch.Tensor | None = None  # [n_slots · H_kv] int32 zeros: merged in the kernel (fused combine)
+    counters: torch.Tensor | None = None  # >= n_slots · H_kv int32 zeros (shared): merged in the kernel
     tile_in_page: bool = False  # one table entry per pool tile where page_size allows (TILE_IN_PAGE_DEFAULT)
 
     @property
@@ -144,8 +144,9 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     with ``new_keys`` the request also has its q_len new keys). Tuning / test knobs: ``num_splits`` forces
     the KV split count of every item; ``configs`` overrides ``CONFIGS`` entries; ``programs_per_sm``
     replaces ``TARGET_PROGRAMS_PER_SM`` in the split heuristic; ``fused_combine`` (default
-    ``FUSED_COMBINE_DEFAULT``) merges split blocks in the attention kernel. A fused plan's counters return to
-    0 after every run: runs of one plan must be stream-ordered (as its workspace already requires);
+    ``FUSED_COMBINE_DEFAULT``) merges split blocks in the attention kernel. A fused plan's counters (the
+    ``runtime.arrival_counters`` of the stream current when it is built) return to 0 after every run: run it
+    on that stream, stream-ordered with the other kernels that use them (as its workspace already requires);
     ``tile_in_page`` (default: ``TILE_IN_PAGE_DEFAULT``'s launch kinds) reads one table entry per pool tile
     when the page size is a multiple of the key tile; ``min_split_keys`` replaces ``MIN_SPLIT_KEYS`` (both
     classes) in the split heuristic (latency rows: more, shorter splits); ``pow2_pages`` (default
@@ -203,7 +204,9 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
         part_o = testing.kernel_buffer((slot, num_kv_heads, bm, head_dim), torch.float32, device)
         part_lse = testing.kernel_buffer((slot, num_kv_heads, bm), torch.float32, device)
         fused = FUSED_COMBINE_DEFAULT if fused_combine is None else fused_combine
-        counters = torch.zeros(slot * num_kv_heads, dtype=torch.int32, device=device) if fused and slot else None
+        # the shared per-(device, stream) counters of the flash / MLA kernels: zeroed once, left at 0 by every
+        # run, so a plan built per call adds no fill kernel to the call
+        counters = runtime.arrival_counters(device, slot * num_kv_heads) if fused and slot else None
         tile = kind in TILE_IN_PAGE_DEFAULT if tile_in_page is None else tile_in_page
         plan.launches.append(Launch(kind, cfg, item_t, comb_t, part_o, part_lse, counters, tile))
     return plan
