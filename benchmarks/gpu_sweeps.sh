@@ -25,8 +25,7 @@ core=packages/attn-core/tests
 step gpu-tests 120 python3 -m pytest -v -p no:cacheprovider \
   "$core/test_attn_core_reliability.py::test_nan_and_inf_stay_in_their_request" \
   "$core/test_mha_decode_paged_with_kv_cache_fwd.py" \
-  "$core/test_gqa_paged_fwd.py::test_tile_in_page" \
-  "$core/test_gqa_paged_fwd.py::test_pow2_pages" \
+  "$core/test_gqa_paged_fwd.py::test_page_addressing" \
   "$core/test_gqa_paged_fwd.py::test_kv_splits_merged_in_the_kernel_gpu" \
   "$core/test_gqa_varlen_fwd.py::test_tma_configs_gpu" \
   "$core/test_gqa_varlen_fwd.py::test_rope_keys_rotated_in_a_prepass" \

@@ -107,44 +107,34 @@ def test_forced_kv_splits_merged_in_the_kernel(name, splits):
     assert all(not bool(ln.counters.any()) for ln in plan.launches if ln.counters is not None)
 
 
-TILE_IN_PAGE_CASES = {
-    "decode-d128-p128": dict(q_lens=[1, 1, 0, 1], cache_lens=[300, 129, 40, 1], num_heads=8, num_kv=2, d=128,
-                             page_size=128, sinks=True),
-    "decode-d64-p256-window": dict(q_lens=[1, 1], cache_lens=[600, 257], num_heads=4, num_kv=1, d=64, page_size=256,
-                                   window_size_left=300),
-    "prefill-d128-p64-rope": dict(q_lens=[20, 3], cache_lens=[140, 64], num_heads=8, num_kv=2, d=128, page_size=64,
-                                  rope=True),
+# (plan keyword, layout): page sizes that are multiples of the key tile for ``tile_in_page`` (one table entry per
+# tile, affine rows); power-of-two page sizes for ``pow2_pages`` (shift / mask), page 48 keeping the division.
+PAGE_ADDRESSING_CASES = {
+    "tile_in_page-decode-d128-p128": ("tile_in_page", dict(q_lens=[1, 1, 0, 1], cache_lens=[300, 129, 40, 1],
+                                                           num_heads=8, num_kv=2, d=128, page_size=128, sinks=True)),
+    "tile_in_page-decode-d64-p256-window": ("tile_in_page", dict(q_lens=[1, 1], cache_lens=[600, 257], num_heads=4,
+                                                                 num_kv=1, d=64, page_size=256, window_size_left=300)),
+    "tile_in_page-prefill-d128-p64-rope": ("tile_in_page", dict(q_lens=[20, 3], cache_lens=[140, 64], num_heads=8,
+                                                                num_kv=2, d=128, page_size=64, rope=True)),
+    "pow2_pages-decode-d128-p16": ("pow2_pages", dict(q_lens=[1, 1, 0, 1], cache_lens=[300, 17, 40, 1], num_heads=8,
+                                                      num_kv=2, d=128, page_size=16, sinks=True)),
+    "pow2_pages-decode-d64-p1-window": ("pow2_pages", dict(q_lens=[1, 2], cache_lens=[70, 33], num_heads=4, num_kv=1,
+                                                           d=64, page_size=1, window_size_left=20)),
+    "pow2_pages-prefill-d128-p32-rope": ("pow2_pages", dict(q_lens=[20, 3], cache_lens=[140, 64], num_heads=8,
+                                                            num_kv=2, d=128, page_size=32, rope=True)),
+    "pow2_pages-prefill-d64-p48": ("pow2_pages", dict(q_lens=[17, 1], cache_lens=[100, 49], num_heads=4, num_kv=2,
+                                                      d=64, page_size=48)),
 }
 
 
 @pytest.mark.parametrize("splits", [None, 3])
-@pytest.mark.parametrize("name", TILE_IN_PAGE_CASES)
-def test_tile_in_page(name, splits):
-    """``tile_in_page``: page sizes that are multiples of the key tile (one table entry per tile, affine rows),
-    shuffled pages, ragged tails, an empty request, with and without forced splits."""
-    case = build_case(device=DEV, q_dtype=torch.float16, kv_dtype=torch.float16, seed=22,
-                      **TILE_IN_PAGE_CASES[name])
-    _check(case, tile_in_page=True, **({"num_splits": splits} if splits else {}))
-
-
-POW2_PAGE_CASES = {
-    "decode-d128-p16": dict(q_lens=[1, 1, 0, 1], cache_lens=[300, 17, 40, 1], num_heads=8, num_kv=2, d=128,
-                            page_size=16, sinks=True),
-    "decode-d64-p1-window": dict(q_lens=[1, 2], cache_lens=[70, 33], num_heads=4, num_kv=1, d=64, page_size=1,
-                                 window_size_left=20),
-    "prefill-d128-p32-rope": dict(q_lens=[20, 3], cache_lens=[140, 64], num_heads=8, num_kv=2, d=128, page_size=32,
-                                  rope=True),
-    "prefill-d64-p48": dict(q_lens=[17, 1], cache_lens=[100, 49], num_heads=4, num_kv=2, d=64, page_size=48),
-}
-
-
-@pytest.mark.parametrize("splits", [None, 3])
-@pytest.mark.parametrize("name", POW2_PAGE_CASES)
-def test_pow2_pages(name, splits):
-    """``pow2_pages``: shift / mask page addressing for page sizes 1, 16 and 32 (decode and prefill tiles,
-    shuffled pages, ragged tails, an empty request); page 48 keeps the division."""
-    case = build_case(device=DEV, q_dtype=torch.float16, kv_dtype=torch.float16, seed=23, **POW2_PAGE_CASES[name])
-    _check(case, pow2_pages=True, **({"num_splits": splits} if splits else {}))
+@pytest.mark.parametrize("name", PAGE_ADDRESSING_CASES)
+def test_page_addressing(name, splits):
+    """The page-addressing plan keywords on shuffled pages, ragged tails, an empty request, decode and prefill
+    tiles, with and without forced splits."""
+    knob, layout = PAGE_ADDRESSING_CASES[name]
+    case = build_case(device=DEV, q_dtype=torch.float16, kv_dtype=torch.float16, seed=22, **layout)
+    _check(case, **{knob: True}, **({"num_splits": splits} if splits else {}))
 
 
 @pytest.mark.gpu
