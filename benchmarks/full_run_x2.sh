@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# Two lanes on an nvidia-h200-x2 machine, one per GPU, in one call (docs/dev/gpu-runs.md):
+# Two lanes on an nvidia-h200-x2 machine, one per GPU, in one call (docs/dev/gpu-runs.md), or PART=checks /
+# tunes on a one-GPU machine:
+#   PART=checks: GPU 0 the GPU tests of gpu_sweeps.sh, then every attn-core / attn-mla test | GPU 0 as well
+#                (no lane times anything): memcheck and racecheck of the four families, smallest first
+#   PART=tunes:  GPU 0 the sweeps of gpu_sweeps.sh, then ROWS (if set)
 #   PART=sweeps: GPU 0 benchmarks/gpu_sweeps.sh           | GPU 1 ROWS (if set), then gpu_reliability.sh
 #   PART=core:   GPU 0 GQADenseFwd, GQAVarlenFwd, GQABwd  | GPU 1 the three paged attn-core ops
 #   PART=mla:    GPU 0 MLA / DSA rows                     | GPU 1 TopK and indexer rows
@@ -22,13 +26,22 @@ lane() {  # lane <gpu> <name> <command...>: one lane on one GPU, its output in $
 }
 mkdir -p "$OUT"
 core_peers=(--exclude-peers torch-compile)
-case "${PART:?PART=sweeps, core, mla or rest}" in
+case "${PART:?PART=checks, tunes, sweeps, core, mla or rest}" in
   sweeps)
     lane 0 sweeps bash benchmarks/gpu_sweeps.sh &
     lane 1 rows-rel bash -c '
       if [ -n "$ROWS" ]; then set -- $ROWS; OUT=$OUT/rows bash benchmarks/gpu_job.sh "$1" -- --filter "$2" \
         --exclude-peers torch-compile,torch-ref; fi
       STEP_CAP=80 RACECHECK=1 FUZZ=0 OUT=$OUT/rel bash benchmarks/gpu_reliability.sh attn-core attn-mla attn-nsa kvcache-ops' & ;;
+  checks)
+    lane 0 tests bash -c 'PHASE=tests OUT=$OUT/named TESTS_CAP=150 bash benchmarks/gpu_sweeps.sh
+      BENCH=0 TESTS=1 ATTNOPS_FUZZ_CASES=30 OUT=$OUT/suites bash benchmarks/gpu_job.sh attn-core attn-mla' &
+    lane 0 rel env STEP_CAP=150 RACECHECK=1 FUZZ=0 OUT="$OUT/rel" \
+      bash benchmarks/gpu_reliability.sh kvcache-ops attn-nsa attn-mla attn-core & ;;
+  tunes)
+    lane 0 tunes bash -c 'PHASE=sweeps OUT=$OUT/sweeps bash benchmarks/gpu_sweeps.sh
+      if [ -n "$ROWS" ]; then set -- $ROWS; OUT=$OUT/rows bash benchmarks/gpu_job.sh "$1" -- --filter "$2" \
+        --exclude-peers torch-compile,torch-ref; fi' & ;;
   core)
     lane 0 core-a bash benchmarks/gpu_job.sh attn-core -- --filter GQADenseFwd,GQAVarlenFwd,GQABwd "${core_peers[@]}" &
     lane 1 core-b bash benchmarks/gpu_job.sh attn-core -- --filter Paged "${core_peers[@]}" & ;;
@@ -40,7 +53,7 @@ case "${PART:?PART=sweeps, core, mla or rest}" in
     lane 0 nsa-kv bash -c 'OUT=$OUT/nsa bash benchmarks/gpu_job.sh attn-nsa
       OUT=$OUT/kv bash benchmarks/gpu_job.sh kvcache-ops' &
     lane 1 rel env STEP_CAP=120 RACECHECK=1 bash benchmarks/gpu_reliability.sh attn-core attn-mla attn-nsa kvcache-ops & ;;
-  *) echo "PART must be sweeps, core, mla or rest" >&2; exit 2 ;;
+  *) echo "PART must be checks, tunes, sweeps, core, mla or rest" >&2; exit 2 ;;
 esac
 wait
 cat "$OUT"/*.txt

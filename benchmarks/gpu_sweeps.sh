@@ -4,7 +4,9 @@
 # are needed; each sweep checks every variant's output against the reference before timing it. Every step
 # is cut at its cap or at DEADLINE (epoch seconds), whichever comes first; JSON and logs land under $OUT
 # (logs packed into sweeps-logs.tgz); one summary line per step is printed.
-#   ATTNOPS_GIT_SHA=<sha> DEADLINE=<epoch s> bash benchmarks/gpu_sweeps.sh
+# PHASE=tests runs only the GPU tests, PHASE=sweeps only the sweeps (the two phases of a one-GPU machine:
+# the tests may share the GPU with the sanitizer, the sweeps time kernels and must have it alone).
+#   ATTNOPS_GIT_SHA=<sha> DEADLINE=<epoch s> [PHASE=tests|sweeps|all] bash benchmarks/gpu_sweeps.sh
 set -u
 OUT=${OUT:-/tmp/attnops-out}
 mkdir -p "$OUT"
@@ -19,10 +21,11 @@ step() {  # step <name> <cap s> <command...>: run with the time left (at most ca
   echo "$name: rc=$? $(tail -n 1 "$OUT/$name.log")"
 }
 tune() { local name=$1 cap=$2 tool=$3; shift 3; step "$name" "$cap" python3 -m "benchmarks.$tool" --out "$OUT/$name.json" "$@"; }
-core=packages/attn-core/tests
+core=packages/attn-core/tests mla=packages/attn-mla/tests
 # Caps add up to ~610 s: the deadline cuts the last sweeps first (ordered by the size of the gap they address).
 # Node ids, not -k: on the GPU machine a -k expression once matched every test of the family.
-step gpu-tests 120 python3 -m pytest -v -p no:cacheprovider \
+PHASE=${PHASE:-all}
+[ "$PHASE" = sweeps ] || step gpu-tests "${TESTS_CAP:-120}" python3 -m pytest -v -p no:cacheprovider \
   "$core/test_attn_core_reliability.py::test_nan_and_inf_stay_in_their_request" \
   "$core/test_mha_decode_paged_with_kv_cache_fwd.py" \
   "$core/test_gqa_paged_fwd.py::test_page_addressing" \
@@ -30,7 +33,12 @@ step gpu-tests 120 python3 -m pytest -v -p no:cacheprovider \
   "$core/test_gqa_varlen_fwd.py::test_tma_configs_gpu" \
   "$core/test_gqa_varlen_fwd.py::test_rope_keys_rotated_in_a_prepass" \
   "$core/test_gqa_dense_fwd.py::test_rope_keys_rotated_in_a_prepass" \
-  "$core/test_gqa_bwd.py::test_atomic_dq_every_config_gpu"
+  "$core/test_gqa_bwd.py::test_atomic_dq_every_config_gpu" \
+  "$mla/test_topk_select_fwd.py::test_windows_of_every_kind" \
+  "$mla/test_topk_select_fwd.py::test_ties_go_to_the_lower_position" \
+  "$mla/test_topk_select_fwd.py::test_all_minus_inf_row_is_still_selected" \
+  "$mla/test_topk_select_fwd.py::test_radix_and_bitwise_selects_agree"
+if [ "$PHASE" = tests ]; then (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null); exit 0; fi
 # paged: the rows slower on 2026-12-01 (405b-p256, 70b-p16); the p16 rows (pow2_pages: pages below the tile);
 # GQAPagedFwd's prefill rows (0.40-0.58x FA3 on the per-key gather of the prefill tile: tile_in_page and
 # pow2_pages for that kind, page 64); the prefill op's smaller rows (D = 256 tiles: its default spills 136 B
