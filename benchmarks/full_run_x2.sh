@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Two lanes on an nvidia-h200-x2 machine, one per GPU, in one call (docs/dev/gpu-runs.md), or PART=checks /
 # tunes on a one-GPU machine:
-#   PART=checks: GPU 0 the GPU tests of gpu_sweeps.sh, then every attn-core / attn-mla test | GPU 0 as well
-#                (no lane times anything): memcheck and racecheck of the four families, smallest first
+#   PART=checks: GPU 0 DIAG (a command, if set), then every test of SUITES (attn-core attn-mla), one process
+#                per file | GPU 0 as well (no lane times anything): memcheck and racecheck of REL (the four
+#                families, smallest first), STEP_CAP s a step
 #   PART=tunes:  GPU 0 the sweeps of gpu_sweeps.sh, then ROWS (if set)
 #   PART=sweeps: GPU 0 benchmarks/gpu_sweeps.sh           | GPU 1 ROWS (if set), then gpu_reliability.sh
 #   PART=core:   GPU 0 GQADenseFwd, GQAVarlenFwd, GQABwd  | GPU 1 the three paged attn-core ops
@@ -19,7 +20,7 @@
 set -u
 OUT=${OUT:-/tmp/attnops-out}
 DEADLINE=${DEADLINE:-$(( $(date +%s) + 540 ))}
-export ATTNOPS_GIT_SHA DEADLINE BENCH_FIRST=1 TESTS=0 ROWS=${ROWS:-}
+export ATTNOPS_GIT_SHA DEADLINE BENCH_FIRST=1 TESTS=0 ROWS=${ROWS:-} DIAG=${DIAG:-}
 lane() {  # lane <gpu> <name> <command...>: one lane on one GPU, its output in $OUT/<name>.txt
   local gpu=$1 name=$2; shift 2
   CUDA_VISIBLE_DEVICES=$gpu OUT="$OUT/$name" PEERS_DIR="/tmp/peers-gpu$gpu" "$@" >"$OUT/$name.txt" 2>&1
@@ -34,10 +35,10 @@ case "${PART:?PART=checks, tunes, sweeps, core, mla or rest}" in
         --exclude-peers torch-compile,torch-ref; fi
       STEP_CAP=80 RACECHECK=1 FUZZ=0 OUT=$OUT/rel bash benchmarks/gpu_reliability.sh attn-core attn-mla attn-nsa kvcache-ops' & ;;
   checks)
-    lane 0 tests bash -c 'PHASE=tests OUT=$OUT/named TESTS_CAP=150 bash benchmarks/gpu_sweeps.sh
-      BENCH=0 TESTS=1 ATTNOPS_FUZZ_CASES=30 OUT=$OUT/suites bash benchmarks/gpu_job.sh attn-core attn-mla' &
-    lane 0 rel env STEP_CAP=150 RACECHECK=1 FUZZ=0 OUT="$OUT/rel" \
-      bash benchmarks/gpu_reliability.sh kvcache-ops attn-nsa attn-mla attn-core & ;;
+    lane 0 tests bash -c 'if [ -n "${DIAG:-}" ]; then bash -c "$DIAG" >"$OUT/diag.log" 2>&1; fi
+      BENCH=0 TESTS=1 ATTNOPS_FUZZ_CASES=30 OUT=$OUT/suites bash benchmarks/gpu_job.sh ${SUITES:-attn-core attn-mla}' &
+    lane 0 rel env STEP_CAP="${STEP_CAP:-150}" RACECHECK=1 FUZZ=0 OUT="$OUT/rel" \
+      bash benchmarks/gpu_reliability.sh ${REL:-kvcache-ops attn-nsa attn-mla attn-core} & ;;
   tunes)
     lane 0 tunes bash -c 'PHASE=sweeps OUT=$OUT/sweeps bash benchmarks/gpu_sweeps.sh
       if [ -n "$ROWS" ]; then set -- $ROWS; OUT=$OUT/rows bash benchmarks/gpu_job.sh "$1" -- --filter "$2" \

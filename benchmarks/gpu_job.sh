@@ -22,13 +22,17 @@ left() { local s=$(( DEADLINE - $(date +%s) )); echo $(( s > 5 ? s : 5 )); }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 # With the benchmark in the same call, the tests skip test_seed_row_full_size: the benchmark checks every row it
 # times against the same fp32 reference at the same size, so they would only repeat it.
-run_tests() {
-  local skip=()
+run_tests() {  # one pytest process per test file: an illegal memory access poisons only its own process
+  local skip=() log="$OUT/tests-$1.log" f
   [ "${BENCH:-1}" = 1 ] && skip=(-k "not seed_row_full_size")
-  # ATTNOPS_POISON=1: outputs start NaN-filled on the GPU too, so an unwritten element fails (tests only)
-  ATTNOPS_POISON=1 timeout "$(left)" python3 -m pytest -q -p no:cacheprovider "${skip[@]}" "packages/$1/tests" \
-    >"$OUT/tests-$1.log" 2>&1
-  echo "tests $1: $(tail -n 1 "$OUT/tests-$1.log")"
+  : >"$log"
+  for f in "packages/$1/tests"/test_*.py; do
+    echo "== $f" >>"$log"
+    # ATTNOPS_POISON=1: outputs start NaN-filled on the GPU too, so an unwritten element fails (tests only)
+    ATTNOPS_POISON=1 timeout "$(left)" python3 -m pytest -q -rf -p no:cacheprovider --timeout "${TEST_TIMEOUT:-240}" \
+      "${skip[@]}" "$f" >>"$log" 2>&1
+    echo "tests $f: $(tail -n 1 "$log")"
+  done
 }
 run_bench() {
   timeout "$(left)" python3 -m benchmarks.run --family "$1" --out "$OUT/bench-$1.jsonl" "${bench_args[@]}" \

@@ -25,7 +25,7 @@ core=packages/attn-core/tests mla=packages/attn-mla/tests
 # Caps add up to ~610 s: the deadline cuts the last sweeps first (ordered by the size of the gap they address).
 # Node ids, not -k: on the GPU machine a -k expression once matched every test of the family.
 PHASE=${PHASE:-all}
-[ "$PHASE" = sweeps ] || step gpu-tests "${TESTS_CAP:-120}" python3 -m pytest -v -p no:cacheprovider \
+[ "$PHASE" = sweeps ] || step gpu-tests "${TESTS_CAP:-120}" python3 -m pytest -v -rf --timeout 90 -p no:cacheprovider \
   "$core/test_attn_core_reliability.py::test_nan_and_inf_stay_in_their_request" \
   "$core/test_mha_decode_paged_with_kv_cache_fwd.py" \
   "$core/test_gqa_paged_fwd.py::test_page_addressing" \

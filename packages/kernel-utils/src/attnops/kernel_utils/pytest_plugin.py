@@ -1,5 +1,6 @@
 """Pytest hooks every attnops package's ``tests/conftest.py`` re-exports: the ``gpu`` marker, skipped
-where no CUDA device exists (CPU runs go through Triton's interpreter)."""
+where no CUDA device exists (CPU runs go through Triton's interpreter), and the interpreter's bounds check
+(:mod:`.bounds`: every load, store and atomic of a kernel must stay inside its tensor arguments)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from . import runtime
+from . import bounds, runtime
 
 
 def pytest_configure(config):
@@ -18,6 +19,8 @@ def pytest_configure(config):
     # Triton 3.6's interpreter converts 1-element arrays to scalars, deprecated in NumPy (pinned < 2.4).
     message = "Conversion of an array with ndim > 0 to a scalar"
     config.addinivalue_line("filterwarnings", f"ignore:{message}:DeprecationWarning")
+    if runtime.interpreting() and os.environ.get("ATTNOPS_BOUNDS_CHECK", "1") != "0":
+        bounds.install()
 
 
 def pytest_collection_modifyitems(config, items):
