@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Two lanes on an nvidia-h200-x2 machine, one per GPU, in one call (docs/dev/gpu-runs.md), or PART=checks /
 # tunes on a one-GPU machine:
-#   PART=checks: GPU 0 DIAG (a command, if set), then every test of SUITES (attn-core attn-mla), one process
-#                per file | GPU 0 as well (no lane times anything): memcheck and racecheck of REL (the four
-#                families, smallest first), STEP_CAP s a step
+#   PART=checks: three lanes on GPU 0 (none times anything): DIAG (a command, if set) | every test of SUITES
+#                (attn-core attn-mla), one process per file | memcheck and racecheck of REL (the four
+#                families, smallest first; REL=none: no lane), STEP_CAP s a step
 #   PART=tunes:  GPU 0 the sweeps of gpu_sweeps.sh, then ROWS (if set)
 #   PART=sweeps: GPU 0 benchmarks/gpu_sweeps.sh           | GPU 1 ROWS (if set), then gpu_reliability.sh
 #   PART=core:   GPU 0 GQADenseFwd, GQAVarlenFwd, GQABwd  | GPU 1 the three paged attn-core ops
@@ -35,9 +35,9 @@ case "${PART:?PART=checks, tunes, sweeps, core, mla or rest}" in
         --exclude-peers torch-compile,torch-ref; fi
       STEP_CAP=80 RACECHECK=1 FUZZ=0 OUT=$OUT/rel bash benchmarks/gpu_reliability.sh attn-core attn-mla attn-nsa kvcache-ops' & ;;
   checks)
-    lane 0 tests bash -c 'if [ -n "${DIAG:-}" ]; then bash -c "$DIAG" >"$OUT/diag.log" 2>&1; fi
-      BENCH=0 TESTS=1 ATTNOPS_FUZZ_CASES=30 OUT=$OUT/suites bash benchmarks/gpu_job.sh ${SUITES:-attn-core attn-mla}' &
-    lane 0 rel env STEP_CAP="${STEP_CAP:-150}" RACECHECK=1 FUZZ=0 OUT="$OUT/rel" \
+    [ -z "$DIAG" ] || lane 0 diag bash -c "$DIAG" &
+    lane 0 tests env BENCH=0 TESTS=1 ATTNOPS_FUZZ_CASES=30 bash benchmarks/gpu_job.sh ${SUITES:-attn-core attn-mla} &
+    [ "${REL:-}" = none ] || lane 0 rel env STEP_CAP="${STEP_CAP:-150}" RACECHECK=1 FUZZ=0 \
       bash benchmarks/gpu_reliability.sh ${REL:-kvcache-ops attn-nsa attn-mla attn-core} & ;;
   tunes)
     lane 0 tunes bash -c 'PHASE=sweeps OUT=$OUT/sweeps bash benchmarks/gpu_sweeps.sh
