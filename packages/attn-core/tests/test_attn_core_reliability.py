@@ -301,7 +301,9 @@ def test_nan_and_inf_stay_in_their_request(name, value):
         "inf in k: the kernel is not finite exactly where the reference is"
     if spec is GQA_PREFILL_PAGED_FWD:  # the append copies the poisoned new rows as values
         for pool in ("k_pages", "v_pages"):
-            testing.assert_bitwise(pool, got[pool], ref[pool])
+            # any NaN where the reference has one: on the H200 the two poisoned appended elements came back NaN
+            # with other bits than the reference's (2026-12-01; bitwise equal on the CPU). The contract is NaN.
+            testing.assert_bitwise(pool, got[pool], ref[pool], any_nan=True)
 
 
 @QUIET

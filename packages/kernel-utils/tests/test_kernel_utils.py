@@ -123,6 +123,13 @@ def test_acceptance_rules_reject_what_they_must():
         testing.assert_close_dual("o", nan, ref, lowp)
     with pytest.raises(AssertionError, match="1 of 64 elements differ"):
         testing.assert_bitwise("o", nan, ref)
+    other_nan = nan.clone()
+    other_nan[3] = -math.nan  # another sign bit
+    testing.assert_bitwise("o", other_nan, nan, any_nan=True)
+    with pytest.raises(AssertionError, match="1 of 64 elements differ"):
+        testing.assert_bitwise("o", other_nan, nan)
+    with pytest.raises(AssertionError, match="1 of 64 elements differ"):  # NaN where the reference is a number
+        testing.assert_bitwise("o", nan, ref, any_nan=True)
 
 
 def test_topk_compare_accepts_ties_and_rejects_duplicates():

@@ -17,3 +17,17 @@ def to_e4m3_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 def segment_of_kernel(cu_ptr, out_ptr, total, num_segments, BLOCK: tl.constexpr, SEGMENT_BLOCK: tl.constexpr):
     t = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(out_ptr + t, segment_of(cu_ptr, t, num_segments, SEGMENT_BLOCK), mask=t < total)
+
+
+@triton.jit
+def copy_kernel(x_ptr, y_ptr, n, limit, BLOCK: tl.constexpr):
+    """y[i] = x[i] for i < n, reading and writing up to ``limit`` (masks at ``limit``, not ``n``: a bad call
+    touches memory past the tensors)."""
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < limit), mask=offs < limit)
+
+
+@triton.jit
+def atomic_add_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.atomic_add(x_ptr + offs, tl.full([BLOCK], 1.0, tl.float32), mask=offs < n)

@@ -30,7 +30,7 @@ def _storages(arg, found: dict[int, int]) -> None:
     elif isinstance(arg, (tuple, list)):
         for a in arg:
             _storages(a, found)
-    elif hasattr(arg, "base") and isinstance(getattr(arg, "base"), torch.Tensor):  # a tensor descriptor
+    elif isinstance(getattr(arg, "base", None), torch.Tensor):  # a tensor descriptor
         _storages(arg.base, found)
 
 
@@ -63,6 +63,10 @@ def check(kind: str, ptrs, mask, element_bytes: int) -> None:
 
 def _element_bytes(ptr_handle) -> int:
     return max(ptr_handle.get_element_ty().primitive_bitwidth // 8, 1)
+
+
+def installed() -> bool:
+    return _installed
 
 
 def install() -> None:

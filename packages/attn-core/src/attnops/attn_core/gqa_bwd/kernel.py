@@ -101,9 +101,14 @@ def _dkdv_tiles(
     offs_m = tl.arange(0, BLOCK_M)
     NEED_MASK: tl.constexpr = MASKED or not EVEN_D
     steps = (hi - lo + BLOCK_M - 1) // BLOCK_M
+    # The divisor must never be 0, even when the loop runs no step: the pipeliner hoists the first steps'
+    # ``it // steps`` above the loop, and with S_q = S_kv = 1 (both specialized to 1) LLVM proved steps = 0,
+    # took the division by zero as unreachable and dropped the prologue's load predicates: an illegal
+    # address on the H200 (GPU fuzz seed 502019; the interpreter and CPU tests cannot see it).
+    per_head = tl.maximum(steps, 1)
     for it in range(0, G * steps):
-        g = it // steps
-        m = lo + (it - g * steps) * BLOCK_M + offs_m
+        g = it // per_head
+        m = lo + (it - g * per_head) * BLOCK_M + offs_m
         m64 = m.to(tl.int64)
         g64 = g.to(tl.int64)
         if MASKED:
