@@ -5,7 +5,7 @@
 #                (attn-core attn-mla), one process per file | memcheck and racecheck of REL (the four
 #                families, smallest first; REL=none: no lane), STEP_CAP s a step
 #   PART=tunes:  GPU 0 the sweeps of gpu_sweeps.sh, then ROWS (if set)
-#   PART=sweeps: GPU 0 benchmarks/gpu_sweeps.sh           | GPU 1 ROWS (if set), then gpu_reliability.sh
+#   PART=sweeps: GPU 0 benchmarks/gpu_sweeps.sh           | GPU 1 ROWS (if set), then the GPU suites of SUITES
 #   PART=core:   GPU 0 GQADenseFwd, GQAVarlenFwd, GQABwd  | GPU 1 the three paged attn-core ops
 #   PART=mla:    GPU 0 MLA / DSA rows                     | GPU 1 TopK and indexer rows
 #   PART=rest:   GPU 0 attn-nsa and kvcache-ops rows      | GPU 1 gpu_reliability.sh
@@ -33,7 +33,7 @@ case "${PART:?PART=checks, tunes, sweeps, core, mla or rest}" in
     lane 1 rows-rel bash -c '
       if [ -n "$ROWS" ]; then set -- $ROWS; OUT=$OUT/rows bash benchmarks/gpu_job.sh "$1" -- --filter "$2" \
         --exclude-peers torch-compile,torch-ref; fi
-      STEP_CAP=80 RACECHECK=1 FUZZ=0 OUT=$OUT/rel bash benchmarks/gpu_reliability.sh attn-core attn-mla attn-nsa kvcache-ops' & ;;
+      BENCH=0 TESTS=1 ATTNOPS_FUZZ_CASES=30 OUT=$OUT/suites bash benchmarks/gpu_job.sh ${SUITES:-attn-core attn-mla}' & ;;
   checks)
     [ -z "$DIAG" ] || lane 0 diag bash -c "$DIAG" &
     lane 0 tests env BENCH=0 TESTS=1 ATTNOPS_FUZZ_CASES=30 bash benchmarks/gpu_job.sh ${SUITES:-attn-core attn-mla} &

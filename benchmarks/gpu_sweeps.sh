@@ -26,6 +26,7 @@ core=packages/attn-core/tests mla=packages/attn-mla/tests
 # Node ids, not -k: on the GPU machine a -k expression once matched every test of the family.
 PHASE=${PHASE:-all}
 [ "$PHASE" = sweeps ] || step gpu-tests "${TESTS_CAP:-120}" python3 -m pytest -v -rf --timeout 90 -p no:cacheprovider \
+  "$core/test_gqa_bwd.py::test_single_token_every_config" \
   "$core/test_attn_core_reliability.py::test_nan_and_inf_stay_in_their_request" \
   "$core/test_mha_decode_paged_with_kv_cache_fwd.py" \
   "$core/test_gqa_paged_fwd.py::test_page_addressing" \

@@ -78,10 +78,21 @@ def _short(e: BaseException) -> str:
 def bench_row(spec: OpSpec, w, flush, use_peers: bool, exclude: frozenset[str] = frozenset()) -> dict:
     from .timing import measure
 
+    # Wall seconds per phase, recorded with the row: where a run's time goes (a full run is ~5 s a row).
+    phases, t = {}, time.perf_counter()
+
+    def lap(name: str):
+        nonlocal t
+        torch.cuda.synchronize()
+        now = time.perf_counter()
+        phases[name] = round(now - t, 3)
+        t = now
+
     case = spec.make_case(w, torch.device("cuda"), False, 0)
     cost = spec.cost(case)
+    lap("case")
     expected = case.fresh().run(spec.reference)
-    torch.cuda.synchronize()
+    lap("reference")
     impls, record = {}, {}
     candidates = [(OURS, lambda c: baselines.runner_of(spec.fn, c))]
     if use_peers:
@@ -106,8 +117,10 @@ def bench_row(spec: OpSpec, w, flush, use_peers: bool, exclude: frozenset[str] =
             else:
                 entry.update(check="error", note=_short(e))
         record[name] = entry
+    lap("checks")
     for name, timing in measure(impls, flush).items():
         record[name].update(ms=timing.median_ms, p10=timing.p10_ms, p90=timing.p90_ms, n=len(timing.samples_ms))
+    lap("timing")
     return {
         "type": "row",
         "id": w.id,
@@ -116,6 +129,7 @@ def bench_row(spec: OpSpec, w, flush, use_peers: bool, exclude: frozenset[str] =
         "dtype": w.dtype,
         "cost": {"flops": cost.flops, "bytes": cost.bytes, "roof": cost.roof},
         "impls": record,
+        "wall_s": phases,
     }
 
 
@@ -146,7 +160,8 @@ def run_gpu(families, row_filter: str, use_peers: bool, out: Path, exclude: froz
             f.flush()
             ours = rec["impls"].get(OURS, {})
             print(f"[{i}/{len(rows)}] {w.id}: ours {ours.get('ms', float('nan')):.4f} ms "
-                  f"({ours.get('check', rec.get('error', '?'))}) in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+                  f"({ours.get('check', rec.get('error', '?'))}) in {time.perf_counter() - t0:.1f}s "
+                  f"{rec.get('wall_s', '')}", file=sys.stderr)
             gc.collect()
             torch.cuda.empty_cache()
     return records
