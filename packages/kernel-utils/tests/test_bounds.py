@@ -2,10 +2,9 @@
 
 import pytest
 import torch
+from triton_probe_kernels import atomic_add_kernel, copy_kernel, load_at_kernel
 
 from attnops.kernel_utils import bounds, runtime
-
-from triton_probe_kernels import atomic_add_kernel, copy_kernel
 
 pytestmark = pytest.mark.skipif(not runtime.interpreting(), reason="checks Triton's interpreter (CPU runs)")
 
@@ -48,3 +47,14 @@ def test_atomics_are_checked():
 
 def test_the_plugin_installed_it():
     assert bounds.installed()
+
+
+def test_a_pointer_may_not_wander_into_another_argument():
+    """An offset from x that lands inside y (another argument of the same launch) is caught: every pointer keeps
+    the storage of the argument it came from."""
+    x, y, out = torch.randn(8), torch.randn(8), torch.zeros(1)
+    load_at_kernel[(1,)](x, y, out, 7)
+    assert out.item() == x[7].item()
+    into_y = (y.data_ptr() - x.data_ptr()) // x.element_size() + 3
+    with pytest.raises(Exception, match="OutOfBoundsAccess.*outside its argument"):
+        load_at_kernel[(1,)](x, y, out, into_y)

@@ -31,3 +31,9 @@ def copy_kernel(x_ptr, y_ptr, n, limit, BLOCK: tl.constexpr):
 def atomic_add_kernel(x_ptr, n, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     tl.atomic_add(x_ptr + offs, tl.full([BLOCK], 1.0, tl.float32), mask=offs < n)
+
+
+@triton.jit
+def load_at_kernel(x_ptr, other_ptr, out_ptr, offset):
+    """out[0] = x[offset]; ``other_ptr`` is only there to be an argument of the launch."""
+    tl.store(out_ptr, tl.load(x_ptr + offset) + 0 * tl.load(other_ptr))

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 _RANGES: list[np.ndarray] = [np.zeros(0, np.uint64), np.zeros(0, np.uint64)]  # sorted starts, their ends
+_ORIGIN = "attnops_storage"  # TensorHandle.attr key: (start, end) of the storage a pointer was derived from
 _installed = False
 
 
@@ -42,23 +43,28 @@ def _record(args, kwargs) -> None:
     _RANGES[:] = [starts, ends]
 
 
-def check(kind: str, ptrs, mask, element_bytes: int) -> None:
-    """Raise if an address of ``ptrs`` (a uint64 array) with ``mask`` on (None: all) is out of range."""
+def check(kind: str, ptrs, mask, element_bytes: int, origin: tuple[int, int] | None = None) -> None:
+    """Raise if an address of ``ptrs`` (a uint64 array) with ``mask`` on (None: all) is out of range: outside
+    ``origin`` (the storage the pointer came from) if known, else outside every argument of the launch."""
     addrs = np.asarray(ptrs, dtype=np.uint64)
     if mask is not None:
         addrs = addrs[np.broadcast_to(np.asarray(mask, dtype=bool), addrs.shape)]
     addrs = addrs.reshape(-1)
     if addrs.size == 0:
         return
-    starts, ends = _RANGES
+    if origin is not None:
+        starts, ends = np.array([origin[0]], np.uint64), np.array([origin[1]], np.uint64)
+    else:
+        starts, ends = _RANGES
     slot = np.searchsorted(starts, addrs, side="right").astype(np.int64) - 1
     inside = slot >= 0
     inside[inside] &= addrs[inside] + np.uint64(element_bytes) <= ends[slot[inside]]
     if not inside.all():
         bad = int(addrs[~inside][0])
-        near = ", ".join(f"[{int(s):#x}, {int(e):#x})" for s, e in zip(starts, ends))
-        raise OutOfBoundsAccess(f"{kind}: {int((~inside).sum())} of {addrs.size} addresses outside every "
-                                f"tensor argument, first {bad:#x}; arguments: {near}")
+        where = "its argument" if origin is not None else "every tensor argument"
+        ranges = ", ".join(f"[{int(a):#x}, {int(b):#x})" for a, b in zip(starts, ends))
+        raise OutOfBoundsAccess(f"{kind}: {int((~inside).sum())} of {addrs.size} addresses outside {where}, "
+                                f"first {bad:#x}; range(s): {ranges}")
 
 
 def _element_bytes(ptr_handle) -> int:
@@ -87,22 +93,53 @@ def install() -> None:
     load, store = builder.create_masked_load, builder.create_masked_store
     rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
 
+    def origin(handle):
+        return handle.attr.get(_ORIGIN)
+
     def load_checked(ptrs, mask, other, *rest, **kw):
-        check("load", ptrs.data, mask.data, _element_bytes(ptrs))
+        check("load", ptrs.data, mask.data, _element_bytes(ptrs), origin(ptrs))
         return load(ptrs, mask, other, *rest, **kw)
 
     def store_checked(ptrs, value, mask, *rest, **kw):
-        check("store", ptrs.data, mask.data, _element_bytes(ptrs))
+        check("store", ptrs.data, mask.data, _element_bytes(ptrs), origin(ptrs))
         return store(ptrs, value, mask, *rest, **kw)
 
     def rmw_checked(op, ptr, val, mask, *rest, **kw):
-        check("atomic", ptr.data, mask.data, _element_bytes(ptr))
+        check("atomic", ptr.data, mask.data, _element_bytes(ptr), origin(ptr))
         return rmw(op, ptr, val, mask, *rest, **kw)
 
     def cas_checked(ptr, cmp, val, *rest, **kw):
-        check("atomic_cas", ptr.data, None, _element_bytes(ptr))
+        check("atomic_cas", ptr.data, None, _element_bytes(ptr), origin(ptr))
         return cas(ptr, cmp, val, *rest, **kw)
 
+    convert = interpreter._implicit_cvt
+
+    def convert_tracked(arg):  # a kernel argument becomes a pointer that knows its storage
+        out = convert(arg)
+        if isinstance(arg, torch.Tensor):
+            storage = arg.untyped_storage()
+            out.handle.attr[_ORIGIN] = (storage.data_ptr(), storage.data_ptr() + storage.nbytes())
+        return out
+
+    def keep_origin(method, *sources):
+        """Wrap ``method`` so its result keeps the origin of its pointer operands (positions ``sources``)
+        when they all share one; results that are tuples (split) get it on every element."""
+        def wrapped(*args, **kw):
+            out = method(*args, **kw)
+            found = {origin(args[i]) for i in sources if i < len(args) and hasattr(args[i], "attr")}
+            if len(found) == 1 and None not in found:
+                for o in out if isinstance(out, tuple) else (out,):
+                    if hasattr(o, "attr"):
+                        o.attr[_ORIGIN] = next(iter(found))
+            return out
+        return wrapped
+
+    for name, sources in (("create_addptr", (0,)), ("create_splat", (1,)), ("create_expand_dims", (0,)),
+                          ("create_broadcast", (0,)), ("create_trans", (0,)), ("create_reshape", (0,)),
+                          ("create_unsplat", (0,)), ("create_split", (0,)), ("create_cat", (0, 1)),
+                          ("create_join", (0, 1)), ("create_select", (1, 2))):
+        setattr(builder, name, keep_origin(getattr(builder, name), *sources))
+    interpreter._implicit_cvt = convert_tracked
     interpreter.GridExecutor._init_args_hst = init_args_checked
     builder.create_masked_load, builder.create_masked_store = load_checked, store_checked
     builder.create_atomic_rmw, builder.create_atomic_cas = rmw_checked, cas_checked
