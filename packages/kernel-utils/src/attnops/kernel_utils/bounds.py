@@ -2,10 +2,13 @@
 
 The interpreter dereferences raw host addresses without any check, so a kernel that reads past its tensors
 passes on the CPU (it reads whatever lies there) and faults on the GPU. ``install()`` wraps the interpreter:
-each launch records the byte ranges of the storages behind its tensor arguments, and every load, store and
-atomic checks that each address it touches with the mask on lies inside one of them (an address inside some
-other argument's storage passes: the check catches stray addresses, not a mix-up of two arguments). A
-violation raises :class:`OutOfBoundsAccess` naming the access and the first offending address.
+every kernel argument becomes a pointer that carries the byte range of its storage, and pointers derived from it
+keep that range (offsets, splat / broadcast / reshape / transpose / split / join, a select between pointers of
+the same argument); every load, store and atomic checks that each address it touches with the mask on lies
+inside the range of the argument it came from, so reading past ``q`` into ``k`` fails too. A pointer whose origin
+is lost (built from an integer, a select between two arguments, a descriptor's materialized tile) is held to the
+weaker rule: inside the storage of some argument of the launch. A violation raises :class:`OutOfBoundsAccess`
+naming the access and the first offending address.
 
 The test plugin installs it for every interpreter run (``ATTNOPS_BOUNDS_CHECK=0`` turns it off).
 """
@@ -21,7 +24,7 @@ _installed = False
 
 
 class OutOfBoundsAccess(AssertionError):
-    """A kernel touched an address outside every tensor argument of its launch."""
+    """A kernel touched an address outside the tensor argument its pointer came from."""
 
 
 def _storages(arg, found: dict[int, int]) -> None:
