@@ -9,6 +9,7 @@ import triton
 from triton_probe_kernels import segment_of_kernel, to_e4m3_kernel
 
 from attnops.kernel_utils import checks, cost, fp8, runtime, testing, workloads
+from attnops.kernel_utils.opspec import Case
 from attnops.kernel_utils.triton_fns import row_copy_config, segment_block
 
 DEV = runtime.device()
@@ -140,3 +141,18 @@ def test_topk_compare_accepts_ties_and_rejects_duplicates():
         testing.assert_topk_equivalent("idx", torch.tensor([[1, 1]]), ref, scores, pad=5)
     with pytest.raises(AssertionError, match="beyond ties"):
         testing.assert_topk_equivalent("idx", torch.tensor([[1, 3]]), ref, scores, pad=5)
+
+
+def test_a_call_may_not_write_its_inputs():
+    """``Case.run_untouched`` (what ``OpSpec.check`` runs): an input the call writes fails, the mutated outputs of
+    an in-place op may change."""
+    def add_into_x(x, y):
+        x += 1
+        return x + y
+
+    case = Case({"x": torch.zeros(4), "y": torch.ones(4)}, ("z",))
+    with pytest.raises(AssertionError, match="input x"):
+        case.fresh().run_untouched(add_into_x)
+    case.fresh().run_untouched(lambda x, y: x + y)
+    inplace = Case({"x": torch.zeros(4), "y": torch.ones(4)}, ("x",), inplace=True)
+    assert torch.equal(inplace.fresh().run_untouched(add_into_x)["x"], torch.ones(4))

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from . import testing
 from .cost import Cost
 from .workloads import Workload
 
@@ -37,6 +38,17 @@ class Case:
     def run(self, fn: Callable[..., Any]) -> dict[str, torch.Tensor]:
         """Call ``fn(**inputs)`` and collect the named outputs."""
         return self.collect(fn(**self.inputs))
+
+    def run_untouched(self, fn: Callable[..., Any]) -> dict[str, torch.Tensor]:
+        """``run``, then check that every input tensor the call may not write (all of them, or all but the
+        mutated outputs of an in-place op) kept its bits: a kernel storing through a wrong base pointer
+        into an input fails here even when its outputs are right."""
+        written = set(self.outputs) if self.inplace else set()
+        before = {k: v.clone() for k, v in self.inputs.items() if isinstance(v, torch.Tensor) and k not in written}
+        out = self.run(fn)
+        for name, old in before.items():
+            testing.assert_bitwise(f"input {name} (the call must not write it)", self.inputs[name], old)
+        return out
 
     def collect(self, result: Any) -> dict[str, torch.Tensor]:
         """Name the outputs of one call: the mutated inputs, or the returned tensors in order."""
@@ -74,9 +86,10 @@ class OpSpec:
         self, case: Case, fn: Callable[..., Any] | None = None, *, keep_views: bool = False
     ) -> dict[str, torch.Tensor]:
         """Run the op (or ``fn``, e.g. the op pinned to one launch config) and the reference on separate
-        copies of ``case`` and compare; returns our outputs. ``keep_views`` runs ours on the case's own
-        tensors, so strided views stay strided (``Case.fresh`` clones them dense)."""
-        ours = (case if keep_views else case.fresh()).run(fn or self.fn)
+        copies of ``case`` and compare; returns our outputs. Inputs the op may not write must keep their
+        bits. ``keep_views`` runs ours on the case's own tensors, so strided views stay strided
+        (``Case.fresh`` clones them dense)."""
+        ours = (case if keep_views else case.fresh()).run_untouched(fn or self.fn)
         expected = case.fresh().run(self.reference)
         self.compare(ours, expected, case)
         return ours
@@ -87,6 +100,6 @@ class OpSpec:
         expected = case.fresh().run(self.reference)
         for name, fn in fns.items():
             try:
-                self.compare(case.fresh().run(fn), expected, case)
+                self.compare(case.fresh().run_untouched(fn), expected, case)
             except AssertionError as e:
                 raise AssertionError(f"{name}: {e}") from None
