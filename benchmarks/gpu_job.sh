@@ -30,7 +30,7 @@ run_tests() {  # one pytest process per test file: an illegal memory access pois
     [ -n "${TEST_SKIP:-}" ] && [[ "$f" =~ $TEST_SKIP ]] && continue  # TEST_SKIP: a regex of files to leave out
     echo "== $f" >>"$log"
     # ATTNOPS_POISON=1: outputs start NaN-filled on the GPU too, so an unwritten element fails (tests only)
-    ATTNOPS_POISON=1 timeout "$(left)" python3 -m pytest -q -rf -p no:cacheprovider --timeout "${TEST_TIMEOUT:-240}" \
+    ATTNOPS_POISON=1 timeout "$(left)" python3 -m pytest -q -rf --durations=10 -p no:cacheprovider --timeout "${TEST_TIMEOUT:-240}" \
       "${skip[@]}" "$f" >>"$log" 2>&1
     echo "tests $f: $(tail -n 1 "$log")"
   done
