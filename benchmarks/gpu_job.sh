@@ -3,7 +3,9 @@
 # then per family: every test on the GPU (shrunk cases run on CUDA too; fuzz cases ATTNOPS_FUZZ_CASES),
 # and the benchmark (compute-sanitizer runs live in benchmarks/gpu_reliability.sh).
 # Logs and JSONL land under $OUT; one summary line per step is printed.
-#   ATTNOPS_GIT_SHA=<sha> [BENCH=0] [TESTS=0] [DEADLINE=<epoch s>] \
+# WARM=N: the benchmark first compiles our kernels for its rows in N parallel processes (run.py --warm; untried
+# on the GPU as of 2026-12-01: compare the run's wall time and its rows' wall_s with a run without it).
+#   ATTNOPS_GIT_SHA=<sha> [BENCH=0] [TESTS=0] [WARM=N] [DEADLINE=<epoch s>] \
 #     bash benchmarks/gpu_job.sh kvcache-ops attn-core -- [bench args]
 set -u
 families=()
@@ -36,7 +38,7 @@ run_tests() {  # one pytest process per test file: an illegal memory access pois
   done
 }
 run_bench() {
-  timeout "$(left)" python3 -m benchmarks.run --family "$1" --out "$OUT/bench-$1.jsonl" "${bench_args[@]}" \
+  timeout "$(left)" python3 -m benchmarks.run --family "$1" --out "$OUT/bench-$1.jsonl" ${WARM:+--warm "$WARM"} "${bench_args[@]}" \
     >"$OUT/bench-$1.txt" 2>"$OUT/bench-$1.err"
   echo "bench $1: $(grep -c '"type": "row"' "$OUT/bench-$1.jsonl") rows; $(tail -n 1 "$OUT/bench-$1.err")"
 }

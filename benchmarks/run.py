@@ -133,14 +133,18 @@ def bench_row(spec: OpSpec, w, flush, use_peers: bool, exclude: frozenset[str] =
     }
 
 
-def run_gpu(families, row_filter: str, use_peers: bool, out: Path, exclude: frozenset[str]) -> list[dict]:
+def run_gpu(families, row_filter: str, use_peers: bool, out: Path, exclude: frozenset[str],
+            warm_workers: int = 0) -> list[dict]:
     from .ceilings import measure_ceilings
     from .timing import L2Flusher
+    from .warm import warm
 
-    flush = L2Flusher()
     rows = [(spec, w) for f in families for spec in family_specs(f) for w in spec.workloads
             if matches(w.id, row_filter)]
+    warm_s = warm([(spec.family, w.id) for spec, w in rows], warm_workers) if warm_workers else None
+    flush = L2Flusher()
     header = environment(measure_ceilings(flush))
+    header["warm"] = {"workers": warm_workers, "wall_s": warm_s}
     print(f"# {header['gpu']}  copy {header['ceilings']['copy_tb_s']:.2f} TB/s  "
           f"bf16 mm {header['ceilings']['bf16_matmul_tflop_s']:.0f} TFLOP/s  ({len(rows)} rows)", file=sys.stderr)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -203,6 +207,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--exclude-peers", default="", help="comma-separated peer names not to run (e.g. torch-compile)")
     p.add_argument("--out", type=Path, help="JSONL path (default: benchmarks/results/h200/<date>-<family>.jsonl)")
+    p.add_argument("--warm", type=int, default=0, metavar="N",
+                   help="compile our kernels for the rows in N parallel processes first (benchmarks/warm.py)")
     args = p.parse_args(argv)
     families = FAMILIES if args.family == "all" else (args.family,)
     if runtime.interpreting():
@@ -210,7 +216,7 @@ def main(argv=None) -> int:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M")
     out = args.out or RESULTS / f"{stamp}-{args.family}.jsonl"
     exclude = frozenset(filter(None, args.exclude_peers.split(",")))
-    records = run_gpu(families, args.filter, not args.no_peers, out, exclude)
+    records = run_gpu(families, args.filter, not args.no_peers, out, exclude, args.warm)
     print_table(records)
     print(f"wrote {out}", file=sys.stderr)
     return 0

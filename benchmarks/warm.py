@@ -1,0 +1,51 @@
+"""Compile our kernels for a benchmark's rows in parallel before the timed run (opt-in: ``run.py --warm N``).
+
+A row's first call compiles every Triton specialization it needs (~1-3 s each on the H200 machine's CPU), one
+row after another while the GPU idles; a full run is ~5 s a row. Here N worker processes (spawned: a forked
+CUDA context is unusable) each build their share of the rows at full size and call our op once, which writes
+the compiled kernels into Triton's on-disk cache; the timed run, in the parent process, then loads them from
+there. Nothing is timed or checked here (the run checks every row); a row that fails here is only reported.
+Peers are not warmed (their setup time is recorded by the run). Rows are dealt round-robin so the large rows
+(neighbours in the seed list) spread over the workers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import sys
+import time
+
+
+def _warm_rows(family_ids: list[tuple[str, str]], device: str, shrink: bool) -> list[str]:
+    """Worker: call our op once on each (family, row id); returns one line per row that failed."""
+    import torch
+
+    from .run import family_specs
+
+    failures = []
+    for family, row_id in family_ids:
+        try:
+            spec, w = next((s, w) for s in family_specs(family) for w in s.workloads if w.id == row_id)
+            case = spec.make_case(w, torch.device(device), shrink, 0)
+            case.run(spec.fn)
+            if device == "cuda":
+                torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - the timed run reports it properly
+            failures.append(f"{row_id}: {type(e).__name__}: {str(e)[:120]}")
+        finally:
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    return failures
+
+
+def warm(rows: list[tuple[str, str]], workers: int, device: str = "cuda", shrink: bool = False) -> float:
+    """Run ``_warm_rows`` over ``rows`` ((family, row id) pairs) in ``workers`` spawned processes; returns the
+    wall seconds it took. Failures are printed to stderr. (``device="cpu", shrink=True``: the same
+    mechanics through the interpreter, for a check without a GPU.)"""
+    t0 = time.perf_counter()
+    shares = [rows[i::workers] for i in range(workers)]
+    with mp.get_context("spawn").Pool(workers) as pool:
+        results = pool.starmap(_warm_rows, [(share, device, shrink) for share in shares if share])
+    for line in (f for r in results for f in r):
+        print(f"warm: {line}", file=sys.stderr)
+    return time.perf_counter() - t0
