@@ -37,7 +37,7 @@ case "${PART:?PART=checks, tunes, sweeps, core, mla or rest}" in
   checks)
     [ -z "$DIAG" ] || lane 0 diag bash -c "$DIAG" &
     lane 0 tests env BENCH=0 TESTS=1 ATTNOPS_FUZZ_CASES=30 bash benchmarks/gpu_job.sh ${SUITES:-attn-core attn-mla} &
-    [ "${REL:-}" = none ] || lane 0 rel env STEP_CAP="${STEP_CAP:-150}" RACECHECK=1 FUZZ=0 \
+    [ "${REL:-}" = none ] || lane 0 rel env STEP_CAP="${STEP_CAP:-150}" RACECHECK=1 FUZZ=0 MEMCHECK="${MEMCHECK:-1}" \
       bash benchmarks/gpu_reliability.sh ${REL:-kvcache-ops attn-nsa attn-mla attn-core} & ;;
   tunes)
     lane 0 tunes bash -c 'PHASE=sweeps OUT=$OUT/sweeps bash benchmarks/gpu_sweeps.sh
