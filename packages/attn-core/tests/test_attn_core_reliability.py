@@ -301,8 +301,9 @@ def test_nan_and_inf_stay_in_their_request(name, value):
         "inf in k: the kernel is not finite exactly where the reference is"
     if spec is GQA_PREFILL_PAGED_FWD:  # the append copies the poisoned new rows as values
         for pool in ("k_pages", "v_pages"):
-            # any NaN where the reference has one: on the H200 the two poisoned appended elements came back NaN
-            # with other bits than the reference's (2026-12-01; bitwise equal on the CPU). The contract is NaN.
+            # any NaN where the reference has one: the reference writes k_new through an fp32 round trip, and on
+            # the GPU f32 -> f16 turns NaN into the canonical 0x7fff while the kernel copies the bits (2 elements
+            # differed on the H200, 2026-12-01; equal on the CPU). The contract is NaN.
             testing.assert_bitwise(pool, got[pool], ref[pool], any_nan=True)
 
 
