@@ -218,9 +218,9 @@ ATOMIC = functools.partial(gqa_bwd, deterministic=False)
 @pytest.mark.parametrize("heads", [(1, 1), (6, 1)], ids=["mha", "gqa6"])
 def test_single_token_every_config(heads, is_causal):
     """S_q = S_kv = 1 (the GPU fuzz's seed 502019): every loop but the masked tail runs zero steps and Triton
-    specializes both lengths to the constant 1. On the H200 the causal build read out of bounds (a division by
-    the zero step count, hoisted by the pipeliner, let LLVM drop the loads' predicates); the interpreter never
-    showed it, so this test matters on the GPU. Every config, both dQ modes."""
+    specializes both lengths to the constant 1. On the H200 the causal build read out of bounds (suspect: a
+    division by the zero step count that the pipeliner hoists above the loop); the interpreter never showed it,
+    so this test matters on the GPU. Every config, both dQ modes."""
     for dtype_row in (GQA, GQA_BF16) if not runtime.interpreting() else (GQA,):
         case = make_case(dtype_row, DEV, seed=502019, batch=1, s_q=1, s_kv=1, heads=heads, head_dim=64,
                          is_causal=is_causal, sm_scale=0.3)

@@ -102,9 +102,10 @@ def _dkdv_tiles(
     NEED_MASK: tl.constexpr = MASKED or not EVEN_D
     steps = (hi - lo + BLOCK_M - 1) // BLOCK_M
     # The divisor must never be 0, even when the loop runs no step: the pipeliner hoists the first steps'
-    # ``it // steps`` above the loop, and with S_q = S_kv = 1 (both specialized to 1) LLVM proved steps = 0,
-    # took the division by zero as unreachable and dropped the prologue's load predicates: an illegal
-    # address on the H200 (GPU fuzz seed 502019; the interpreter and CPU tests cannot see it).
+    # ``it // steps`` above the loop (seen in the sm_90 TTGIR), where with S_q = S_kv = 1 it divides by 0 —
+    # undefined behaviour. That build read out of bounds on the H200 (GPU fuzz seed 502019; memcheck: the
+    # unmasked load of a zero-step loop). Our reading, not proven from the PTX: LLVM used the UB to drop the
+    # guard. Not yet re-run on the GPU with this fix.
     per_head = tl.maximum(steps, 1)
     for it in range(0, G * steps):
         g = it // per_head
