@@ -24,18 +24,27 @@ left() { local s=$(( DEADLINE - $(date +%s) )); echo $(( s > 5 ? s : 5 )); }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 # With the benchmark in the same call, the tests skip test_seed_row_full_size: the benchmark checks every row it
 # times against the same fp32 reference at the same size, so they would only repeat it.
-run_tests() {  # one pytest process per test file: an illegal memory access poisons only its own process
-  local skip=() log="$OUT/tests-$1.log" f
+test_file() {  # test_file <file> <log> [pytest args]
+  local f=$1 log=$2; shift 2
+  echo "== $f" >"$log"
+  # ATTNOPS_POISON=1: outputs start NaN-filled on the GPU too, so an unwritten element fails (tests only)
+  ATTNOPS_POISON=1 timeout "$(left)" python3 -m pytest -q -rf --durations=10 -p no:cacheprovider --timeout "${TEST_TIMEOUT:-240}" \
+    "$@" "$f" >>"$log" 2>&1
+  echo "tests $f: $(tail -n 1 "$log")"
+}
+# One pytest process per test file: an illegal memory access poisons only its own process. PARALLEL=1 runs a
+# family's files side by side (they compile on separate CPU cores; the GPU work of tests is small).
+run_tests() {
+  local skip=() f logs=()
   [ "${BENCH:-1}" = 1 ] && skip=(-k "not seed_row_full_size")
-  : >"$log"
   for f in "packages/$1/tests"/test_*.py; do
     [ -n "${TEST_SKIP:-}" ] && [[ "$f" =~ $TEST_SKIP ]] && continue  # TEST_SKIP: a regex of files to leave out
-    echo "== $f" >>"$log"
-    # ATTNOPS_POISON=1: outputs start NaN-filled on the GPU too, so an unwritten element fails (tests only)
-    ATTNOPS_POISON=1 timeout "$(left)" python3 -m pytest -q -rf --durations=10 -p no:cacheprovider --timeout "${TEST_TIMEOUT:-240}" \
-      "${skip[@]}" "$f" >>"$log" 2>&1
-    echo "tests $f: $(tail -n 1 "$log")"
+    logs+=("$OUT/tests-$1-$(basename "$f" .py).log")
+    if [ "${PARALLEL:-0}" = 1 ]; then test_file "$f" "${logs[-1]}" "${skip[@]}" &
+    else test_file "$f" "${logs[-1]}" "${skip[@]}"; fi
   done
+  wait
+  cat "${logs[@]}" >"$OUT/tests-$1.log" && rm -f "${logs[@]}"
 }
 run_bench() {
   timeout "$(left)" python3 -m benchmarks.run --family "$1" --out "$OUT/bench-$1.jsonl" ${WARM:+--warm "$WARM"} "${bench_args[@]}" \
