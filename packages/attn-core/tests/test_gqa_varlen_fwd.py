@@ -393,7 +393,8 @@ BAD_INPUTS = {
 
 
 @pytest.mark.parametrize("name", BAD_INPUTS)
-def test_bad_input_is_rejected(name):
+def test_bad_input_is_rejected(name, monkeypatch):
+    monkeypatch.setenv("ATTNOPS_VALIDATE", "1")  # value checks also for CUDA tensors (default: CPU tensors only)
     make_inputs, error, message = BAD_INPUTS[name]
     with pytest.raises(error, match=message):
         gqa_varlen_fwd(**make_inputs())
