@@ -13,8 +13,19 @@ import sys
 
 import torch
 
-VARIANTS = ("base", "base-again", "no-rope", "interleaved", "no-window", "auto-plan", "warps-4", "block-n-64",
-            "no-tile-in-page", "f16-inputs", "f16-q")
+VARIANTS = (
+    "base",
+    "base-again",
+    "no-rope",
+    "interleaved",
+    "no-window",
+    "auto-plan",
+    "warps-4",
+    "block-n-64",
+    "no-tile-in-page",
+    "f16-inputs",
+    "f16-q",
+)
 
 
 def variant_case(seed: int, name: str):
@@ -51,8 +62,16 @@ def variant_case(seed: int, name: str):
             x.update(k_scale=None, v_scale=None)
     if old is not None and (replan or name == "no-window"):
         x["plan"] = plan_mod.plan_paged_attention(
-            old.q_lens, old.kv_lens, num_heads=old.num_heads, num_kv_heads=old.num_kv_heads, head_dim=old.head_dim,
-            is_causal=x["is_causal"], window_size_left=x["window_size_left"], device=runtime.device(), **replan)
+            old.q_lens,
+            old.kv_lens,
+            num_heads=old.num_heads,
+            num_kv_heads=old.num_kv_heads,
+            head_dim=old.head_dim,
+            is_causal=x["is_causal"],
+            window_size_left=x["window_size_left"],
+            device=runtime.device(),
+            **replan,
+        )
     return SPEC, case
 
 
@@ -68,8 +87,15 @@ def main() -> None:
         child(int(sys.argv[2]), sys.argv[3])
         return
     seed = int(sys.argv[1])
-    procs = {v: subprocess.Popen([sys.executable, "-m", "benchmarks.paged_case_bisect", "--child", str(seed), v],
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for v in VARIANTS}
+    procs = {
+        v: subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.paged_case_bisect", "--child", str(seed), v],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for v in VARIANTS
+    }
     for v, p in procs.items():
         out, _ = p.communicate()
         last = [line for line in out.splitlines() if "Error" in line or "error" in line][-1:] if p.returncode else []
