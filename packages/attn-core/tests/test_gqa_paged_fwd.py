@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from attnops.attn_core import gqa_paged_fwd, gqa_paged_plan
+from attnops.attn_core.gqa_paged_fwd import op as paged_op
 from attnops.attn_core.gqa_paged_fwd.op import FALLBACKS
 from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, SMALL_ROWS, plan_paged_attention
 from attnops.attn_core.gqa_paged_fwd.spec import SPEC, build_case, make_case
@@ -399,7 +400,32 @@ BAD_INPUTS = {
                             "only with pos_encoding_mode='rope'"),
     "bad layout": (lambda: _base(pos_encoding_mode="rope", rope_cos=_f16(50, 32), rope_sin=_f16(50, 32),
                                  rope_layout="gptj"), ValueError, "rope_layout: expected"),
+    "rope on an fp8 pool at D 16": (lambda: _fp8_rope_d16_case().inputs, ValueError,
+                                    "k_pages: an fp8 pool with pos_encoding_mode='rope' needs head dim >= 32, got 16"),
 }
+
+
+def _fp8_rope_d16_case():
+    """The shape of GPU fuzz seed 987008 (2026-12-01): decode tokens over an fp8 pool, RoPE on, D = 16."""
+    return build_case([0, 1, 0, 1], [34, 29, 3, 57], 4, 2, 16, 1, E4M3, E4M3, DEV, seed=987008,
+                      window_size_left=40, rope=True, label="fp8-rope-d16")
+
+
+def test_fp8_pool_rope_d16_kernel_right_in_the_interpreter(monkeypatch):
+    """The kernel's semantics for the refused combination are right (the interpreter agrees with the reference):
+    what the H200 got wrong is the sm_90 build (see the GPU test below)."""
+    monkeypatch.setattr(paged_op, "MIN_HEAD_DIM_FP8_ROPE", 16)
+    if not runtime.interpreting():
+        pytest.skip("interpreter only")
+    SPEC.check(_fp8_rope_d16_case())
+
+
+@pytest.mark.gpu
+@pytest.mark.xfail(strict=True, reason="sm_90 build wrong for RoPE on fp8 pools at D = 16 (refused by the op); an "
+                                       "XPASS means it was fixed: lift MIN_HEAD_DIM_FP8_ROPE")
+def test_fp8_pool_rope_d16_kernel_still_wrong_on_the_gpu(monkeypatch):
+    monkeypatch.setattr(paged_op, "MIN_HEAD_DIM_FP8_ROPE", 16)
+    SPEC.check(_fp8_rope_d16_case())
 
 
 @pytest.mark.parametrize("name", BAD_INPUTS)

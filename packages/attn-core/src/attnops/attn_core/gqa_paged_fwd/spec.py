@@ -17,7 +17,7 @@ from attnops.kernel_utils.opspec import Case, OpSpec
 from attnops.kernel_utils.reliability import random_choice, random_int
 from attnops.kernel_utils.workloads import Workload, workloads_for
 
-from .op import gqa_paged_fwd
+from .op import MIN_HEAD_DIM_FP8_ROPE, gqa_paged_fwd
 from .reference import gqa_paged_fwd_ref
 
 OP = "GQAPagedFwd"
@@ -221,7 +221,7 @@ def fuzz_lengths(gen, batch: int, max_q: int, max_extra: int) -> tuple[list[int]
 
 def fuzz(seed: int, device) -> Case:
     """A random valid call: 1-5 requests with 0/1/short/longer query chunks and caches, odd page sizes
-    (1..48) and multiples of the key tile (64, 128), G 1..5 or 8, D 16..128, masks (causal / full / windows),
+    (1..48) and multiples of the key tile (64, 128), G 1..5 or 8, D 16..128 (32+ for RoPE on fp8 pools), masks (causal / full / windows),
     softcap, sinks, RoPE (both layouts, partial), fp8 pools (per-tensor / per-head scales) and fp8 q, shared
     pages, and sometimes an explicit plan forcing 1-4 KV splits (with or without power-of-two page addressing)."""
     gen = testing.generator(seed)
@@ -236,6 +236,8 @@ def fuzz(seed: int, device) -> Case:
     wl = random_choice(gen, [-1, -1, 0, random_int(gen, 1, 40)])
     wr = random_choice(gen, [-1, -1, random_int(gen, 0, 10)]) if not causal else -1
     rope = random_choice(gen, [False, False, True])
+    if rope and kv_dtype == E4M3:
+        d = max(d, MIN_HEAD_DIM_FP8_ROPE)  # smaller D is refused with RoPE on an fp8 pool (op._check)
     case = build_case(q_lens, kv_lens, num_kv * group, num_kv, d, page_size, q_dtype, kv_dtype, device, seed,
                       is_causal=causal, window_size_left=wl, window_size_right=wr,
                       softcap=random_choice(gen, [None, None, 3.0, 30.0]), sinks=random_choice(gen, [False, True]),
