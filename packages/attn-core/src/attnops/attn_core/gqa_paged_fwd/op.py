@@ -341,7 +341,7 @@ def gqa_paged_fwd(
     Args:
         q: ``[T_q, H, D]`` f16 / bf16 / fp8 e4m3; last dim contiguous. D a power of two in [16, 256].
         k_pages, v_pages: ``[NP, PS, H_kv, D]`` q's dtype (16-bit q) or fp8 e4m3; never written; any page /
-            slot / head strides, last dim contiguous. Any page size.
+            slot / head strides, last dim contiguous. Any page size. RoPE on an fp8 pool needs D >= 32.
         page_table: ``[B, W]`` int32, logical page -> physical page; requests may share pages.
         cache_seqlens: ``[B]`` int32, keys of each request **including** its query tokens (q_b <= c_b).
         cu_seqlens_q: ``[B+1]`` int32 prefix sums of the query lengths (0-length requests allowed).
