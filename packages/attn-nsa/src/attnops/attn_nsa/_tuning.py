@@ -58,14 +58,15 @@ class TunedKernel:
 
     def launch(self, grid, args: dict, config: triton.Config | None = None, hints: dict | None = None):
         """Launch with ``config``, else autotuned (GPU), else the default config; ``hints`` are extra facts
-        (not kernel arguments) the default rule may use. Returns the config used when it is known."""
+        (not kernel arguments) the default rule may use. Returns the config used."""
         info = {**args, **(hints or {})}
         valid = self.valid_configs(info)
         if config is None and not valid:
             raise ValueError("no launch config serves this call's shape (head dims / group size)")
         if config is None and autotune_enabled():
-            self._tuner()[grid](**args)
-            return None
+            tuner = self._tuner()
+            tuner[grid](**args)
+            return tuner.best_config  # the config of this call's key (cached or just benchmarked)
         if config is None:
             config = self.default(valid, info)
         elif not self.valid(config, info):

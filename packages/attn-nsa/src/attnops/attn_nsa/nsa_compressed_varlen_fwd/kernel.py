@@ -1,5 +1,6 @@
 """Attention over closed compressed chunks: one program = BT consecutive packed tokens x the G query heads of
-one KV head, i.e. an [BT*GP, D] query tile that shares every k_cmp / v_cmp tile it loads."""
+one KV head, i.e. an [BT*GP, D] query tile that shares every k_cmp / v_cmp tile it loads. Two launches of one
+kernel: the tiles inside one sequence, then the few that straddle a sequence start (``BOUNDARY``)."""
 
 import triton
 import triton.language as tl
@@ -7,6 +8,56 @@ import triton.language as tl
 # Running-max start: finite so that a row that sees no key keeps alpha = exp2(0) = 1 and p = exp2(-inf) = 0.
 NEG_BIG: tl.constexpr = tl.constexpr(-1.0e30)
 LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
+
+
+@triton.jit
+def _sequence_pass(q, m, l, acc, seq, pos, row_ok, n, k_ptr, v_ptr, chunk_offsets_ptr, g, qk_scale,
+                   stride_kc, stride_kh, stride_vc, stride_vh, dk, dv,
+                   DK: tl.constexpr, DV: tl.constexpr, BS: tl.constexpr, BC: tl.constexpr):
+    """Fold the closed chunks of sequence n into the softmax state of the tile's rows of that sequence (their
+    state restarts here, so a row is only ever combined with its own sequence's chunks). Returns the state, the
+    rows of sequence n and their closed-chunk counts."""
+    boc = tl.load(chunk_offsets_ptr + n).to(tl.int64)
+    rows_n = tl.load(chunk_offsets_ptr + n + 1) - boc  # storage rows of sequence n
+    in_seq = row_ok & (seq == n)
+    nc = tl.where(in_seq, tl.minimum((pos + 1) // BS, rows_n), 0)  # closed chunks per row
+    nc_max = tl.max(nc, axis=0)
+    # Restarting (not selecting between an old and a new accumulator) keeps one [BM, DV] accumulator live: a
+    # pass over another sequence's chunks (0 · NaN of its v_cmp in the P·V product) only touches a row before
+    # its restart or after its store.
+    m = tl.where(in_seq, NEG_BIG, m)
+    l = tl.where(in_seq, 0.0, l)
+    acc = tl.where(in_seq[:, None], 0.0, acc)
+    k_base = k_ptr + boc * stride_kc + g * stride_kh
+    v_base = v_ptr + boc * stride_vc + g * stride_vh
+    for c0 in range(0, nc_max, BC):
+        c = c0 + tl.arange(0, BC)
+        c_ok = c < nc_max
+        kt = tl.load(k_base + c[None, :].to(tl.int64) * stride_kc + dk[:, None],
+                     mask=c_ok[None, :] & (dk < DK)[:, None], other=0.0)
+        s = tl.dot(q, kt) * qk_scale
+        s = tl.where(c[None, :] < nc[:, None], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        alpha = tl.math.exp2(m - m_new)
+        p = tl.math.exp2(s - m_new[:, None])
+        l = l * alpha + tl.sum(p, axis=1)
+        vt = tl.load(v_base + c[:, None].to(tl.int64) * stride_vc + dv[None, :],
+                     mask=c_ok[:, None] & (dv < DV)[None, :], other=0.0)
+        acc = tl.dot(p.to(vt.dtype), vt, acc * alpha[:, None])
+        m = m_new
+    return m, l, acc, in_seq, nc
+
+
+@triton.jit
+def _store_rows(o_tile, lse_tile, o_rows, l_rows, m, l, acc, in_seq, nc, dv, DV: tl.constexpr):
+    # A row with no closed chunk outputs exactly 0 (its p is 0, but 0 · NaN of a chunk other rows see is not).
+    seen = (l != 0) & (nc > 0)  # l >= 0, or NaN (a NaN score or value): NaN must reach o and lse
+    inv = tl.where(seen, 1.0 / tl.where(seen, l, 1.0), 0.0)
+    o = tl.where(seen[:, None], acc * inv[:, None], 0.0)
+    lse = tl.where(seen, (m + tl.math.log2(tl.where(seen, l, 1.0))) * LN2, 0.0)
+    tl.store(o_tile + o_rows[:, None] + dv[None, :], o.to(o_tile.dtype.element_ty),
+             mask=in_seq[:, None] & (dv < DV)[None, :])
+    tl.store(lse_tile + l_rows, lse.to(lse_tile.dtype.element_ty), mask=in_seq)
 
 
 @triton.jit
@@ -21,78 +72,64 @@ def nsa_compressed_fwd_kernel(
     BS: tl.constexpr,  # compression block size
     BM: tl.constexpr,  # query rows per program (BT = BM // GP tokens)
     BC: tl.constexpr,  # compressed chunks per inner iteration
+    BOUNDARY: tl.constexpr,  # False: the tiles of one sequence; True: the tiles that straddle a sequence start
 ):
+    """Token tile t = packed tokens [t·BT, t·BT + BT). The main launch (grid: tiles x H_kv) serves every tile
+    whose tokens share one sequence in one pass and skips the others; the BOUNDARY launch (grid: N − 1 x
+    H_kv) serves each tile that an internal sequence start ``offsets[j + 1]`` falls inside of (the first such
+    start of a tile only), one pass per sequence. Splitting them keeps the sequence loop and its live state
+    out of the main kernel: 151 instead of 214 registers at BM 64 / 4 warps (sm_90), 3 CTAs per SM, not 2."""
     BT: tl.constexpr = BM // GP
-    num_tiles = tl.cdiv(num_tokens, BT)
-    tile = num_tiles - 1 - tl.program_id(0)  # late tokens see the most chunks: start them first
     g = tl.program_id(1)
-
-    rows = tl.arange(0, BM)
-    t0 = tile * BT
-    tok = t0 + rows // GP
-    hg = rows % GP
-    row_ok = (tok < num_tokens) & (hg < G)
-    seq = tl.load(tok_ptr + tok.to(tl.int64) * 2, mask=row_ok, other=-1)
-    pos = tl.load(tok_ptr + tok.to(tl.int64) * 2 + 1, mask=row_ok, other=0)
-    # int64 tile bases, int32 offsets inside the tile (op.py bounds BT * strides below 2^31): a [BM, D] tensor
-    # of 64-bit addresses would cost ~128 registers per thread at the store.
-    tile_t = t0.to(tl.int64)
-    tile_h = (g * G).to(tl.int64)
-    q_rows = (rows // GP) * stride_qt + hg * stride_qh
-    o_rows = (rows // GP) * stride_ot + hg * stride_oh
-    l_rows = (rows // GP) * stride_lt + hg
-
-    dk = tl.arange(0, BDK)
-    dv = tl.arange(0, BDV)
-    q_tile = q_ptr + tile_t * stride_qt + tile_h * stride_qh
-    q = tl.load(q_tile + q_rows[:, None] + dk[None, :], mask=row_ok[:, None] & (dk < DK)[None, :], other=0.0)
-
-    m = tl.full([BM], NEG_BIG, dtype=tl.float32)
-    l = tl.zeros([BM], dtype=tl.float32)
-    acc = tl.zeros([BM, BDV], dtype=tl.float32)
-
-    # The tile's tokens belong to sequences n_first..n_last (usually one); each pass serves its own rows.
+    if BOUNDARY:
+        j = tl.program_id(0)
+        start = tl.load(offsets_ptr + j + 1)
+        tile = start // BT
+        prev = tl.load(offsets_ptr + j)
+        # inside its tile, inside the batch, and the tile's first such start (an earlier one serves it)
+        serve = (start % BT != 0) & (start > 0) & (start < num_tokens) & (prev <= tile * BT)
+    else:
+        tile = tl.cdiv(num_tokens, BT) - 1 - tl.program_id(0)  # late tokens see the most chunks: start them first
+        serve = True
     t_first = tile * BT
     t_last = tl.minimum(t_first + BT, num_tokens) - 1
-    n_first = tl.maximum(tl.load(tok_ptr + t_first.to(tl.int64) * 2), 0)
-    n_last = tl.minimum(tl.load(tok_ptr + t_last.to(tl.int64) * 2), num_seqs - 1)
-    o_tile = o_ptr + tile_t * stride_ot + tile_h * stride_oh
-    for n in range(n_first, n_last + 1):
-        boc = tl.load(chunk_offsets_ptr + n).to(tl.int64)
-        rows_n = tl.load(chunk_offsets_ptr + n + 1) - boc  # storage rows of sequence n
-        in_seq = row_ok & (seq == n)
-        nc = tl.where(in_seq, tl.minimum((pos + 1) // BS, rows_n), 0)  # closed chunks per row
-        nc_max = tl.max(nc, axis=0)
-        # Each row's softmax state restarts at its own sequence's pass and is stored at that pass's end, so a
-        # pass over another sequence's chunks (0 · NaN of its v_cmp in the P·V product) can only touch the
-        # row before its restart or after its store: no [BM, DV] select between two accumulators is needed
-        # (v1 kept old and new accumulators live: 239 registers per thread at BM 64, D 128).
-        m = tl.where(in_seq, NEG_BIG, m)
-        l = tl.where(in_seq, 0.0, l)
-        acc = tl.where(in_seq[:, None], 0.0, acc)
-        k_base = k_ptr + boc * stride_kc + g * stride_kh
-        v_base = v_ptr + boc * stride_vc + g * stride_vh
-        for c0 in range(0, nc_max, BC):
-            c = c0 + tl.arange(0, BC)
-            c_ok = c < nc_max
-            kt = tl.load(k_base + c[None, :].to(tl.int64) * stride_kc + dk[:, None],
-                         mask=c_ok[None, :] & (dk < DK)[:, None], other=0.0)
-            s = tl.dot(q, kt) * qk_scale
-            s = tl.where(c[None, :] < nc[:, None], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))
-            alpha = tl.math.exp2(m - m_new)
-            p = tl.math.exp2(s - m_new[:, None])
-            l = l * alpha + tl.sum(p, axis=1)
-            vt = tl.load(v_base + c[:, None].to(tl.int64) * stride_vc + dv[None, :],
-                         mask=c_ok[:, None] & (dv < DV)[None, :], other=0.0)
-            acc = tl.dot(p.to(vt.dtype), vt, acc * alpha[:, None])
-            m = m_new
-
-        # A row with no closed chunk outputs exactly 0 (its p is 0, but 0 · NaN of a chunk other rows see is not).
-        seen = (l != 0) & (nc > 0)  # l >= 0, or NaN (a NaN score or value): NaN must reach o and lse
-        inv = tl.where(seen, 1.0 / tl.where(seen, l, 1.0), 0.0)
-        o = tl.where(seen[:, None], acc * inv[:, None], 0.0)
-        lse = tl.where(seen, (m + tl.math.log2(tl.where(seen, l, 1.0))) * LN2, 0.0)
-        tl.store(o_tile + o_rows[:, None] + dv[None, :], o.to(o_ptr.dtype.element_ty),
-                 mask=in_seq[:, None] & (dv < DV)[None, :])
-        tl.store(lse_ptr + tile_t * stride_lt + tile_h + l_rows, lse.to(lse_ptr.dtype.element_ty), mask=in_seq)
+    n_first = tl.maximum(tl.load(tok_ptr + t_first.to(tl.int64) * 2, mask=serve, other=0), 0)
+    n_last = tl.minimum(tl.load(tok_ptr + t_last.to(tl.int64) * 2, mask=serve, other=0), num_seqs - 1)
+    if BOUNDARY:
+        serve = serve & (n_last > n_first)
+    else:
+        serve = n_last == n_first
+    if serve:
+        rows = tl.arange(0, BM)
+        tok = t_first + rows // GP
+        hg = rows % GP
+        row_ok = (tok < num_tokens) & (hg < G)
+        seq = tl.load(tok_ptr + tok.to(tl.int64) * 2, mask=row_ok, other=-1)
+        pos = tl.load(tok_ptr + tok.to(tl.int64) * 2 + 1, mask=row_ok, other=0)
+        # int64 tile bases, int32 offsets inside the tile (op.py bounds BT * strides below 2^31): a [BM, D]
+        # tensor of 64-bit addresses would cost ~128 registers per thread at the store.
+        tile_t = t_first.to(tl.int64)
+        tile_h = (g * G).to(tl.int64)
+        q_rows = (rows // GP) * stride_qt + hg * stride_qh
+        o_rows = (rows // GP) * stride_ot + hg * stride_oh
+        l_rows = (rows // GP) * stride_lt + hg
+        dk = tl.arange(0, BDK)
+        dv = tl.arange(0, BDV)
+        q_tile = q_ptr + tile_t * stride_qt + tile_h * stride_qh
+        q = tl.load(q_tile + q_rows[:, None] + dk[None, :], mask=row_ok[:, None] & (dk < DK)[None, :], other=0.0)
+        o_tile = o_ptr + tile_t * stride_ot + tile_h * stride_oh
+        lse_tile = lse_ptr + tile_t * stride_lt + tile_h
+        m = tl.full([BM], NEG_BIG, dtype=tl.float32)
+        l = tl.zeros([BM], dtype=tl.float32)
+        acc = tl.zeros([BM, BDV], dtype=tl.float32)
+        if BOUNDARY:
+            for n in range(n_first, n_last + 1):
+                m, l, acc, in_seq, nc = _sequence_pass(q, m, l, acc, seq, pos, row_ok, n, k_ptr, v_ptr,
+                                                       chunk_offsets_ptr, g, qk_scale, stride_kc, stride_kh,
+                                                       stride_vc, stride_vh, dk, dv, DK, DV, BS, BC)
+                _store_rows(o_tile, lse_tile, o_rows, l_rows, m, l, acc, in_seq, nc, dv, DV)
+        else:
+            m, l, acc, in_seq, nc = _sequence_pass(q, m, l, acc, seq, pos, row_ok, n_first, k_ptr, v_ptr,
+                                                   chunk_offsets_ptr, g, qk_scale, stride_kc, stride_kh,
+                                                   stride_vc, stride_vh, dk, dv, DK, DV, BS, BC)
+            _store_rows(o_tile, lse_tile, o_rows, l_rows, m, l, acc, in_seq, nc, dv, DV)
