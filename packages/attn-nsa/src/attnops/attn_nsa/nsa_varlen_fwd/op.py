@@ -22,7 +22,13 @@ from .kernel import nsa_varlen_fwd_kernel
 
 LOG2E = math.log2(math.e)
 
+# One-warp configs (the group's 16 heads are one m16 MMA tile): fewer registers per token than 2 or 4 warps, so
+# more tokens in flight per SM on these latency-bound rows (offline sm_90, G 16: 2x4k 15 tokens/SM at KB 1 / 1 warp
+# against 10 at 2 warps and 7 at 4; 4x2k 20-21 against 14; ragged D 128 9 against 7).
 CONFIGS = (
+    triton.Config({"KB": 1}, num_warps=1, num_stages=2),
+    triton.Config({"KB": 1}, num_warps=1, num_stages=1),
+    triton.Config({"KB": 2}, num_warps=1, num_stages=2),
     triton.Config({"KB": 1}, num_warps=2, num_stages=2),
     triton.Config({"KB": 1}, num_warps=4, num_stages=2),
     triton.Config({"KB": 2}, num_warps=4, num_stages=2),
@@ -33,8 +39,10 @@ CONFIGS = (
 def _valid(c: triton.Config, a: dict) -> bool:
     kb = c.kwargs["KB"]
     keys = kb * a["BS"]
-    # at most 8K elements per K (and V) tile in registers; no more gathered slots than the row has
-    return keys * a["BD"] <= 8192 and (kb == 1 or kb <= triton.next_power_of_2(max(a["SEL"], 1)))
+    # at most 8K elements per K (and V) tile in registers (4K for one warp: KB 2 / D 128 spills on sm_90);
+    # no more gathered slots than the row has
+    limit = 4096 if c.num_warps == 1 else 8192
+    return keys * a["BD"] <= limit and (kb == 1 or kb <= triton.next_power_of_2(max(a["SEL"], 1)))
 
 
 def _default(valid: list[triton.Config], a: dict) -> triton.Config:
