@@ -5,6 +5,7 @@
 #                (attn-core attn-mla), one process per file | memcheck and racecheck of REL (the four
 #                families, smallest first; REL=none: no lane), STEP_CAP s a step
 #   PART=tunes:  GPU 0 the sweeps of gpu_sweeps.sh, then ROWS (if set)
+#   PART=nsa:    GPU 0 the attn-nsa rows alone, then GPU tests side by side (see the case below)
 #   PART=sweeps: GPU 0 benchmarks/gpu_sweeps.sh           | GPU 1 ROWS (if set), then the GPU suites of SUITES
 #   PART=core:   GPU 0 GQADenseFwd, GQAVarlenFwd, GQABwd  | GPU 1 the three paged attn-core ops
 #   PART=mla:    GPU 0 MLA / DSA rows                     | GPU 1 TopK and indexer rows
@@ -27,7 +28,7 @@ lane() {  # lane <gpu> <name> <command...>: one lane on one GPU, its output in $
 }
 mkdir -p "$OUT"
 core_peers=(--exclude-peers torch-compile)
-case "${PART:?PART=checks, tunes, sweeps, core, mla or rest}" in
+case "${PART:?PART=checks, tunes, nsa, sweeps, core, mla or rest}" in
   sweeps)
     lane 0 sweeps bash benchmarks/gpu_sweeps.sh &
     lane 1 rows-rel bash -c '
@@ -39,6 +40,19 @@ case "${PART:?PART=checks, tunes, sweeps, core, mla or rest}" in
     lane 0 tests env BENCH=0 TESTS=1 ATTNOPS_FUZZ_CASES=30 bash benchmarks/gpu_job.sh ${SUITES:-attn-core attn-mla} &
     [ "${REL:-}" = none ] || lane 0 rel env STEP_CAP="${STEP_CAP:-150}" RACECHECK=1 FUZZ=0 MEMCHECK="${MEMCHECK:-1}" \
       bash benchmarks/gpu_reliability.sh ${REL:-kvcache-ops attn-nsa attn-mla attn-core} & ;;
+  nsa)  # one GPU: the attn-nsa rows timed alone, then side by side (one process per file): attn-nsa's GPU tests,
+        # GQAPagedFwd's fuzz (FUZZ=300) and D = 16 tests, the GQABwd / TopK tests the 2026-12-01 deadlines cut
+    lane 0 nsa bash -c 'mkdir -p "$OUT"; OUT=$OUT/bench TESTS=0 bash benchmarks/gpu_job.sh attn-nsa
+      export PYTHONPATH=$(ls -d $PWD/packages/*/src | paste -sd:) ATTNOPS_POISON=1 ATTNOPS_FUZZ_CASES=60
+      t() { local name=$1 s=$(( DEADLINE - $(date +%s) )); shift; [ "$s" -gt 5 ] || s=5
+        timeout "$s" python3 -m pytest -q -rf -p no:cacheprovider "$@" \
+        >"$OUT/t-$name.log" 2>&1; echo "tests $name: $(tail -n 1 "$OUT/t-$name.log")"; }
+      for f in packages/attn-nsa/tests/test_{nsa,attn,pipeline}*.py; do t "$(basename "$f" .py)" "$f" & done
+      ATTNOPS_FUZZ_CASES=${FUZZ:-300} t paged-fuzz packages/attn-core/tests/test_gqa_paged_fwd.py -k "fuzz or d16 or bad_input" &
+      t bwd-tail packages/attn-core/tests/test_gqa_bwd.py -k "atomic_dq_every_config_gpu or autograd_end_to_end_gpu" &
+      t topk packages/attn-mla/tests/test_topk_select_fwd.py -k "not full_size" &
+      t topk-full packages/attn-mla/tests/test_topk_select_fwd.py -k full_size &
+      wait' & ;;
   tunes)
     lane 0 tunes bash -c 'PHASE=sweeps OUT=$OUT/sweeps bash benchmarks/gpu_sweeps.sh
       if [ -n "$ROWS" ]; then set -- $ROWS; OUT=$OUT/rows bash benchmarks/gpu_job.sh "$1" -- --filter "$2" \
@@ -54,7 +68,7 @@ case "${PART:?PART=checks, tunes, sweeps, core, mla or rest}" in
     lane 0 nsa-kv bash -c 'OUT=$OUT/nsa bash benchmarks/gpu_job.sh attn-nsa
       OUT=$OUT/kv bash benchmarks/gpu_job.sh kvcache-ops' &
     lane 1 rel env STEP_CAP=120 RACECHECK=1 bash benchmarks/gpu_reliability.sh attn-core attn-mla attn-nsa kvcache-ops & ;;
-  *) echo "PART must be checks, tunes, sweeps, core, mla or rest" >&2; exit 2 ;;
+  *) echo "PART must be checks, tunes, nsa, sweeps, core, mla or rest" >&2; exit 2 ;;
 esac
 wait
 cat "$OUT"/*.txt
