@@ -41,7 +41,8 @@ case "${PART:?PART=checks, tunes, nsa, sweeps, core, mla or rest}" in
     [ "${REL:-}" = none ] || lane 0 rel env STEP_CAP="${STEP_CAP:-150}" RACECHECK=1 FUZZ=0 MEMCHECK="${MEMCHECK:-1}" \
       bash benchmarks/gpu_reliability.sh ${REL:-kvcache-ops attn-nsa attn-mla attn-core} & ;;
   nsa)  # one GPU: the attn-nsa rows timed alone, then side by side (one process per file): attn-nsa's GPU tests,
-        # GQAPagedFwd's fuzz (FUZZ=300) and D = 16 tests, the GQABwd / TopK tests the 2026-12-01 deadlines cut
+        # GQAPagedFwd's fuzz (FUZZ=300) and D = 16 tests, the GQABwd / TopK tests the 2026-12-01 deadlines cut,
+        # memcheck over every config of the NSA kernels changed on 2026-12-01
     lane 0 nsa bash -c 'mkdir -p "$OUT"; OUT=$OUT/bench TESTS=0 bash benchmarks/gpu_job.sh attn-nsa
       export PYTHONPATH=$(ls -d $PWD/packages/*/src | paste -sd:) ATTNOPS_POISON=1 ATTNOPS_FUZZ_CASES=60
       t() { local name=$1 s=$(( DEADLINE - $(date +%s) )); shift; [ "$s" -gt 5 ] || s=5
@@ -52,6 +53,11 @@ case "${PART:?PART=checks, tunes, nsa, sweeps, core, mla or rest}" in
       t bwd-tail packages/attn-core/tests/test_gqa_bwd.py -k "atomic_dq_every_config_gpu or autograd_end_to_end_gpu" &
       t topk packages/attn-mla/tests/test_topk_select_fwd.py -k "not full_size" &
       t topk-full packages/attn-mla/tests/test_topk_select_fwd.py -k full_size &
+      # memcheck of every launch config of the two changed NSA kernels (the sweep script runs the defaults only)
+      (timeout $(( DEADLINE - $(date +%s) )) compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m pytest -q \
+        -p no:cacheprovider -k "every_config and not gpu" packages/attn-nsa/tests/test_nsa_compressed_varlen_fwd.py \
+        packages/attn-nsa/tests/test_nsa_varlen_fwd.py >"$OUT/memcheck-nsa-configs.log" 2>&1
+       echo "memcheck nsa configs: rc=$? $(grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck-nsa-configs.log" | tail -n 2 | tr "\n" " ")") &
       wait' & ;;
   tunes)
     lane 0 tunes bash -c 'PHASE=sweeps OUT=$OUT/sweeps bash benchmarks/gpu_sweeps.sh
