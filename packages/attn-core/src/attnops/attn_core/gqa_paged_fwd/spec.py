@@ -221,9 +221,10 @@ def fuzz_lengths(gen, batch: int, max_q: int, max_extra: int) -> tuple[list[int]
 
 def fuzz(seed: int, device) -> Case:
     """A random valid call: 1-5 requests with 0/1/short/longer query chunks and caches, odd page sizes
-    (1..48) and multiples of the key tile (64, 128), G 1..5 or 8, D 16..128 (32+ for RoPE on fp8 pools), masks (causal / full / windows),
-    softcap, sinks, RoPE (both layouts, partial), fp8 pools (per-tensor / per-head scales) and fp8 q, shared
-    pages, and sometimes an explicit plan forcing 1-4 KV splits (with or without power-of-two page addressing)."""
+    (1..48) and multiples of the key tile (64, 128), G 1..5 or 8, D 16..128 (32+ for RoPE on fp8 pools), masks
+    (causal / full / windows), softcap, sinks, RoPE (both layouts, partial), fp8 pools (per-tensor / per-head
+    scales) and fp8 q, shared pages, and sometimes an explicit plan forcing 1-4 KV splits (with or without
+    power-of-two page addressing)."""
     gen = testing.generator(seed)
     act = random_choice(gen, [torch.float16] if runtime.interpreting() else [torch.float16, torch.bfloat16])
     q_dtype = random_choice(gen, [act, act, act, E4M3])
