@@ -414,9 +414,9 @@ def _fp8_rope_d16_case():
 def test_fp8_pool_rope_d16_kernel_right_in_the_interpreter(monkeypatch):
     """The kernel's semantics for the refused combination are right (the interpreter agrees with the reference):
     what the H200 got wrong is the sm_90 build (see the GPU test below)."""
-    monkeypatch.setattr(paged_op, "MIN_HEAD_DIM_FP8_ROPE", 16)
     if not runtime.interpreting():
         pytest.skip("interpreter only")
+    monkeypatch.setattr(paged_op, "MIN_HEAD_DIM_FP8_ROPE", 16)
     SPEC.check(_fp8_rope_d16_case())
 
 
