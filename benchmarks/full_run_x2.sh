@@ -5,7 +5,7 @@
 #                (attn-core attn-mla), one process per file | memcheck and racecheck of REL (the four
 #                families, smallest first; REL=none: no lane), STEP_CAP s a step
 #   PART=tunes:  GPU 0 the sweeps of gpu_sweeps.sh, then ROWS (if set)
-#   PART=nsa:    GPU 0 the attn-nsa rows alone, then GPU tests side by side (see the case below)
+#   PART=nsa:    GPU 0 the attn-nsa config sweep, the attn-nsa rows alone, then GPU tests side by side (see below)
 #   PART=sweeps: GPU 0 benchmarks/gpu_sweeps.sh           | GPU 1 ROWS (if set), then the GPU suites of SUITES
 #   PART=core:   GPU 0 GQADenseFwd, GQAVarlenFwd, GQABwd  | GPU 1 the three paged attn-core ops
 #   PART=mla:    GPU 0 MLA / DSA rows                     | GPU 1 TopK and indexer rows
@@ -40,20 +40,22 @@ case "${PART:?PART=checks, tunes, nsa, sweeps, core, mla or rest}" in
     lane 0 tests env BENCH=0 TESTS=1 ATTNOPS_FUZZ_CASES=30 bash benchmarks/gpu_job.sh ${SUITES:-attn-core attn-mla} &
     [ "${REL:-}" = none ] || lane 0 rel env STEP_CAP="${STEP_CAP:-150}" RACECHECK=1 FUZZ=0 MEMCHECK="${MEMCHECK:-1}" \
       bash benchmarks/gpu_reliability.sh ${REL:-kvcache-ops attn-nsa attn-mla attn-core} & ;;
-  nsa)  # one GPU: the attn-nsa rows timed alone, then side by side (one process per file): attn-nsa's GPU tests,
-        # GQAPagedFwd's fuzz (FUZZ=300) and D = 16 tests, the GQABwd / TopK tests the 2026-12-01 deadlines cut,
-        # memcheck over every config of the NSA kernels changed on 2026-12-01
-    lane 0 nsa bash -c 'mkdir -p "$OUT"; OUT=$OUT/bench TESTS=0 bash benchmarks/gpu_job.sh attn-nsa
-      export PYTHONPATH=$(ls -d $PWD/packages/*/src | paste -sd:) ATTNOPS_POISON=1 ATTNOPS_FUZZ_CASES=60
+  nsa)  # one GPU: the attn-nsa config sweep of the rows below their floors, the 17 attn-nsa rows (TESTS=0), then
+        # side by side (one process per file): the GPU tests of the two NSA kernels changed on 2026-12-01 (second
+        # session of the day), memcheck over every config of them, the TopK full-size tests cut before
+    lane 0 nsa bash -c 'mkdir -p "$OUT"; export PYTHONPATH=$(ls -d $PWD/packages/*/src | paste -sd:)
+      timeout 240 python3 -m benchmarks.tune_attn_nsa --out "$OUT/tune-attn-nsa.json" \
+        --filter NSAVarlenFwd,NSACompressedVarlenFwd/prefill-ragged >"$OUT/tune-attn-nsa.log" 2>&1
+      echo "tune-attn-nsa: rc=$?"; cat "$OUT/tune-attn-nsa.log" | grep -v Warning
+      OUT=$OUT/bench TESTS=0 bash benchmarks/gpu_job.sh attn-nsa
+      export ATTNOPS_POISON=1 ATTNOPS_FUZZ_CASES=60
       t() { local name=$1 s=$(( DEADLINE - $(date +%s) )); shift; [ "$s" -gt 5 ] || s=5
         timeout "$s" python3 -m pytest -q -rf -p no:cacheprovider "$@" \
         >"$OUT/t-$name.log" 2>&1; echo "tests $name: $(tail -n 1 "$OUT/t-$name.log")"; }
-      for f in packages/attn-nsa/tests/test_{nsa,attn,pipeline}*.py; do t "$(basename "$f" .py)" "$f" & done
-      ATTNOPS_FUZZ_CASES=${FUZZ:-300} t paged-fuzz packages/attn-core/tests/test_gqa_paged_fwd.py -k "fuzz or d16 or bad_input" &
-      t bwd-tail packages/attn-core/tests/test_gqa_bwd.py -k "atomic_dq_every_config_gpu or autograd_end_to_end_gpu" &
-      t topk packages/attn-mla/tests/test_topk_select_fwd.py -k "not full_size" &
+      for f in packages/attn-nsa/tests/test_nsa_{compressed_,}varlen_fwd.py packages/attn-nsa/tests/test_pipeline.py; do
+        t "$(basename "$f" .py)" "$f" & done
       t topk-full packages/attn-mla/tests/test_topk_select_fwd.py -k full_size &
-      # memcheck of every launch config of the two changed NSA kernels (the sweep script runs the defaults only)
+      # memcheck of every launch config of the two changed NSA kernels
       (s=$(( DEADLINE - $(date +%s) )); [ "$s" -gt 5 ] || s=5  # timeout 0 would mean no limit
        timeout "$s" compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m pytest -q \
         -p no:cacheprovider -k "every_config and not gpu" packages/attn-nsa/tests/test_nsa_compressed_varlen_fwd.py \

@@ -45,14 +45,12 @@ def cases(full: bool):
     dts = ("fp16", "bf16")
     for dt in dts:
         p = "*" + dt
-        for g, d, bs, boundary in ([(16, 128, 32, False), (16, 128, 32, True), (4, 64, 32, False)] if full
-                                   else [(16, 128, 32, False), (16, 128, 32, True)]):
+        for g, d, bs in ([(16, 128, 32), (4, 64, 32)] if full else [(16, 128, 32)]):
             yield cmp_op, cmp_op.nsa_compressed_fwd_kernel, dict(
                 q_ptr=p, k_ptr=p, v_ptr=p, o_ptr=p, lse_ptr=p, offsets_ptr="*i32", chunk_offsets_ptr="*i32",
                 tok_ptr="*i32", num_tokens=1000, num_seqs=3, qk_scale=0.1, stride_qt=4096, stride_qh=128,
                 stride_kc=256, stride_kh=128, stride_vc=256, stride_vh=128, stride_ot=4096, stride_oh=128,
-                stride_lt=32, tune_bucket=10, G=g, GP=triton.next_power_of_2(g), DK=d, DV=d, BDK=d, BDV=d, BS=bs,
-                BOUNDARY=boundary)
+                stride_lt=32, tune_bucket=10, G=g, GP=triton.next_power_of_2(g), DK=d, DV=d, BDK=d, BDV=d, BS=bs)
         for g, d, bs, s in ([(16, 128, 64, 32), (32, 64, 32, 8), (16, 128, 32, 5)] if full else [(16, 128, 32, 16)]):
             yield topk_op, topk_op.nsa_topk_kernel, dict(
                 q_ptr=p, k_ptr=p, bi_ptr="*i32", offsets_ptr="*i32", chunk_offsets_ptr="*i32", tok_ptr="*i32",
@@ -75,8 +73,7 @@ def main(full: bool) -> int:
         for config in op.CONFIGS:
             if not op._valid(config, args):
                 continue
-            name = kernel.__name__ + (" boundary" if args.get("BOUNDARY") else "")
-            label = f"{name} {args['q_ptr'][1:]} {config.kwargs} w{config.num_warps}"
+            label = f"{kernel.__name__} {args['q_ptr'][1:]} {config.kwargs} w{config.num_warps}"
             try:
                 smem = compile_one(kernel, args, config)
                 print(f"{label}: ok (shared {smem} B)", flush=True)

@@ -107,9 +107,8 @@ def test_every_config_small(config):
 
 @pytest.mark.parametrize("config", config_params(op.CONFIGS))
 def test_every_config_short_sequences(config):
-    """Several sequence starts inside one token tile, empty sequences between them, a start on a tile edge: the
-    main launch skips those tiles and the boundary launch must serve every one (fails without it; a tile served
-    twice would write the same values, which no output check can see)."""
+    """Several sequence starts inside one token tile, empty sequences between them, a start on a tile edge: each
+    sequence a tile holds needs its own program (fails if the programs of internal starts are dropped)."""
     case = build_case([1, 0, 2, 3, 0, 1, 9, 0, 6, 40], 16, 1, 32, 32, torch.float16, 0.2, 2, DEV, seed=9)
     check_with_config(SPEC, op._run, case, config)
 

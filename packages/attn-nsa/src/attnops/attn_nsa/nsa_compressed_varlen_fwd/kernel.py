@@ -1,6 +1,6 @@
 """Attention over closed compressed chunks: one program = BT consecutive packed tokens x the G query heads of
-one KV head, i.e. an [BT*GP, D] query tile that shares every k_cmp / v_cmp tile it loads. Two launches of one
-kernel: the tiles inside one sequence, then the few that straddle a sequence start (``BOUNDARY``)."""
+one KV head, i.e. an [BT*GP, D] query tile that shares every k_cmp / v_cmp tile it loads, for one sequence: a
+tile that a sequence start falls inside of is served by one program per sequence it holds."""
 
 import triton
 import triton.language as tl
@@ -11,23 +11,21 @@ LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
-def _sequence_pass(q, m, l, acc, seq, pos, row_ok, n, k_ptr, v_ptr, chunk_offsets_ptr, g, qk_scale,
+def _sequence_pass(q, seq, pos, row_ok, n, k_ptr, v_ptr, chunk_offsets_ptr, g, qk_scale,
                    stride_kc, stride_kh, stride_vc, stride_vh, dk, dv,
-                   DK: tl.constexpr, DV: tl.constexpr, BS: tl.constexpr, BC: tl.constexpr):
-    """Fold the closed chunks of sequence n into the softmax state of the tile's rows of that sequence (their
-    state restarts here, so a row is only ever combined with its own sequence's chunks). Returns the state, the
-    rows of sequence n and their closed-chunk counts."""
+                   BM: tl.constexpr, BDV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BS: tl.constexpr,
+                   BC: tl.constexpr):
+    """Softmax state of the tile's rows of sequence n over that sequence's closed chunks; returns it with the
+    rows of sequence n and their closed-chunk counts. Rows of other sequences see no chunk (their p is 0)
+    and are never stored by this program."""
     boc = tl.load(chunk_offsets_ptr + n).to(tl.int64)
     rows_n = tl.load(chunk_offsets_ptr + n + 1) - boc  # storage rows of sequence n
     in_seq = row_ok & (seq == n)
     nc = tl.where(in_seq, tl.minimum((pos + 1) // BS, rows_n), 0)  # closed chunks per row
     nc_max = tl.max(nc, axis=0)
-    # Restarting (not selecting between an old and a new accumulator) keeps one [BM, DV] accumulator live: a
-    # pass over another sequence's chunks (0 · NaN of its v_cmp in the P·V product) only touches a row before
-    # its restart or after its store.
-    m = tl.where(in_seq, NEG_BIG, m)
-    l = tl.where(in_seq, 0.0, l)
-    acc = tl.where(in_seq[:, None], 0.0, acc)
+    m = tl.full([BM], NEG_BIG, dtype=tl.float32)
+    l = tl.zeros([BM], dtype=tl.float32)
+    acc = tl.zeros([BM, BDV], dtype=tl.float32)
     k_base = k_ptr + boc * stride_kc + g * stride_kh
     v_base = v_ptr + boc * stride_vc + g * stride_vh
     for c0 in range(0, nc_max, BC):
@@ -72,34 +70,28 @@ def nsa_compressed_fwd_kernel(
     BS: tl.constexpr,  # compression block size
     BM: tl.constexpr,  # query rows per program (BT = BM // GP tokens)
     BC: tl.constexpr,  # compressed chunks per inner iteration
-    BOUNDARY: tl.constexpr,  # False: the tiles of one sequence; True: the tiles that straddle a sequence start
 ):
-    """Token tile t = packed tokens [t·BT, t·BT + BT). The main launch (grid: tiles x H_kv) serves every tile
-    whose tokens share one sequence in one pass and skips the others; the BOUNDARY launch (grid: N − 1 x
-    H_kv) serves each tile that an internal sequence start ``offsets[j + 1]`` falls inside of (the first such
-    start of a tile only), one pass per sequence. Splitting them keeps the sequence loop and its live state
-    out of the main kernel: 148 instead of 214 registers at BM 64 / BC 32 / 4 warps (sm_90), 3 CTAs per SM, not 2."""
+    """Token tile t = packed tokens [t·BT, t·BT + BT); grid (tiles + N − 1) x H_kv. Program p < tiles serves
+    tile (tiles − 1 − p) for the sequence of its first token; program tiles + j serves, for sequence j + 1,
+    the tile its first token falls inside of (when that is not a tile start, and the sequence is not empty).
+    Every (tile, sequence) pair is thus one program with one pass: no loop over sequences and no state restart,
+    which keep q and the softmax state live around the chunk loop (148 instead of 214 registers at BM 64 /
+    BC 32 / 4 warps on sm_90: 3 CTAs per SM, not 2)."""
     BT: tl.constexpr = BM // GP
     g = tl.program_id(1)
-    if BOUNDARY:
-        j = tl.program_id(0)
-        start = tl.load(offsets_ptr + j + 1)
-        tile = start // BT
-        prev = tl.load(offsets_ptr + j)
-        # inside its tile, inside the batch, and the tile's first such start (an earlier one serves it)
-        serve = (start % BT != 0) & (start > 0) & (start < num_tokens) & (prev <= tile * BT)
-    else:
-        tile = tl.cdiv(num_tokens, BT) - 1 - tl.program_id(0)  # late tokens see the most chunks: start them first
+    num_tiles = tl.cdiv(num_tokens, BT)
+    p = tl.program_id(0)
+    if p < num_tiles:
+        tile = num_tiles - 1 - p  # late tokens see the most chunks: start them first
+        n = tl.minimum(tl.maximum(tl.load(tok_ptr + (tile * BT).to(tl.int64) * 2), 0), num_seqs - 1)
         serve = True
-    t_first = tile * BT
-    t_last = tl.minimum(t_first + BT, num_tokens) - 1
-    n_first = tl.maximum(tl.load(tok_ptr + t_first.to(tl.int64) * 2, mask=serve, other=0), 0)
-    n_last = tl.minimum(tl.load(tok_ptr + t_last.to(tl.int64) * 2, mask=serve, other=0), num_seqs - 1)
-    if BOUNDARY:
-        serve = serve & (n_last > n_first)
     else:
-        serve = n_last == n_first
+        n = p - num_tiles + 1
+        start = tl.load(offsets_ptr + n)
+        tile = start // BT
+        serve = (start % BT != 0) & (start < tl.load(offsets_ptr + n + 1))
     if serve:
+        t_first = tile * BT
         rows = tl.arange(0, BM)
         tok = t_first + rows // GP
         hg = rows % GP
@@ -117,19 +109,9 @@ def nsa_compressed_fwd_kernel(
         dv = tl.arange(0, BDV)
         q_tile = q_ptr + tile_t * stride_qt + tile_h * stride_qh
         q = tl.load(q_tile + q_rows[:, None] + dk[None, :], mask=row_ok[:, None] & (dk < DK)[None, :], other=0.0)
+        m, l, acc, in_seq, nc = _sequence_pass(q, seq, pos, row_ok, n, k_ptr, v_ptr, chunk_offsets_ptr, g,
+                                               qk_scale, stride_kc, stride_kh, stride_vc, stride_vh, dk, dv,
+                                               BM, BDV, DK, DV, BS, BC)
         o_tile = o_ptr + tile_t * stride_ot + tile_h * stride_oh
         lse_tile = lse_ptr + tile_t * stride_lt + tile_h
-        m = tl.full([BM], NEG_BIG, dtype=tl.float32)
-        l = tl.zeros([BM], dtype=tl.float32)
-        acc = tl.zeros([BM, BDV], dtype=tl.float32)
-        if BOUNDARY:
-            for n in range(n_first, n_last + 1):
-                m, l, acc, in_seq, nc = _sequence_pass(q, m, l, acc, seq, pos, row_ok, n, k_ptr, v_ptr,
-                                                       chunk_offsets_ptr, g, qk_scale, stride_kc, stride_kh,
-                                                       stride_vc, stride_vh, dk, dv, DK, DV, BS, BC)
-                _store_rows(o_tile, lse_tile, o_rows, l_rows, m, l, acc, in_seq, nc, dv, DV)
-        else:
-            m, l, acc, in_seq, nc = _sequence_pass(q, m, l, acc, seq, pos, row_ok, n_first, k_ptr, v_ptr,
-                                                   chunk_offsets_ptr, g, qk_scale, stride_kc, stride_kh,
-                                                   stride_vc, stride_vh, dk, dv, DK, DV, BS, BC)
-            _store_rows(o_tile, lse_tile, o_rows, l_rows, m, l, acc, in_seq, nc, dv, DV)
+        _store_rows(o_tile, lse_tile, o_rows, l_rows, m, l, acc, in_seq, nc, dv, DV)

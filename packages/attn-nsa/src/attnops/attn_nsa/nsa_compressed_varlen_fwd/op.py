@@ -78,12 +78,9 @@ def _run(q, k_cmp, v_cmp, offsets, chunk_offsets, token_indices, scale, bs, conf
         BDK=max(16, triton.next_power_of_2(dk)), BDV=max(16, triton.next_power_of_2(dv)), BS=bs,
     )
     gp = args["GP"]
-    grid = lambda meta: (triton.cdiv(num_tokens, meta["BM"] // gp), h_kv)  # noqa: E731
-    used = _TUNED.launch(grid, {**args, "BOUNDARY": False}, config,
-                         hints={"avg_chunks": num_chunks / max(num_seqs, 1)})
-    if num_seqs > 1:  # the tiles that straddle a sequence start, with the main launch's tile shape
-        nsa_compressed_fwd_kernel[(num_seqs - 1, h_kv)](**args, BOUNDARY=True, **used.kwargs,
-                                                         num_warps=used.num_warps, num_stages=used.num_stages)
+    # one program per tile, plus one per internal sequence start (most exit at once: see the kernel)
+    grid = lambda meta: (triton.cdiv(num_tokens, meta["BM"] // gp) + num_seqs - 1, h_kv)  # noqa: E731
+    _TUNED.launch(grid, args, config, hints={"avg_chunks": num_chunks / max(num_seqs, 1)})
     return o, lse
 
 

@@ -60,13 +60,14 @@ def nsa_varlen_fwd_kernel(
         r = blk * BS + (j % BS)  # key position inside the sequence
         ok = (blk >= 0) & (r < end) & (r >= -bos)
         kt = tl.load(k_base + r[None, :] * stride_kt + d[:, None], mask=ok[None, :] & d_ok[:, None], other=0.0)
+        # V is gathered with K (not after the softmax): both gathers in flight, one L2 round trip per step
+        vt = tl.load(v_base + r[:, None] * stride_vt + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
         s = tl.dot(q, kt) * qk_scale
         s = tl.where(ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.math.exp2(m - m_new)
         p = tl.math.exp2(s - m_new[:, None])
         l = l * alpha + tl.sum(p, axis=1)
-        vt = tl.load(v_base + r[:, None] * stride_vt + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
         m = m_new
 

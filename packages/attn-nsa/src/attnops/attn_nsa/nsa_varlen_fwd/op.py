@@ -33,6 +33,10 @@ CONFIGS = (
     triton.Config({"KB": 1}, num_warps=4, num_stages=2),
     triton.Config({"KB": 2}, num_warps=4, num_stages=2),
     triton.Config({"KB": 4}, num_warps=4, num_stages=2),
+    triton.Config({"KB": 4}, num_warps=4, num_stages=1),
+    triton.Config({"KB": 2}, num_warps=2, num_stages=2),
+    triton.Config({"KB": 4}, num_warps=8, num_stages=1),
+    triton.Config({"KB": 4}, num_warps=8, num_stages=2),
 )
 
 
@@ -41,7 +45,7 @@ def _valid(c: triton.Config, a: dict) -> bool:
     keys = kb * a["BS"]
     # at most 8K elements per K (and V) tile in registers (4K for one warp: KB 2 / D 128 spills on sm_90);
     # no more gathered slots than the row has
-    limit = 4096 if c.num_warps == 1 else 8192
+    limit = 4096 if c.num_warps == 1 else 8192 if c.num_warps < 8 else 16384
     return keys * a["BD"] <= limit and (kb == 1 or kb <= triton.next_power_of_2(max(a["SEL"], 1)))
 
 
