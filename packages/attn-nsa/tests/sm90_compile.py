@@ -37,7 +37,8 @@ def compile_one(kernel, args: dict, config):
             sig[name] = "fp32"
     src = ASTSource(kernel, sig, consts)
     compiled = triton.compile(src, target=TARGET, options={"num_warps": config.num_warps,
-                                                           "num_stages": config.num_stages})
+                                                           "num_stages": config.num_stages,
+                                                           **({"maxnreg": config.maxnreg} if config.maxnreg else {})})
     return compiled.metadata.shared
 
 

@@ -23,7 +23,7 @@ def autotune_enabled() -> bool:
 
 def config_name(c: triton.Config) -> str:
     kw = "-".join(f"{k}{v}" for k, v in sorted(c.kwargs.items()))
-    return f"{kw}-w{c.num_warps}-s{c.num_stages}"
+    return f"{kw}-w{c.num_warps}-s{c.num_stages}" + (f"-r{c.maxnreg}" if c.maxnreg else "")
 
 
 class TunedKernel:
@@ -71,5 +71,5 @@ class TunedKernel:
             config = self.default(valid, info)
         elif not self.valid(config, info):
             raise ValueError(f"config {config_name(config)} is not valid for this call")
-        self.kernel[grid](**args, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
+        self.kernel[grid](**args, **config.all_kwargs())
         return config

@@ -24,19 +24,21 @@ LOG2E = math.log2(math.e)
 
 # One-warp configs (the group's 16 heads are one m16 MMA tile): fewer registers per token than 2 or 4 warps, so
 # more tokens in flight per SM on these latency-bound rows (offline sm_90, G 16: 2x4k 15 tokens/SM at KB 1 / 1 warp
-# against 10 at 2 warps and 7 at 4; 4x2k 20-21 against 14; ragged D 128 9 against 7).
+# against 10 at 2 warps and 7 at 4; 4x2k 20-21 against 14; ragged D 128 9 against 7). The H200 sweep of
+# 2026-12-01 confirmed the order (fewer warps, faster) on the D 64 rows; capping registers (``maxnreg``, no
+# spill at these caps in ptxas for sm_90) buys more: D <= 64 at 1 warp 128 -> 96 registers (16 -> 21 tokens
+# per SM), D 128 at 2 warps 132 -> 104 (7 -> 9).
+MAXNREG_MAX_BD = {96: 64, 104: 128}  # register cap -> widest head dim (BD) that compiles without spilling
 CONFIGS = (
     triton.Config({"KB": 1}, num_warps=1, num_stages=2),
+    triton.Config({"KB": 1}, num_warps=1, num_stages=2, maxnreg=96),
     triton.Config({"KB": 1}, num_warps=1, num_stages=1),
     triton.Config({"KB": 2}, num_warps=1, num_stages=2),
     triton.Config({"KB": 1}, num_warps=2, num_stages=2),
+    triton.Config({"KB": 1}, num_warps=2, num_stages=2, maxnreg=104),
     triton.Config({"KB": 1}, num_warps=4, num_stages=2),
     triton.Config({"KB": 2}, num_warps=4, num_stages=2),
     triton.Config({"KB": 4}, num_warps=4, num_stages=2),
-    triton.Config({"KB": 4}, num_warps=4, num_stages=1),
-    triton.Config({"KB": 2}, num_warps=2, num_stages=2),
-    triton.Config({"KB": 4}, num_warps=8, num_stages=1),
-    triton.Config({"KB": 4}, num_warps=8, num_stages=2),
 )
 
 
@@ -45,7 +47,9 @@ def _valid(c: triton.Config, a: dict) -> bool:
     keys = kb * a["BS"]
     # at most 8K elements per K (and V) tile in registers (4K for one warp: KB 2 / D 128 spills on sm_90);
     # no more gathered slots than the row has
-    limit = 4096 if c.num_warps == 1 else 8192 if c.num_warps < 8 else 16384
+    limit = 4096 if c.num_warps == 1 else 8192
+    if c.maxnreg and a["BD"] > MAXNREG_MAX_BD[c.maxnreg]:
+        return False
     return keys * a["BD"] <= limit and (kb == 1 or kb <= triton.next_power_of_2(max(a["SEL"], 1)))
 
 
