@@ -171,3 +171,14 @@ def test_bad_input_is_rejected_before_launch(name, monkeypatch):
     monkeypatch.setenv("ATTNOPS_VALIDATE", "1")  # value checks also for CUDA tensors
     make_inputs, error, message = BAD_INPUTS[name]
     run_bad_input(nsa_varlen_fwd, make_inputs(), error, message)
+
+
+@pytest.mark.parametrize("bd, warps", [(64, 1), (128, 2)])
+def test_gpu_default_is_the_sweep_winner(monkeypatch, bd, warps):
+    """The op is not autotuned: on the GPU its default rule must name the config the H200 sweeps measured
+    fastest (KB 1, 2 stages; 1 warp up to D 64, 2 warps at D 128)."""
+    monkeypatch.setattr(op.runtime, "interpreting", lambda: False)
+    args = {"BS": 32, "BD": bd, "SEL": 8}
+    c = op._default(op._TUNED.valid_configs(args), args)
+    assert (c.kwargs["KB"], c.num_warps, c.num_stages) == (1, warps, 2)
+    assert not op._TUNED.autotune

@@ -3,8 +3,10 @@
 Each op declares a short list of ``triton.Config`` and a ``valid(config, args)`` rule. On a GPU the kernel is
 wrapped in ``triton.autotune`` over the valid configs (keyed on the shape class and a power-of-two bucket of
 the token count, so serving-size changes do not re-tune); the first call per key benchmarks them outside any
-timed region. Under the interpreter, or with ``ATTNOPS_AUTOTUNE=0``, the op's ``default`` picks one config
-without benchmarking. Tests pass ``config=`` to run one specific config (every config is checked on the GPU).
+timed region. Under the interpreter, with ``ATTNOPS_AUTOTUNE=0``, or for an op built with ``autotune=False``
+(its default rule holds the H200 sweep's winners: the autotuner's own timing picked configs up to 15 %
+slower than the best on 2026-12-01), the op's ``default`` picks one config without benchmarking. Tests pass
+``config=`` to run one specific config (every config is checked on the GPU).
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ class TunedKernel:
         key: Sequence[str],
         valid: Callable[[triton.Config, dict], bool],
         default: Callable[[Sequence[triton.Config], dict], triton.Config],
+        autotune: bool = True,
     ):
         self.kernel = kernel
         self.configs = tuple(configs)
         self.valid = valid
         self.default = default
+        self.autotune = autotune  # False: the default rule decides on the GPU too (measured, deterministic)
         self._autotuned = None
         self._key = list(key)
 
@@ -63,7 +67,7 @@ class TunedKernel:
         valid = self.valid_configs(info)
         if config is None and not valid:
             raise ValueError("no launch config serves this call's shape (head dims / group size)")
-        if config is None and autotune_enabled():
+        if config is None and self.autotune and autotune_enabled():
             tuner = self._tuner()
             tuner[grid](**args)
             return tuner.best_config  # the config of this call's key (cached or just benchmarked)

@@ -23,19 +23,16 @@ from .kernel import nsa_varlen_fwd_kernel
 LOG2E = math.log2(math.e)
 
 # One-warp configs (the group's 16 heads are one m16 MMA tile): fewer registers per token than 2 or 4 warps, so
-# more tokens in flight per SM on these latency-bound rows (offline sm_90, G 16: 2x4k 15 tokens/SM at KB 1 / 1 warp
-# against 10 at 2 warps and 7 at 4; 4x2k 20-21 against 14; ragged D 128 9 against 7). The H200 sweep of
-# 2026-12-01 confirmed the order (fewer warps, faster) on the D 64 rows; capping registers (``maxnreg``, no
-# spill at these caps in ptxas for sm_90) buys more: D <= 64 at 1 warp 128 -> 96 registers (16 -> 21 tokens
-# per SM), D 128 at 2 warps 132 -> 104 (7 -> 9).
-MAXNREG_MAX_BD = {96: 64, 104: 128}  # register cap -> widest head dim (BD) that compiles without spilling
+# more tokens in flight per SM (offline sm_90, G 16: 2x4k 15 tokens/SM at KB 1 / 1 warp against 10 at 2 warps
+# and 7 at 4). The H200 sweeps of 2026-12-01 (benchmarks/tune_attn_nsa.py, three runs): D 64 rows fastest at
+# KB 1 / 1 warp / 2 stages (2x4k 36.8 us against 42.5 at 2 warps, 53 at 4), the D 128 row at KB 1 / 2 warps
+# (36.2 against 40.7 at 1 warp). More tokens per SM is not the whole story: capping registers (maxnreg 96 at
+# 1 warp, 21 instead of 16 tokens per SM, no spill) made 2x4k slower (39.5 us).
 CONFIGS = (
     triton.Config({"KB": 1}, num_warps=1, num_stages=2),
-    triton.Config({"KB": 1}, num_warps=1, num_stages=2, maxnreg=96),
     triton.Config({"KB": 1}, num_warps=1, num_stages=1),
     triton.Config({"KB": 2}, num_warps=1, num_stages=2),
     triton.Config({"KB": 1}, num_warps=2, num_stages=2),
-    triton.Config({"KB": 1}, num_warps=2, num_stages=2, maxnreg=104),
     triton.Config({"KB": 1}, num_warps=4, num_stages=2),
     triton.Config({"KB": 2}, num_warps=4, num_stages=2),
     triton.Config({"KB": 4}, num_warps=4, num_stages=2),
@@ -48,20 +45,23 @@ def _valid(c: triton.Config, a: dict) -> bool:
     # at most 8K elements per K (and V) tile in registers (4K for one warp: KB 2 / D 128 spills on sm_90);
     # no more gathered slots than the row has
     limit = 4096 if c.num_warps == 1 else 8192
-    if c.maxnreg and a["BD"] > MAXNREG_MAX_BD[c.maxnreg]:
-        return False
     return keys * a["BD"] <= limit and (kb == 1 or kb <= triton.next_power_of_2(max(a["SEL"], 1)))
 
 
 def _default(valid: list[triton.Config], a: dict) -> triton.Config:
     if runtime.interpreting():  # fewest iterations: the interpreter pays per operation, not per element
         return max(valid, key=lambda c: (c.kwargs["KB"], c.num_warps))
-    ranked = sorted(valid, key=lambda c: (c.kwargs["KB"] != 2, c.num_warps != 4))
-    return ranked[0]
+    want_warps = 1 if a["BD"] <= 64 else 2  # the sweeps' winners (see CONFIGS)
+    for c in valid:
+        if c.kwargs["KB"] == 1 and c.num_stages == 2 and c.num_warps == want_warps:
+            return c
+    return valid[0]
 
 
-_TUNED = TunedKernel(nsa_varlen_fwd_kernel, CONFIGS,
-                     key=["G", "D", "BS", "SEL", "CAUSAL", "tune_bucket"], valid=_valid, default=_default)
+# Not autotuned: on 2026-12-01 the autotuner picked KB 1 / 1 warp / 1 stage (41.8 us) over the 36.8 us config on
+# 2x4k and 1 warp (40.6 us) over 2 warps (35.4) on the D 128 row, in the same process as the sweep.
+_TUNED = TunedKernel(nsa_varlen_fwd_kernel, CONFIGS, key=["G", "D", "BS", "SEL", "CAUSAL", "tune_bucket"],
+                     valid=_valid, default=_default, autotune=False)
 
 
 def _run(q, k, v, block_indices, block_counts, offsets, token_indices, is_causal, scale, block_size, config=None):
