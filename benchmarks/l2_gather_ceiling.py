@@ -1,9 +1,9 @@
 """Ceiling for the NSAVarlenFwd rows: how fast an H200 moves randomly chosen 32-row blocks of an L2-resident
 key tensor into the SMs, with the access pattern of the op (one program per token gathering NB blocks of
-[32, D] f16; plain vectorized loads, where the op's loop moves them with cp.async) and nothing else. docs/perf/attn-nsa.md (v4) attributes the 2x4k row's time to
-this traffic (200 MB of blocks plus q / o per call); this says whether 5.4 TB/s is the wall or TileOPs' implied
-7.1 TB/s is reachable. Timed like the benchmark (cold L2 before each call, so the first touch of each block
-comes from HBM, as in the op).
+[32, D] f16; plain vectorized loads, where the op's loop moves them with cp.async) and nothing else.
+docs/perf/attn-nsa.md (v4) attributes the 2x4k row's time to this traffic (200 MB of blocks plus q / o per
+call); this says whether 5.4 TB/s is the wall or TileOPs' implied 7.1 TB/s is reachable. Timed like the
+benchmark (cold L2 before each call, so the first touch of each block comes from HBM, as in the op).
 
     python -m benchmarks.l2_gather_ceiling --out /tmp/l2-gather.json
 """
