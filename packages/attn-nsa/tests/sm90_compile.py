@@ -37,8 +37,7 @@ def compile_one(kernel, args: dict, config):
             sig[name] = "fp32"
     src = ASTSource(kernel, sig, consts)
     compiled = triton.compile(src, target=TARGET, options={"num_warps": config.num_warps,
-                                                           "num_stages": config.num_stages,
-                                                           **({"maxnreg": config.maxnreg} if config.maxnreg else {})})
+                                                           "num_stages": config.num_stages})
     return compiled.metadata.shared
 
 

@@ -25,7 +25,7 @@ def autotune_enabled() -> bool:
 
 def config_name(c: triton.Config) -> str:
     kw = "-".join(f"{k}{v}" for k, v in sorted(c.kwargs.items()))
-    return f"{kw}-w{c.num_warps}-s{c.num_stages}" + (f"-r{c.maxnreg}" if c.maxnreg else "")
+    return f"{kw}-w{c.num_warps}-s{c.num_stages}"
 
 
 class TunedKernel:
