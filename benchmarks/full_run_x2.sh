@@ -5,7 +5,7 @@
 #                (attn-core attn-mla), one process per file | memcheck and racecheck of REL (the four
 #                families, smallest first; REL=none: no lane), STEP_CAP s a step
 #   PART=tunes:  GPU 0 the sweeps of gpu_sweeps.sh, then ROWS (if set)
-#   PART=nsa:    GPU 0 the attn-nsa config sweep, the attn-nsa rows alone, then GPU tests side by side (see below)
+#   PART=nsa:    GPU 0 every attn-nsa config timed per row (NSA_FILTER: some rows), the L2 gather ceiling, the rows
 #   PART=sweeps: GPU 0 benchmarks/gpu_sweeps.sh           | GPU 1 ROWS (if set), then the GPU suites of SUITES
 #   PART=core:   GPU 0 GQADenseFwd, GQAVarlenFwd, GQABwd  | GPU 1 the three paged attn-core ops
 #   PART=mla:    GPU 0 MLA / DSA rows                     | GPU 1 TopK and indexer rows
@@ -40,28 +40,15 @@ case "${PART:?PART=checks, tunes, nsa, sweeps, core, mla or rest}" in
     lane 0 tests env BENCH=0 TESTS=1 ATTNOPS_FUZZ_CASES=30 bash benchmarks/gpu_job.sh ${SUITES:-attn-core attn-mla} &
     [ "${REL:-}" = none ] || lane 0 rel env STEP_CAP="${STEP_CAP:-150}" RACECHECK=1 FUZZ=0 MEMCHECK="${MEMCHECK:-1}" \
       bash benchmarks/gpu_reliability.sh ${REL:-kvcache-ops attn-nsa attn-mla attn-core} & ;;
-  nsa)  # one GPU: the attn-nsa config sweep of the rows below their floors, the 17 attn-nsa rows (TESTS=0), then
-        # side by side (one process per file): the GPU tests of the two NSA kernels changed on 2026-12-01 (second
-        # session of the day), memcheck over every config of them, the TopK full-size tests cut before
+  nsa)  # one GPU: every config of every attn-nsa row forced and timed (benchmarks/tune_attn_nsa.py: the pick of the
+        # autotuned ops against the best), the L2 gather ceiling behind NSAVarlenFwd, then the 17 rows (TESTS=0)
     lane 0 nsa bash -c 'mkdir -p "$OUT"; export PYTHONPATH=$(ls -d $PWD/packages/*/src | paste -sd:)
-      timeout 240 python3 -m benchmarks.tune_attn_nsa --out "$OUT/tune-attn-nsa.json" \
-        --filter NSAVarlenFwd,NSACompressedVarlenFwd/prefill-ragged >"$OUT/tune-attn-nsa.log" 2>&1
-      echo "tune-attn-nsa: rc=$?"; cat "$OUT/tune-attn-nsa.log" | grep -v Warning
-      OUT=$OUT/bench TESTS=0 bash benchmarks/gpu_job.sh attn-nsa
-      export ATTNOPS_POISON=1 ATTNOPS_FUZZ_CASES=60
-      t() { local name=$1 s=$(( DEADLINE - $(date +%s) )); shift; [ "$s" -gt 5 ] || s=5
-        timeout "$s" python3 -m pytest -q -rf -p no:cacheprovider "$@" \
-        >"$OUT/t-$name.log" 2>&1; echo "tests $name: $(tail -n 1 "$OUT/t-$name.log")"; }
-      for f in packages/attn-nsa/tests/test_nsa_{compressed_,}varlen_fwd.py packages/attn-nsa/tests/test_pipeline.py; do
-        t "$(basename "$f" .py)" "$f" & done
-      t topk-full packages/attn-mla/tests/test_topk_select_fwd.py -k full_size &
-      # memcheck of every launch config of the two changed NSA kernels
-      (s=$(( DEADLINE - $(date +%s) )); [ "$s" -gt 5 ] || s=5  # timeout 0 would mean no limit
-       timeout "$s" compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m pytest -q \
-        -p no:cacheprovider -k "every_config and not gpu" packages/attn-nsa/tests/test_nsa_compressed_varlen_fwd.py \
-        packages/attn-nsa/tests/test_nsa_varlen_fwd.py >"$OUT/memcheck-nsa-configs.log" 2>&1
-       echo "memcheck nsa configs: rc=$? $(grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck-nsa-configs.log" | tail -n 2 | tr "\n" " ")") &
-      wait' & ;;
+      timeout 300 python3 -m benchmarks.tune_attn_nsa --out "$OUT/tune-attn-nsa.json" ${NSA_FILTER:+--filter "$NSA_FILTER"} \
+        >"$OUT/tune-attn-nsa.log" 2>&1
+      echo "tune-attn-nsa: rc=$?"; grep -v -i warn "$OUT/tune-attn-nsa.log"
+      timeout 90 python3 -m benchmarks.l2_gather_ceiling --out "$OUT/l2-gather.json" >"$OUT/l2-gather.log" 2>&1
+      echo "l2-gather: rc=$?"; cat "$OUT/l2-gather.log"
+      OUT=$OUT/bench TESTS=0 bash benchmarks/gpu_job.sh attn-nsa' & ;;
   tunes)
     lane 0 tunes bash -c 'PHASE=sweeps OUT=$OUT/sweeps bash benchmarks/gpu_sweeps.sh
       if [ -n "$ROWS" ]; then set -- $ROWS; OUT=$OUT/rows bash benchmarks/gpu_job.sh "$1" -- --filter "$2" \

@@ -1,6 +1,7 @@
 """Sweep the launch configs of the attn-nsa kernels on the GPU: every valid config of a row is forced through the
 op's ``_run``, its output checked against the reference, then timed like the benchmark (device time, cold L2,
-median); the autotuned public op is timed beside them and the config the autotuner picked is named. Prints
+median); the public op is timed beside them ("op") with the config it chose named (autotuner's pick, or the
+default rule of an op that is not autotuned). Prints
 one line per seed row, writes JSON.
 
     python -m benchmarks.tune_attn_nsa --out /tmp/tune-attn-nsa.json --filter NSAVarlenFwd
@@ -13,7 +14,7 @@ import json
 
 import torch
 
-from attnops.attn_nsa._tuning import config_name
+from attnops.attn_nsa._tuning import autotune_enabled, config_name
 from attnops.attn_nsa.nsa_compressed_varlen_fwd import op as compressed_op
 from attnops.attn_nsa.nsa_topk_varlen_fwd import op as topk_op
 from attnops.attn_nsa.nsa_varlen_fwd import op as selected_op
@@ -31,12 +32,19 @@ OPS = {
 
 
 def variants(spec):
-    """(label, fn, pin): the autotuned op, then every config forced (``_run`` skips the configs a shape cannot
-    use with a ValueError, reported as failed)."""
+    """(label, fn, pin): the public op, then every config forced (``_run`` refuses the configs a shape cannot
+    use with a ValueError, not reported)."""
     op = OPS[spec.name]
-    yield "autotuned", spec.fn, None
+    yield "op", spec.fn, None
     for c in op.CONFIGS:
         yield config_name(c), lambda c=c, **inputs: op._run(**inputs, config=c), None
+
+
+def chosen_config(op) -> str:
+    """The config of the public op's last launch: the autotuner's pick, or the default rule's choice."""
+    tuned = op._TUNED
+    how = "autotuner picked" if tuned.autotune and autotune_enabled() else "default rule"
+    return f"{how} {config_name(tuned.last_config)}" if tuned.last_config else how
 
 
 def main():
@@ -55,14 +63,14 @@ def main():
                 continue
             case = spec.make_case(w, torch.device("cuda"), False, 0)
             expected = case.fresh().run(spec.reference)
+            case.fresh().run(spec.fn)  # the op's own choice first (autotuning, if any, happens here)
+            picked = chosen_config(OPS[spec.name])
             timed, failed = check_and_time(spec, case, expected, variants(spec), args.iters, flush)
-            tuner = OPS[spec.name]._TUNED._autotuned
-            picked = config_name(tuner.best_config) if tuner is not None and tuner.best_config else "?"
             best = min(timed, key=timed.get) if timed else None
-            results.append({"id": w.id, "ms": timed, "failed": failed, "autotuner_picked": picked, "best": best})
+            results.append({"id": w.id, "ms": timed, "failed": failed, "op_config": picked, "best": best})
             fmt = lambda k, t=timed: f"{k} {t[k] * 1e3:.1f} us" if k in t else "-"  # noqa: E731
-            print(f"{w.id:45s} {fmt('autotuned')} (picked {picked}); best {fmt(best)}; "
-                  + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in timed.items() if k != "autotuned")
+            print(f"{w.id:45s} {fmt('op')} ({picked}); best {fmt(best)}; "
+                  + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in timed.items() if k != "op")
                   + (f"  FAILED {real}" if (real := {k: v for k, v in failed.items() if NOT_VALID not in v})
                      else ""), flush=True)
     with open(args.out, "w") as f:

@@ -45,6 +45,7 @@ class TunedKernel:
         self.autotune = autotune  # False: the default rule decides on the GPU too (measured, deterministic)
         self._autotuned = None
         self._key = list(key)
+        self.last_config: triton.Config | None = None  # of the last launch (sweeps report what the op ran)
 
     def valid_configs(self, args: dict) -> list[triton.Config]:
         return [c for c in self.configs if self.valid(c, args)]
@@ -70,10 +71,12 @@ class TunedKernel:
         if config is None and self.autotune and autotune_enabled():
             tuner = self._tuner()
             tuner[grid](**args)
-            return tuner.best_config  # the config of this call's key (cached or just benchmarked)
+            self.last_config = tuner.best_config  # the config of this call's key (cached or just benchmarked)
+            return self.last_config
         if config is None:
             config = self.default(valid, info)
         elif not self.valid(config, info):
             raise ValueError(f"config {config_name(config)} is not valid for this call")
         self.kernel[grid](**args, **config.all_kwargs())
+        self.last_config = config
         return config
