@@ -46,7 +46,7 @@ case "${PART:?PART=checks, tunes, nsa, sweeps, core, mla or rest}" in
       timeout 300 python3 -m benchmarks.tune_attn_nsa --out "$OUT/tune-attn-nsa.json" ${NSA_FILTER:+--filter "$NSA_FILTER"} \
         >"$OUT/tune-attn-nsa.log" 2>&1
       echo "tune-attn-nsa: rc=$?"; grep -v -i warn "$OUT/tune-attn-nsa.log"
-      timeout 90 python3 -m benchmarks.l2_gather_ceiling --out "$OUT/l2-gather.json" >"$OUT/l2-gather.log" 2>&1
+      timeout 120 python3 -m benchmarks.l2_gather_ceiling --out "$OUT/l2-gather.json" >"$OUT/l2-gather.log" 2>&1
       echo "l2-gather: rc=$?"; cat "$OUT/l2-gather.log"
       OUT=$OUT/bench TESTS=0 bash benchmarks/gpu_job.sh attn-nsa' & ;;
   tunes)
