@@ -3,8 +3,9 @@
 # then per family: every test on the GPU (shrunk cases run on CUDA too; fuzz cases ATTNOPS_FUZZ_CASES),
 # and the benchmark (compute-sanitizer runs live in benchmarks/gpu_reliability.sh).
 # Logs and JSONL land under $OUT; one summary line per step is printed.
-# WARM=N: the benchmark first compiles our kernels for its rows in N parallel processes (run.py --warm; untried
-# on the GPU as of 2026-12-01: compare the run's wall time and its rows' wall_s with a run without it).
+# WARM=N: the benchmark first compiles our kernels for its rows in N parallel processes (run.py --warm). attn-nsa,
+# 2026-12-01: 31 s of warm-up, then 143 s of rows against 219-221 s without it (autotuning and the peers'
+# compiles stay in the rows' checks phase).
 #   ATTNOPS_GIT_SHA=<sha> [BENCH=0] [TESTS=0] [WARM=N] [DEADLINE=<epoch s>] \
 #     bash benchmarks/gpu_job.sh kvcache-ops attn-core -- [bench args]
 set -u
