@@ -27,9 +27,15 @@ LOG2E = math.log2(math.e)
 # and 7 at 4). The H200 sweeps of 2026-12-01 (benchmarks/tune_attn_nsa.py, three runs): D 64 rows fastest at
 # KB 1 / 1 warp / 2 stages (2x4k 36.8 us against 42.5 at 2 warps, 53 at 4), the D 128 row at KB 1 / 2 warps
 # (36.2 against 40.7 at 1 warp). More tokens per SM is not the whole story: capping registers (maxnreg 96 at
-# 1 warp, 21 instead of 16 tokens per SM, no spill) made 2x4k slower (39.5 us).
+# 1 warp, 21 instead of 16 tokens per SM, no spill) made 2x4k slower (39.5 us). The 3- and 4-stage configs (2 or
+# 3 blocks of K / V in flight ahead of the one in use: most tokens' whole selection at once, at 12 / 8 CTAs per
+# SM by shared memory at D 64) are offered to the sweep, not yet timed; TileOPs' kernel runs 1 warp, 4 stages.
 CONFIGS = (
     triton.Config({"KB": 1}, num_warps=1, num_stages=2),
+    triton.Config({"KB": 1}, num_warps=1, num_stages=3),
+    triton.Config({"KB": 1}, num_warps=1, num_stages=4),
+    triton.Config({"KB": 1}, num_warps=2, num_stages=3),
+    triton.Config({"KB": 1}, num_warps=2, num_stages=4),
     triton.Config({"KB": 1}, num_warps=1, num_stages=1),
     triton.Config({"KB": 2}, num_warps=1, num_stages=2),
     triton.Config({"KB": 1}, num_warps=2, num_stages=2),
