@@ -5,7 +5,7 @@
 # Logs and JSONL land under $OUT; one summary line per step is printed.
 # WARM=N: the benchmark first compiles our kernels for its rows in N parallel processes (run.py --warm). attn-nsa,
 # 2026-12-01: 31 s of warm-up, then 143 s of rows against 219-221 s without it (autotuning and the peers'
-# compiles stay in the rows' checks phase).
+# compiles stayed in the rows' checks phase; since then the warm-up calls the peers too: not yet timed).
 #   ATTNOPS_GIT_SHA=<sha> [BENCH=0] [TESTS=0] [WARM=N] [DEADLINE=<epoch s>] \
 #     bash benchmarks/gpu_job.sh kvcache-ops attn-core -- [bench args]
 set -u

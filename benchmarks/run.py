@@ -141,7 +141,8 @@ def run_gpu(families, row_filter: str, use_peers: bool, out: Path, exclude: froz
 
     rows = [(spec, w) for f in families for spec in family_specs(f) for w in spec.workloads
             if matches(w.id, row_filter)]
-    warm_s = warm([(spec.family, w.id) for spec, w in rows], warm_workers) if warm_workers else None
+    warm_s = (warm([(spec.family, w.id) for spec, w in rows], warm_workers, peers=use_peers, exclude=exclude)
+              if warm_workers else None)
     flush = L2Flusher()
     header = environment(measure_ceilings(flush))
     header["warm"] = {"workers": warm_workers, "wall_s": warm_s}
@@ -208,7 +209,7 @@ def main(argv=None) -> int:
     p.add_argument("--exclude-peers", default="", help="comma-separated peer names not to run (e.g. torch-compile)")
     p.add_argument("--out", type=Path, help="JSONL path (default: benchmarks/results/h200/<date>-<family>.jsonl)")
     p.add_argument("--warm", type=int, default=0, metavar="N",
-                   help="compile our kernels for the rows in N parallel processes first (benchmarks/warm.py)")
+                   help="compile our kernels and the peers' for the rows in N processes first (benchmarks/warm.py)")
     args = p.parse_args(argv)
     families = FAMILIES if args.family == "all" else (args.family,)
     if runtime.interpreting():

@@ -5,7 +5,10 @@ row after another while the GPU idles; a full run is ~5 s a row. Here N worker p
 CUDA context is unusable) each build their share of the rows at full size and call our op once, which writes
 the compiled kernels into Triton's on-disk cache; the timed run, in the parent process, then loads them from
 there. Nothing is timed or checked here (the run checks every row); a row that fails here is only reported.
-Peers are not warmed (their setup time is recorded by the run). Rows are dealt round-robin so the large rows
+With ``peers``, each row's peers (all but the excluded and the ``-ref`` ones) are also called once: the ones that
+compile on first use into an on-disk cache (FLA's Triton kernels, DeepGEMM's JIT, torch.compile's inductor)
+then load in the timed run (attn-nsa, 2026-12-01: the rows' checks phase, FLA's compiles and autotuning
+included, was 2-19 s a row with only our kernels warmed). Rows are dealt round-robin so the large rows
 (neighbours in the seed list) spread over the workers.
 """
 
@@ -16,10 +19,12 @@ import sys
 import time
 
 
-def _warm_rows(family_ids: list[tuple[str, str]], device: str, shrink: bool) -> list[str]:
-    """Worker: call our op once on each (family, row id); returns one line per row that failed."""
+def _warm_rows(family_ids: list[tuple[str, str]], device: str, shrink: bool, peers: bool,
+               exclude: frozenset[str]) -> list[str]:
+    """Worker: call our op (and the peers) once on each (family, row id); returns one line per row that failed."""
     import torch
 
+    from . import baselines
     from .run import family_specs
 
     failures = []
@@ -28,6 +33,13 @@ def _warm_rows(family_ids: list[tuple[str, str]], device: str, shrink: bool) -> 
             spec, w = next((s, w) for s in family_specs(family) for w in s.workloads if w.id == row_id)
             case = spec.make_case(w, torch.device(device), shrink, 0)
             case.run(spec.fn)
+            for a in baselines.adapters_for(spec.name, spec.family) if peers else ():
+                if a.name in exclude or a.reference_like:
+                    continue
+                try:
+                    a.prepare(case.fresh()).run()
+                except Exception:  # noqa: BLE001 - unsupported or missing peer: the timed run records why
+                    pass
             if device == "cuda":
                 torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - the timed run reports it properly
@@ -38,14 +50,15 @@ def _warm_rows(family_ids: list[tuple[str, str]], device: str, shrink: bool) -> 
     return failures
 
 
-def warm(rows: list[tuple[str, str]], workers: int, device: str = "cuda", shrink: bool = False) -> float:
+def warm(rows: list[tuple[str, str]], workers: int, device: str = "cuda", shrink: bool = False,
+         peers: bool = False, exclude: frozenset[str] = frozenset()) -> float:
     """Run ``_warm_rows`` over ``rows`` ((family, row id) pairs) in ``workers`` spawned processes; returns the
     wall seconds it took. Failures are printed to stderr. (``device="cpu", shrink=True``: the same
     mechanics through the interpreter, for a check without a GPU.)"""
     t0 = time.perf_counter()
     shares = [rows[i::workers] for i in range(workers)]
     with mp.get_context("spawn").Pool(workers) as pool:
-        results = pool.starmap(_warm_rows, [(share, device, shrink) for share in shares if share])
+        results = pool.starmap(_warm_rows, [(share, device, shrink, peers, exclude) for share in shares if share])
     for line in (f for r in results for f in r):
         print(f"warm: {line}", file=sys.stderr)
     return time.perf_counter() - t0
