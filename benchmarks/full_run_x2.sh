@@ -48,7 +48,7 @@ case "${PART:?PART=checks, tunes, nsa, sweeps, core, mla or rest}" in
       echo "tune-attn-nsa: rc=$?"; grep -v -i warn "$OUT/tune-attn-nsa.log"
       timeout 120 python3 -m benchmarks.l2_gather_ceiling --out "$OUT/l2-gather.json" >"$OUT/l2-gather.log" 2>&1
       echo "l2-gather: rc=$?"; cat "$OUT/l2-gather.log"
-      OUT=$OUT/bench TESTS=0 bash benchmarks/gpu_job.sh attn-nsa' & ;;
+      OUT=$OUT/bench TESTS=0 WARM=${WARM:-8} bash benchmarks/gpu_job.sh attn-nsa' & ;;
   tunes)
     lane 0 tunes bash -c 'PHASE=sweeps OUT=$OUT/sweeps bash benchmarks/gpu_sweeps.sh
       if [ -n "$ROWS" ]; then set -- $ROWS; OUT=$OUT/rows bash benchmarks/gpu_job.sh "$1" -- --filter "$2" \
