@@ -73,8 +73,8 @@ def main():
                   + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in timed.items() if k != "op")
                   + (f"  FAILED {real}" if (real := {k: v for k, v in failed.items() if NOT_VALID not in v})
                      else ""), flush=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
+            with open(args.out, "w") as f:  # after every row: a sweep cut by its time limit keeps what it measured
+                json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":
