@@ -4,7 +4,7 @@ Each op declares a short list of ``triton.Config`` and a ``valid(config, args)``
 wrapped in ``triton.autotune`` over the valid configs (keyed on the shape class and a power-of-two bucket of
 the token count, so serving-size changes do not re-tune); the first call per key benchmarks them outside any
 timed region. Under the interpreter, with ``ATTNOPS_AUTOTUNE=0``, or for an op built with ``autotune=False``
-(its default rule holds the H200 sweep's winners: the autotuner's own timing picked configs up to 15 %
+(its default rule holds the H200 sweep's winners: the autotuner's own timing picked configs 14-41 %
 slower than the best on 2026-12-01), the op's ``default`` picks one config without benchmarking. Tests pass
 ``config=`` to run one specific config (every config is checked on the GPU).
 """
