@@ -43,7 +43,7 @@ case "${PART:?PART=checks, tunes, nsa, sweeps, core, mla or rest}" in
   nsa)  # one GPU: every config of every attn-nsa row forced and timed (benchmarks/tune_attn_nsa.py: the pick of the
         # autotuned ops against the best), the L2 gather ceiling behind NSAVarlenFwd, then the 17 rows (TESTS=0)
     lane 0 nsa bash -c 'mkdir -p "$OUT"; export PYTHONPATH=$(ls -d $PWD/packages/*/src | paste -sd:)
-      timeout 270 python3 -m benchmarks.tune_attn_nsa --iters 30 --out "$OUT/tune-attn-nsa.json" ${NSA_FILTER:+--filter "$NSA_FILTER"} \
+      timeout 270 python3 -m benchmarks.tune_attn_nsa --iters 30 --autotuner-timing --out "$OUT/tune-attn-nsa.json" ${NSA_FILTER:+--filter "$NSA_FILTER"} \
         >"$OUT/tune-attn-nsa.log" 2>&1
       echo "tune-attn-nsa: rc=$?"; grep -v -i warn "$OUT/tune-attn-nsa.log"
       timeout 120 python3 -m benchmarks.l2_gather_ceiling --out "$OUT/l2-gather.json" >"$OUT/l2-gather.log" 2>&1
