@@ -10,13 +10,11 @@ JSON.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import math
 import statistics
 
-import torch
 import triton
 
 from attnops.attn_core.flash_fwd import launch as fwd
@@ -24,7 +22,7 @@ from attnops.attn_core.specs import SPECS
 from attnops.kernel_utils import runtime
 from attnops.kernel_utils.fp8 import E4M3
 
-from .sweep import check_and_time, matches
+from .sweep import check_and_time, seed_cases, sweep_arguments
 from .timing import L2Flusher, profile_iterations
 
 OPS = ("GQADenseFwd", "GQAVarlenFwd")
@@ -58,43 +56,32 @@ def _split_options(case, cfg) -> tuple[int, list[int]]:
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--filter", default="", help="only rows whose id contains one of these (comma-separated)")
-    p.add_argument("--iters", type=int, default=30)
-    p.add_argument("--out", default="tune-attn-core.json")
-    args = p.parse_args()
+    args = sweep_arguments(__doc__.splitlines()[0], "tune-attn-core.json").parse_args()
     flush = L2Flusher()
     results = []
-    for spec in SPECS:
-        if spec.name not in OPS:
-            continue
-        for w in spec.workloads:
-            if not matches(w.id, args.filter):
-                continue
-            case = spec.make_case(w, torch.device("cuda"), False, 0)
-            expected = case.fresh().run(spec.reference)
-            D, G, max_q, _, fp8 = _shape(case)
-            cands = fwd.configs_for(D, max_q * G, fp8)
-            rope = case.inputs.get("pos_encoding_mode") == "rope" and not fp8
-            variants = (
-                (f"{cfg.name}/s{splits}" + ("+fused" if fused else "") + ("+keys-pre" if pre else ""), spec.fn,
-                 functools.partial(fwd.forced, config=cfg, num_splits=splits, fused_combine=fused,
-                                   rope_key_prepass=pre))
-                for cfg in cands for splits in _split_options(case, cfg)[1] for fused in (False, True)
-                for pre in ((False, True) if rope else (False,)) if splits > 1 or not fused)
-            timed, failed = check_and_time(spec, case, expected, variants, args.iters, flush)
-            default = f"{cands[0].name}/s{_split_options(case, cands[0])[0]}"  # unless it did not fit
-            fn = lambda: spec.fn(**case.inputs)  # noqa: B023
-            fn()
-            default_ms = statistics.median(profile_iterations(fn, args.iters, flush))
-            best = min(timed, key=timed.get) if timed else None
-            rec = {"id": w.id, "default_ms": default_ms, "best": best, "best_ms": timed.get(best), "all": timed,
-                   "failed": failed, "first_candidate": default}
-            results.append(rec)
-            print(f"{w.id:58s} default {default_ms * 1e3:8.1f} us   best {best} "
-                  f"{(timed.get(best) or float('nan')) * 1e3:8.1f} us   failed {len(failed)}", flush=True)
-            for key, why in failed.items():
-                print(f"    FAILED {key}: {why}", flush=True)
+    for spec, w, case, expected in seed_cases(SPECS, args.filter, OPS):
+        D, G, max_q, _, fp8 = _shape(case)
+        cands = fwd.configs_for(D, max_q * G, fp8)
+        rope = case.inputs.get("pos_encoding_mode") == "rope" and not fp8
+        variants = (
+            (f"{cfg.name}/s{splits}" + ("+fused" if fused else "") + ("+keys-pre" if pre else ""), spec.fn,
+             functools.partial(fwd.forced, config=cfg, num_splits=splits, fused_combine=fused,
+                               rope_key_prepass=pre))
+            for cfg in cands for splits in _split_options(case, cfg)[1] for fused in (False, True)
+            for pre in ((False, True) if rope else (False,)) if splits > 1 or not fused)
+        timed, failed = check_and_time(spec, case, expected, variants, args.iters, flush)
+        default = f"{cands[0].name}/s{_split_options(case, cands[0])[0]}"  # unless it did not fit
+        fn = lambda: spec.fn(**case.inputs)  # noqa: B023
+        fn()
+        default_ms = statistics.median(profile_iterations(fn, args.iters, flush))
+        best = min(timed, key=timed.get) if timed else None
+        rec = {"id": w.id, "default_ms": default_ms, "best": best, "best_ms": timed.get(best), "all": timed,
+               "failed": failed, "first_candidate": default}
+        results.append(rec)
+        print(f"{w.id:58s} default {default_ms * 1e3:8.1f} us   best {best} "
+              f"{(timed.get(best) or float('nan')) * 1e3:8.1f} us   failed {len(failed)}", flush=True)
+        for key, why in failed.items():
+            print(f"    FAILED {key}: {why}", flush=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)
 

@@ -11,17 +11,14 @@ with the default configs.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
-
-import torch
 
 from attnops.attn_core import gqa_paged_plan, gqa_prefill_paged_plan, mha_decode_paged_plan
 from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, TileConfig, config_key
 from attnops.attn_core.specs import SPECS
 
-from .sweep import check_and_time, matches
+from .sweep import check_and_time, seed_cases, sweep_arguments
 from .timing import L2Flusher, kernel_breakdown
 
 OPS = ("GQAPagedFwd", "MHADecodePagedWithKVCacheFwd", "GQAPrefillPagedWithKVCacheFwd")
@@ -73,46 +70,34 @@ def _launches(plan):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--filter", default="", help="only rows whose id contains one of these (comma-separated)")
-    p.add_argument("--iters", type=int, default=30)
-    p.add_argument("--out", default="tune-attn-core-paged.json")
-    args = p.parse_args()
+    args = sweep_arguments(__doc__.splitlines()[0], "tune-attn-core-paged.json").parse_args()
     flush = L2Flusher()
     results = []
-    for spec in SPECS:
-        if spec.name not in OPS:
-            continue
-        for w in spec.workloads:
-            if not matches(w.id, args.filter):
-                continue
-            case = spec.make_case(w, torch.device("cuda"), False, 0)
-            expected = case.fresh().run(spec.reference)
-            make_plan = planner(spec.name, case)
-            default_plan = make_plan()
-            d = case.inputs["q"].shape[-1]
-            variants = [("default", {})]
-            for ln in _launches(default_plan):
-                key = config_key(ln.kind, d)
-                variants += [(f"{ln.kind}:{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}s{cfg.num_stages}",
-                              {"configs": {key: cfg}}) for cfg in CANDIDATES.get(key, []) if cfg != CONFIGS[key]]
-            variants += [("".join(f"{k}={v}" for k, v in knob.items()), knob) for knob in SPLIT_KNOBS]
-            timed, failed = check_and_time(spec, case, expected, (
-                (name, functools.partial(_with_plan, spec.fn, make_plan(**kw)), None) for name, kw in variants),
-                args.iters, flush)
-            best = min(timed, key=timed.get) if timed else None
-            rec = {"id": w.id, "default": default_plan.describe(), "default_ms": timed.get("default"),
-                   "best": best, "best_ms": timed.get(best), "timed_ms": timed, "failed": failed}
-            if "default" in timed:  # where the default's time goes: attention launches vs the split combine
-                run = functools.partial(_with_plan, spec.fn, default_plan, **case.inputs)
-                rec["default_kernels_ms"] = kernel_breakdown(run, args.iters, flush)
-                print("    default per kernel: " + ", ".join(f"{k[:40]} {v * 1e3:.1f} us"
-                                                          for k, v in rec["default_kernels_ms"].items()), flush=True)
-            results.append(rec)
-            dflt = timed.get("default", float("nan"))
-            print(f"{w.id}: default {dflt * 1e3:.1f} us [{rec['default']}]; best {best} "
-                  f"{(timed.get(best) or float('nan')) * 1e3:.1f} us; {len(failed)} failed", flush=True)
-            torch.cuda.empty_cache()
+    for spec, w, case, expected in seed_cases(SPECS, args.filter, OPS):
+        make_plan = planner(spec.name, case)
+        default_plan = make_plan()
+        d = case.inputs["q"].shape[-1]
+        variants = [("default", {})]
+        for ln in _launches(default_plan):
+            key = config_key(ln.kind, d)
+            variants += [(f"{ln.kind}:{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}s{cfg.num_stages}",
+                          {"configs": {key: cfg}}) for cfg in CANDIDATES.get(key, []) if cfg != CONFIGS[key]]
+        variants += [("".join(f"{k}={v}" for k, v in knob.items()), knob) for knob in SPLIT_KNOBS]
+        timed, failed = check_and_time(spec, case, expected, (
+            (name, functools.partial(_with_plan, spec.fn, make_plan(**kw)), None) for name, kw in variants),
+            args.iters, flush)
+        best = min(timed, key=timed.get) if timed else None
+        rec = {"id": w.id, "default": default_plan.describe(), "default_ms": timed.get("default"),
+               "best": best, "best_ms": timed.get(best), "timed_ms": timed, "failed": failed}
+        if "default" in timed:  # where the default's time goes: attention launches vs the split combine
+            run = functools.partial(_with_plan, spec.fn, default_plan, **case.inputs)
+            rec["default_kernels_ms"] = kernel_breakdown(run, args.iters, flush)
+            print("    default per kernel: " + ", ".join(f"{k[:40]} {v * 1e3:.1f} us"
+                                                      for k, v in rec["default_kernels_ms"].items()), flush=True)
+        results.append(rec)
+        dflt = timed.get("default", float("nan"))
+        print(f"{w.id}: default {dflt * 1e3:.1f} us [{rec['default']}]; best {best} "
+              f"{(timed.get(best) or float('nan')) * 1e3:.1f} us; {len(failed)} failed", flush=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)
     print(f"wrote {args.out}")

@@ -8,11 +8,7 @@ Prints, per seed row, the default variant's time and the best one; writes JSON.
 
 from __future__ import annotations
 
-import argparse
-import gc
 import json
-
-import torch
 
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op
 from attnops.attn_mla.fp8_lightning_indexer_fwd import op as indexer_op
@@ -20,7 +16,7 @@ from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op
 from attnops.attn_mla.specs import SPECS
 from attnops.attn_mla.topk_select_fwd import op as topk_op
 
-from .sweep import check_and_time, matches
+from .sweep import check_and_time, seed_cases, sweep_arguments
 from .timing import L2Flusher
 
 OPS = {
@@ -54,31 +50,20 @@ def variants(spec, case):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--filter", default="", help="only rows whose id contains one of these (comma-separated)")
-    p.add_argument("--iters", type=int, default=30)
-    p.add_argument("--out", default="tune-attn-mla.json")
-    args = p.parse_args()
+    args = sweep_arguments(__doc__.splitlines()[0], "tune-attn-mla.json").parse_args()
     flush = L2Flusher()
     results = []
-    for spec in SPECS:
-        for w in spec.workloads:
-            if not matches(w.id, args.filter):
-                continue
-            case = spec.make_case(w, torch.device("cuda"), False, 0)
-            expected = case.fresh().run(spec.reference)
-            timed, failed = check_and_time(spec, case, expected,
-                                           ((label, fn, None) for label, fn in variants(spec, case)), args.iters,
-                                           flush)
-            default = next((k for k in timed if k.endswith("(default)")), None)
-            best = min(timed, key=timed.get) if timed else None
-            results.append({"id": w.id, "ms": timed, "failed": failed, "default": default, "best": best})
-            fmt = lambda k, t=timed: f"{k} {t[k]:.4f} ms" if k else "-"
-            print(f"{w.id:60s} default {fmt(default):34s} best {fmt(best)}"
-                  + (f"  FAILED {sorted(failed)}" if failed else ""), flush=True)
-            case = expected = None  # free the row's tensors (up to 8.6 GB) before the next one
-            gc.collect()
-            torch.cuda.empty_cache()
+    for spec, w, case, expected in seed_cases(SPECS, args.filter):
+        timed, failed = check_and_time(spec, case, expected,
+                                       ((label, fn, None) for label, fn in variants(spec, case)), args.iters,
+                                       flush)
+        default = next((k for k in timed if k.endswith("(default)")), None)
+        best = min(timed, key=timed.get) if timed else None
+        results.append({"id": w.id, "ms": timed, "failed": failed, "default": default, "best": best})
+        fmt = lambda k, t=timed: f"{k} {t[k]:.4f} ms" if k else "-"
+        print(f"{w.id:60s} default {fmt(default):34s} best {fmt(best)}"
+              + (f"  FAILED {sorted(failed)}" if failed else ""), flush=True)
+        case = expected = None  # the row's tensors (up to 8.6 GB) go before seed_cases builds the next one
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)
 

@@ -10,10 +10,8 @@ slow configs. Prints one line per seed row, writes JSON.
 
 from __future__ import annotations
 
-import argparse
 import json
 
-import torch
 import triton
 
 from attnops.attn_nsa._tuning import autotune_enabled, config_name
@@ -22,7 +20,7 @@ from attnops.attn_nsa.nsa_topk_varlen_fwd import op as topk_op
 from attnops.attn_nsa.nsa_varlen_fwd import op as selected_op
 from attnops.attn_nsa.specs import SPECS
 
-from .sweep import check_and_time, matches
+from .sweep import check_and_time, seed_cases, sweep_arguments
 from .timing import L2Flusher
 
 NOT_VALID = "is not valid for this call"  # a config the row's shape cannot use: not a failure
@@ -65,41 +63,31 @@ def chosen_config(op) -> str:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--filter", default="", help="only rows whose id contains one of these (comma-separated)")
-    p.add_argument("--iters", type=int, default=50)
-    p.add_argument("--out", default="tune-attn-nsa.json")
+    p = sweep_arguments(__doc__.splitlines()[0], "tune-attn-nsa.json", iters=50)
     p.add_argument("--autotuner-timing", action="store_true", help="also time every config with do_bench")
     args = p.parse_args()
     flush = L2Flusher()
     results = []
-    for spec in SPECS:
-        if spec.name not in OPS:
-            continue
-        for w in spec.workloads:
-            if not matches(w.id, args.filter):
-                continue
-            case = spec.make_case(w, torch.device("cuda"), False, 0)
-            expected = case.fresh().run(spec.reference)
-            case.fresh().run(spec.fn)  # the op's own choice first (autotuning, if any, happens here)
-            picked = chosen_config(OPS[spec.name])
-            timed, failed = check_and_time(spec, case, expected, variants(spec), args.iters, flush)
-            best = min(timed, key=timed.get) if timed else None
-            results.append({"id": w.id, "ms": timed, "failed": failed, "op_config": picked, "best": best})
-            fmt = lambda k, t=timed: f"{k} {t[k] * 1e3:.1f} us" if k in t else "-"  # noqa: E731
-            print(f"{w.id:45s} {fmt('op')} ({picked}); best {fmt(best)}; "
-                  + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in timed.items() if k != "op")
-                  + (f"  FAILED {real}" if (real := {k: v for k, v in failed.items() if NOT_VALID not in v})
-                     else ""), flush=True)
-            if args.autotuner_timing:
-                try:  # a diagnostic: its failure must not end the sweep
-                    results[-1]["do_bench_ms"] = do_bench = autotuner_ms(spec, case)
-                    print(f"{'':45s} do_bench: best {min(do_bench, key=do_bench.get)}; "
-                          + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in do_bench.items()), flush=True)
-                except Exception as e:  # noqa: BLE001
-                    results[-1]["do_bench_error"] = f"{type(e).__name__}: {e}"[:200]
-            with open(args.out, "w") as f:  # after every row: a sweep cut by its time limit keeps what it measured
-                json.dump(results, f, indent=1)
+    for spec, w, case, expected in seed_cases(SPECS, args.filter, OPS):
+        case.fresh().run(spec.fn)  # the op's own choice first (autotuning, if any, happens here)
+        picked = chosen_config(OPS[spec.name])
+        timed, failed = check_and_time(spec, case, expected, variants(spec), args.iters, flush)
+        best = min(timed, key=timed.get) if timed else None
+        results.append({"id": w.id, "ms": timed, "failed": failed, "op_config": picked, "best": best})
+        fmt = lambda k, t=timed: f"{k} {t[k] * 1e3:.1f} us" if k in t else "-"  # noqa: E731
+        print(f"{w.id:45s} {fmt('op')} ({picked}); best {fmt(best)}; "
+              + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in timed.items() if k != "op")
+              + (f"  FAILED {real}" if (real := {k: v for k, v in failed.items() if NOT_VALID not in v})
+                 else ""), flush=True)
+        if args.autotuner_timing:
+            try:  # a diagnostic: its failure must not end the sweep
+                results[-1]["do_bench_ms"] = do_bench = autotuner_ms(spec, case)
+                print(f"{'':45s} do_bench: best {min(do_bench, key=do_bench.get)}; "
+                      + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in do_bench.items()), flush=True)
+            except Exception as e:  # noqa: BLE001
+                results[-1]["do_bench_error"] = f"{type(e).__name__}: {e}"[:200]
+        with open(args.out, "w") as f:  # after every row: a sweep cut by its time limit keeps what it measured
+            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -9,35 +9,24 @@ reference, then timed like the benchmark (device time, cold L2). Prints, per see
 
 from __future__ import annotations
 
-import argparse
 import functools
 import itertools
 import json
 import statistics
 
-import torch
-
 from attnops.attn_core.gqa_bwd import launch as bwd
 from attnops.attn_core.gqa_bwd.spec import SPEC
 from attnops.kernel_utils import runtime
 
-from .sweep import check_and_time, matches
+from .sweep import check_and_time, seed_cases, sweep_arguments
 from .timing import L2Flusher, profile_iterations
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--filter", default="", help="only rows whose id contains one of these (comma-separated)")
-    p.add_argument("--iters", type=int, default=30)
-    p.add_argument("--out", default="tune-gqa-bwd.json")
-    args = p.parse_args()
+    args = sweep_arguments(__doc__.splitlines()[0], "tune-gqa-bwd.json").parse_args()
     flush = L2Flusher()
     results = []
-    for w in SPEC.workloads:
-        if not matches(w.id, args.filter):
-            continue
-        case = SPEC.make_case(w, torch.device("cuda"), False, 0)
-        expected = case.fresh().run(SPEC.reference)
+    for _, w, case, expected in seed_cases([SPEC], args.filter):
         a = case.inputs
         B, S_q, H, D = a["q"].shape
         chosen = bwd.choose(D, B, S_q, a["k"].shape[1], H, a["k"].shape[2], a["is_causal"], runtime.num_sms())
