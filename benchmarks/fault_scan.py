@@ -3,10 +3,10 @@
 An illegal memory access poisons the CUDA context, so one bad launch fails every test after it and hides its
 own identity. This scan runs each (op, config) pair in its own subprocess over the op's fuzz seeds, every call
 ``--repeats`` times with a synchronize after each, and prints the first seed that raises; the parent then
-resumes the same pair after that seed. ``--autotune`` runs the public op (autotuned launches, as the tests do)
-instead of pinned configs.
+resumes the same pair after that seed. ``--public`` runs the public op (its default-rule launches, as the tests
+do) instead of every pinned config.
 
-    python -m benchmarks.fault_scan --family attn-nsa --seeds 100 [--ops NSACompressedVarlenFwd] [--autotune]
+    python -m benchmarks.fault_scan --family attn-nsa --seeds 100 [--ops NSACompressedVarlenFwd] [--public]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def scan_one(family: str, op_name: str, config_index: int, seeds: list[int], rep
     spec = next(s for s in family_specs(family) if s.name == op_name)
     mod = op_module(spec)
     if config_index < 0:
-        fn, config_label = spec.fn, "autotune"
+        fn, config_label = spec.fn, "public op"
     else:
         config = mod.CONFIGS[config_index]
         fn, config_label = (lambda **inputs: mod._run(**inputs, config=config)), str(config)
@@ -64,7 +64,7 @@ def main():
     p.add_argument("--ops", default="", help="comma-separated op names (default: all of the family)")
     p.add_argument("--seeds", type=int, default=100)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--autotune", action="store_true")
+    p.add_argument("--public", action="store_true")
     p.add_argument("--child", nargs=2, metavar=("OP", "CONFIG_INDEX"), help=argparse.SUPPRESS)
     p.add_argument("--from-seed", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -78,7 +78,7 @@ def main():
         scan_one(args.family, args.child[0], int(args.child[1]), seeds, args.repeats)
         return
     for spec in specs:
-        indices = [-1] if args.autotune else range(len(op_module(spec).CONFIGS))
+        indices = [-1] if args.public else range(len(op_module(spec).CONFIGS))
         for index in indices:
             start = None
             while True:

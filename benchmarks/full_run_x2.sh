@@ -5,7 +5,8 @@
 #                (attn-core attn-mla), one process per file | memcheck and racecheck of REL (the four
 #                families, smallest first; REL=none: no lane), STEP_CAP s a step
 #   PART=tunes:  GPU 0 the sweeps of gpu_sweeps.sh, then ROWS (if set)
-#   PART=nsa:    GPU 0 every attn-nsa config timed per row (NSA_FILTER: some rows), the L2 gather ceiling, the rows
+#   PART=nsa:    GPU 0 every attn-nsa config timed per row (NSA_FILTER: some rows), the family's GPU tests, memcheck
+#                of every NSAVarlenFwd config, the rows
 #   PART=sweeps: GPU 0 benchmarks/gpu_sweeps.sh           | GPU 1 ROWS (if set), then the GPU suites of SUITES
 #   PART=core:   GPU 0 GQADenseFwd, GQAVarlenFwd, GQABwd  | GPU 1 the three paged attn-core ops
 #   PART=mla:    GPU 0 MLA / DSA rows                     | GPU 1 TopK and indexer rows
@@ -40,14 +41,17 @@ case "${PART:?PART=checks, tunes, nsa, sweeps, core, mla or rest}" in
     lane 0 tests env BENCH=0 TESTS=1 ATTNOPS_FUZZ_CASES=30 bash benchmarks/gpu_job.sh ${SUITES:-attn-core attn-mla} &
     [ "${REL:-}" = none ] || lane 0 rel env STEP_CAP="${STEP_CAP:-150}" RACECHECK=1 FUZZ=0 MEMCHECK="${MEMCHECK:-1}" \
       bash benchmarks/gpu_reliability.sh ${REL:-kvcache-ops attn-nsa attn-mla attn-core} & ;;
-  nsa)  # one GPU: every config of every attn-nsa row forced and timed (benchmarks/tune_attn_nsa.py: the pick of the
-        # autotuned ops against the best), the L2 gather ceiling behind NSAVarlenFwd, then the 17 rows (TESTS=0)
+  nsa)  # one GPU: every config of the attn-nsa rows forced and timed (benchmarks/tune_attn_nsa.py: the default
+        # rule's pick against the best; NSA_FILTER: some rows), the family's GPU tests, memcheck over every
+        # NSAVarlenFwd TMA config (MEMCHECK_K: the tests it runs), then the 17 rows
     lane 0 nsa bash -c 'mkdir -p "$OUT"; export PYTHONPATH=$(ls -d $PWD/packages/*/src | paste -sd:)
-      timeout 270 python3 -m benchmarks.tune_attn_nsa --iters 30 --autotuner-timing --out "$OUT/tune-attn-nsa.json" ${NSA_FILTER:+--filter "$NSA_FILTER"} \
+      timeout 200 python3 -m benchmarks.tune_attn_nsa --iters 30 --out "$OUT/tune-attn-nsa.json" ${NSA_FILTER:+--filter "$NSA_FILTER"} \
         >"$OUT/tune-attn-nsa.log" 2>&1
       echo "tune-attn-nsa: rc=$?"; grep -v -i warn "$OUT/tune-attn-nsa.log"
-      timeout 120 python3 -m benchmarks.l2_gather_ceiling --out "$OUT/l2-gather.json" >"$OUT/l2-gather.log" 2>&1
-      echo "l2-gather: rc=$?"; cat "$OUT/l2-gather.log"
+      OUT=$OUT/tests BENCH=0 TESTS=1 PARALLEL=1 ATTNOPS_FUZZ_CASES=30 DEADLINE=$(( $(date +%s) + 150 )) bash benchmarks/gpu_job.sh attn-nsa
+      timeout 90 compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m pytest -q -p no:cacheprovider \
+        -k "${MEMCHECK_K:-TMA1}" packages/attn-nsa/tests/test_nsa_varlen_fwd.py >"$OUT/memcheck.log" 2>&1
+      echo "memcheck NSAVarlenFwd configs: rc=$? $(grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.log" | tail -n 2 | tr "\n" " ")"
       OUT=$OUT/bench TESTS=0 WARM=${WARM:-8} bash benchmarks/gpu_job.sh attn-nsa' & ;;
   tunes)
     lane 0 tunes bash -c 'PHASE=sweeps OUT=$OUT/sweeps bash benchmarks/gpu_sweeps.sh

@@ -22,6 +22,9 @@ TARGET = GPUTarget("cuda", 90, 32)
 def compile_one(kernel, args: dict, config):
     sig, consts = {}, {}
     values = {**args, **config.kwargs}
+    if config.kwargs.get("TMA"):  # the TMA configs take [BS, BD] box descriptors for K and V
+        desc = f"tensordesc<{args['q_ptr'][1:]}[{args['BS']},{args['BD']}]>"
+        values.update(k_desc=desc, v_desc=desc)
     for i, name in enumerate(kernel.arg_names):
         v = values[name]
         if kernel.params[i].is_constexpr:
@@ -50,21 +53,22 @@ def cases(full: bool):
                 q_ptr=p, k_ptr=p, v_ptr=p, o_ptr=p, lse_ptr=p, offsets_ptr="*i32", chunk_offsets_ptr="*i32",
                 tok_ptr="*i32", num_tokens=1000, num_seqs=3, qk_scale=0.1, stride_qt=4096, stride_qh=128,
                 stride_kc=256, stride_kh=128, stride_vc=256, stride_vh=128, stride_ot=4096, stride_oh=128,
-                stride_lt=32, tune_bucket=10, G=g, GP=triton.next_power_of_2(g), DK=d, DV=d, BDK=d, BDV=d, BS=bs)
+                stride_lt=32, G=g, GP=triton.next_power_of_2(g), DK=d, DV=d, BDK=d, BDV=d, BS=bs)
         for g, d, bs, s in ([(16, 128, 64, 32), (32, 64, 32, 8), (16, 128, 32, 5)] if full else [(16, 128, 32, 16)]):
             yield topk_op, topk_op.nsa_topk_kernel, dict(
                 q_ptr=p, k_ptr=p, bi_ptr="*i32", offsets_ptr="*i32", chunk_offsets_ptr="*i32", tok_ptr="*i32",
                 num_tokens=1000, num_seqs=3, scale=0.1, stride_qt=4096, stride_qh=128, stride_kc=256,
-                stride_kh=128, stride_bt=32, stride_bh=16, tune_bucket=10, G=g, GP=triton.next_power_of_2(g), D=d,
+                stride_kh=128, stride_bt=32, stride_bh=16, G=g, GP=triton.next_power_of_2(g), D=d,
                 BD=d, BS=bs, S=s, SP=triton.next_power_of_2(s))
         for g, d, bs, sel, causal in ([(16, 64, 32, 4, True), (16, 128, 32, 8, False), (4, 80, 16, 4, True)]
                                       if full else [(16, 64, 32, 4, True), (16, 128, 32, 8, False)]):
             yield sel_op, sel_op.nsa_varlen_fwd_kernel, dict(
-                q_ptr=p, k_ptr=p, v_ptr=p, o_ptr=p, bi_ptr="*i32", bc_ptr="*i32", offsets_ptr="*i32",
-                tok_ptr="*i32", num_tokens=1000, qk_scale=0.1, stride_qt=4096, stride_qh=128, stride_kt=256,
-                stride_kh=128, stride_vt=256, stride_vh=128, stride_ot=4096, stride_oh=128, stride_bit=32,
-                stride_bih=16, stride_bct=2, stride_bch=1, tune_bucket=10, G=g, GP=max(16, triton.next_power_of_2(g)),
-                D=d, BD=max(16, triton.next_power_of_2(d)), BS=bs, SEL=sel, CAUSAL=causal)
+                q_ptr=p, k_ptr=p, v_ptr=p, k_desc=p, v_desc=p, o_ptr=p, bi_ptr="*i32", bc_ptr="*i32",
+                offsets_ptr="*i32", tok_ptr="*i32", num_tokens=1000, qk_scale=0.1, stride_qt=4096, stride_qh=128,
+                stride_kt=256, stride_kh=128, stride_vt=256, stride_vh=128, stride_ot=4096, stride_oh=128,
+                stride_bit=32, stride_bih=16, stride_bct=2, stride_bch=1, G=g, GP=max(16, triton.next_power_of_2(g)),
+                D=d, BD=max(16, triton.next_power_of_2(d)), BS=bs, SEL=sel, CAUSAL=causal,
+                tma=d == triton.next_power_of_2(d))
 
 
 def main(full: bool) -> int:

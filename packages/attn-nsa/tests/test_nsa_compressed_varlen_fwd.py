@@ -178,3 +178,12 @@ def test_bad_input_is_rejected_before_launch(name, monkeypatch):
     monkeypatch.setenv("ATTNOPS_VALIDATE", "1")  # value checks also for CUDA tensors
     make_inputs, error, message = BAD_INPUTS[name]
     run_bad_input(nsa_compressed_varlen_fwd, make_inputs(), error, message)
+
+
+def test_gpu_default_is_the_sweep_winner(monkeypatch):
+    """On the GPU the default rule names the H200 sweep's winner for the seed rows' shape (G 16, D 128):
+    BC 16 / BM 64 / 4 warps / 2 stages."""
+    monkeypatch.setattr(op.runtime, "interpreting", lambda: False)
+    args = {"GP": 16, "BDK": 128, "BDV": 128}
+    c = op._default(op._TUNED.valid_configs(args), args)
+    assert (c.kwargs["BC"], c.kwargs["BM"], c.num_warps, c.num_stages) == (16, 64, 4, 2)

@@ -168,3 +168,14 @@ def test_bad_input_is_rejected_before_launch(name, monkeypatch):
     monkeypatch.setenv("ATTNOPS_VALIDATE", "1")  # value checks also for CUDA tensors
     make_inputs, error, message = BAD_INPUTS[name]
     run_bad_input(nsa_topk_varlen_fwd, make_inputs(), error, message)
+
+
+@pytest.mark.parametrize("bd, gp, s, want", [(128, 16, 16, (64, 32, 4)), (128, 16, 32, (64, 32, 4)),
+                                             (64, 32, 8, (32, 32, 2)), (128, 16, 64, (64, 64, 4))])
+def test_gpu_default_is_the_sweep_winner(monkeypatch, bd, gp, s, want):
+    """On the GPU the default rule names the H200 sweep's winners: BC 32 (or the selection's width), BM 64 /
+    4 warps at D 128, BM 32 / 2 warps at D 64 (the seed rows' shapes, and S 64 that needs BC 64)."""
+    monkeypatch.setattr(op.runtime, "interpreting", lambda: False)
+    args = {"GP": gp, "SP": s, "BD": bd}
+    c = op._default(op._TUNED.valid_configs(args), args)
+    assert (c.kwargs["BM"], c.kwargs["BC"], c.num_warps) == want

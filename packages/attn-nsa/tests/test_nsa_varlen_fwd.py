@@ -105,10 +105,26 @@ def test_strided_qkv():
 
 
 @pytest.mark.parametrize("config", config_params(op.CONFIGS))
+def test_rows_outside_the_selection_never_reach_the_output(config):
+    """A TMA box covers whole tensor rows: with id −1 the box of sequence 1 lies over sequence 0's last 32 rows.
+    Those rows hold inf / NaN (sequence 0 selects nothing, so its output is zeros by the spec): they must add
+    nothing to sequence 1 (0 · inf would be NaN)."""
+    case = build_case([40, 70], 16, 1, 64, torch.float16, 3, 32, True, 0.125, DEV, seed=10)
+    if not op._valid(config, {"BS": 32, "BD": 64, "SEL": 3, "tma": True}):
+        pytest.skip("config not valid for this shape")
+    x = case.inputs
+    x["k"][:40] = float("nan")
+    x["v"][:40] = float("inf")
+    x["block_counts"][:40] = 0
+    x["block_indices"][40:, :, 0] = -1
+    check_with_config(SPEC, op._run, case, config)
+
+
+@pytest.mark.parametrize("config", config_params(op.CONFIGS))
 def test_every_config_small(config):
     """Each autotune config (constexpr path) that this shape admits: SEL 5 (KB 1, 2, 4 all valid at D 64)."""
     case = build_case([40, 70], 16, 1, 64, torch.float16, 5, 16, True, 0.125, DEV, seed=8)
-    args = {"BS": 16, "BD": 64, "SEL": 5}
+    args = {"BS": 16, "BD": 64, "SEL": 5, "tma": True}
     if not op._valid(config, args):
         pytest.skip("config not valid for this shape")
     check_with_config(SPEC, op._run, case, config)
@@ -128,7 +144,7 @@ def test_every_config_small(config):
 )
 def test_every_config_gpu(config, dtype, d, h, h_kv, bs, sel, causal):
     case = build_case([257, 767, 4000, 4190], h, h_kv, d, dtype, sel, bs, causal, d**-0.5, DEV, seed=9)
-    if not op._valid(config, {"BS": bs, "BD": d, "SEL": sel}):
+    if not op._valid(config, {"BS": bs, "BD": d, "SEL": sel, "tma": True}):
         pytest.skip("config not valid for this shape")
     check_with_config(SPEC, op._run, case, config)
 
@@ -175,10 +191,9 @@ def test_bad_input_is_rejected_before_launch(name, monkeypatch):
 
 @pytest.mark.parametrize("bd, warps", [(64, 1), (128, 2)])
 def test_gpu_default_is_the_sweep_winner(monkeypatch, bd, warps):
-    """The op is not autotuned: on the GPU its default rule must name the config the H200 sweeps measured
-    fastest (KB 1, 2 stages; 1 warp up to D 64, 2 warps at D 128)."""
+    """On the GPU the default rule names the config the H200 sweeps measured fastest (KB 1, 2 stages, pointer
+    gather; 1 warp up to D 64, 2 warps at D 128)."""
     monkeypatch.setattr(op.runtime, "interpreting", lambda: False)
-    args = {"BS": 32, "BD": bd, "SEL": 8}
+    args = {"BS": 32, "BD": bd, "SEL": 8, "tma": True}
     c = op._default(op._TUNED.valid_configs(args), args)
-    assert (c.kwargs["KB"], c.num_warps, c.num_stages) == (1, warps, 2)
-    assert not op._TUNED.autotune
+    assert (c.kwargs["KB"], c.kwargs["TMA"], c.num_warps, c.num_stages) == (1, 0, warps, 2)

@@ -127,11 +127,6 @@ def check_packing(
     return n
 
 
-def tune_bucket(num_tokens: int) -> int:
-    """Autotune key for a token count: its power-of-two bucket (no re-tuning for every batch size)."""
-    return max(0, int(num_tokens) - 1).bit_length()
-
-
 def check_tile_strides(name: str, t: torch.Tensor, rows_per_tile: int = 128):
     """Kernels address a tile as an int64 base plus int32 offsets: ``rows_per_tile`` token rows of ``t`` must
     span fewer than 2^31 elements."""

@@ -63,7 +63,6 @@ def nsa_compressed_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, offsets_ptr, chunk_offsets_ptr, tok_ptr,
     num_tokens, num_seqs, qk_scale,  # qk_scale = scale * log2(e): scores in base-2 units
     stride_qt, stride_qh, stride_kc, stride_kh, stride_vc, stride_vh, stride_ot, stride_oh, stride_lt,
-    tune_bucket,  # autotune key only
     G: tl.constexpr,  # query heads per KV head
     GP: tl.constexpr,  # G rounded up to a power of two (padding heads are masked)
     DK: tl.constexpr, DV: tl.constexpr, BDK: tl.constexpr, BDV: tl.constexpr,

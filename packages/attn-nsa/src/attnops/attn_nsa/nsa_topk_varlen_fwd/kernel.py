@@ -23,7 +23,6 @@ def nsa_topk_kernel(
     q_ptr, k_ptr, bi_ptr, offsets_ptr, chunk_offsets_ptr, tok_ptr,
     num_tokens, num_seqs, scale,
     stride_qt, stride_qh, stride_kc, stride_kh, stride_bt, stride_bh,
-    tune_bucket,  # autotune key only
     G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BD: tl.constexpr,
     BS: tl.constexpr,  # block (chunk) size
     S: tl.constexpr,  # selected_block_num

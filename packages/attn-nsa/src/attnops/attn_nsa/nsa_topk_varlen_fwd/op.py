@@ -13,7 +13,6 @@ from attnops.attn_nsa._varlen import (
     check_packing,
     check_scale_param,
     check_tile_strides,
-    tune_bucket,
 )
 from attnops.kernel_utils import checks, runtime, testing
 
@@ -37,13 +36,15 @@ def _valid(c: triton.Config, a: dict) -> bool:
 def _default(valid: list[triton.Config], a: dict) -> triton.Config:
     if runtime.interpreting():  # fewest programs and sort stages: the interpreter pays per operation
         return min(valid, key=lambda c: (-c.kwargs["BM"], c.kwargs["BC"]))
-    want_bc = max(a["SP"], 32 if a["avg_chunks"] <= 32 else 64)
-    ranked = sorted(valid, key=lambda c: (c.kwargs["BC"] != want_bc, c.kwargs["BM"] != 64))
+    # H200 sweep (2026-12-01, every config forced, one process): the narrowest chunk tile on every seed row
+    # (BC 32: long-context 446 us against 476 at BC 64), BM 64 / 4 warps at D 128 (8x1k 58.4 us against 74.9 at
+    # BM 32) and BM 32 / 2 warps at D 64 (wide-gqa, G 32: 130 us against 185 at BM 64).
+    want_bm = 32 if a["BD"] <= 64 else 64
+    ranked = sorted(valid, key=lambda c: (c.kwargs["BC"], c.kwargs["BM"] != want_bm))
     return ranked[0]
 
 
-_TUNED = TunedKernel(nsa_topk_kernel, CONFIGS,
-                     key=["G", "D", "BS", "S", "tune_bucket"], valid=_valid, default=_default)
+_TUNED = TunedKernel(nsa_topk_kernel, CONFIGS, valid=_valid, default=_default)
 
 
 def _run(q, k_cmp, offsets, chunk_offsets, token_indices, scale, selected_block_num, bs, config=None):
@@ -60,13 +61,13 @@ def _run(q, k_cmp, offsets, chunk_offsets, token_indices, scale, selected_block_
         q_ptr=q, k_ptr=k_cmp, bi_ptr=block_indices, offsets_ptr=offsets, chunk_offsets_ptr=chunk_offsets,
         tok_ptr=token_indices, num_tokens=num_tokens, num_seqs=num_seqs, scale=scale,
         stride_qt=q.stride(0), stride_qh=q.stride(1), stride_kc=k_cmp.stride(0), stride_kh=k_cmp.stride(1),
-        stride_bt=block_indices.stride(0), stride_bh=block_indices.stride(1), tune_bucket=tune_bucket(num_tokens),
+        stride_bt=block_indices.stride(0), stride_bh=block_indices.stride(1),
         G=g, GP=triton.next_power_of_2(g), D=d, BD=max(16, triton.next_power_of_2(d)), BS=bs,
         S=s, SP=triton.next_power_of_2(s),
     )
     gp = args["GP"]
     grid = lambda meta: (triton.cdiv(num_tokens, meta["BM"] // gp), h_kv)  # noqa: E731
-    _TUNED.launch(grid, args, config, hints={"avg_chunks": num_chunks / max(num_seqs, 1)})
+    _TUNED.launch(grid, args, config)
     return block_indices
 
 

@@ -1,7 +1,13 @@
 """Selected-block sparse attention: one program = one packed token x the G query heads of one KV head, so
 every selected K/V block is loaded once for the whole group. Each iteration gathers KB selected blocks
 (KB·BS key rows, contiguous inside a block) into one [KB·BS, D] tile: more loads in flight per step and a
-wider QK^T / PV product than one block at a time."""
+wider QK^T / PV product than one block at a time.
+
+``TMA`` (KB = 1; head dim a power of two, heads packed in a row, 16-byte aligned rows): each selected block
+is one TMA box of the 2-D view ``[T, H_kv·D]`` (``k_desc`` / ``v_desc``), copied asynchronously without the
+per-row addresses, masks and cp.async instructions of the pointer gather (on one warp those are about a third
+of the registers). Rows outside the tensor arrive as zeros; rows inside it but outside this token's keys are
+masked like the pointer path's."""
 
 import triton
 import triton.language as tl
@@ -11,16 +17,16 @@ NEG_BIG: tl.constexpr = tl.constexpr(-1.0e30)
 
 @triton.jit
 def nsa_varlen_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, bi_ptr, bc_ptr, offsets_ptr, tok_ptr,
+    q_ptr, k_ptr, v_ptr, k_desc, v_desc, o_ptr, bi_ptr, bc_ptr, offsets_ptr, tok_ptr,
     num_tokens, qk_scale,  # qk_scale = scale * log2(e)
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
     stride_bit, stride_bih, stride_bct, stride_bch,
-    tune_bucket,  # autotune key only
     G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BD: tl.constexpr,
     BS: tl.constexpr,  # selection block size (power of two)
     SEL: tl.constexpr,  # slots per (token, KV head)
     CAUSAL: tl.constexpr,
     KB: tl.constexpr,  # selected blocks gathered per iteration
+    TMA: tl.constexpr,  # K / V blocks through k_desc / v_desc (KB = 1)
 ):
     t = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1).to(tl.int64)
@@ -59,10 +65,19 @@ def nsa_varlen_fwd_kernel(
         blk_next = tl.load(bi_row + s0 + KB + slot, mask=s0 + KB + slot < SEL, other=-1)
         r = blk * BS + (j % BS)  # key position inside the sequence
         ok = (blk >= 0) & (r < end) & (r >= -bos)
-        kt = tl.load(k_base + r[None, :] * stride_kt + d[:, None], mask=ok[None, :] & d_ok[:, None], other=0.0)
-        # V is gathered with K (not after the softmax), both gathers in flight together (H200 benchmark, two runs:
-        # 2x4k 38.4 -> 36.9 us, the other rows within 2 %)
-        vt = tl.load(v_base + r[:, None] * stride_vt + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+        if TMA:
+            # the box's first packed row, clamped into [-BS, T] (a block outside the tensor stays outside it). The
+            # id comes from the prefetched (loop-carried) vector, all lanes equal at KB 1: a fresh id load here
+            # made the box depend on a load of the same step and Triton 3.6 did not pipeline it (offline sm_90)
+            row = tl.minimum(tl.maximum(bos + tl.max(blk) * BS, -BS), num_tokens).to(tl.int32)
+            col = (g * D).to(tl.int32)
+            kt = k_desc.load([row, col]).T
+            vt = tl.where(ok[:, None], v_desc.load([row, col]), 0.0)  # p = 0 there; 0 * inf would not be 0
+        else:
+            kt = tl.load(k_base + r[None, :] * stride_kt + d[:, None], mask=ok[None, :] & d_ok[:, None], other=0.0)
+            # V is gathered with K (not after the softmax), both gathers in flight together (H200 benchmark, two
+            # runs: 2x4k 38.4 -> 36.9 us, the other rows within 2 %)
+            vt = tl.load(v_base + r[:, None] * stride_vt + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
         s = tl.dot(q, kt) * qk_scale
         s = tl.where(ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))

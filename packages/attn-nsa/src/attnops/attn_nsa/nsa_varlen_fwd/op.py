@@ -6,6 +6,7 @@ import math
 
 import torch
 import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from attnops.attn_nsa._tuning import TunedKernel
 from attnops.attn_nsa._varlen import (
@@ -14,7 +15,6 @@ from attnops.attn_nsa._varlen import (
     check_int_param,
     check_packing,
     check_scale_param,
-    tune_bucket,
 )
 from attnops.kernel_utils import checks, runtime, testing
 
@@ -31,17 +31,18 @@ LOG2E = math.log2(math.e)
 # 3 blocks of K / V in flight ahead of the one in use: most tokens' whole selection at once, at 12 / 8 CTAs per
 # SM by shared memory at D 64) are offered to the sweep, not yet timed; TileOPs' kernel runs 1 warp, 4 stages.
 CONFIGS = (
-    triton.Config({"KB": 1}, num_warps=1, num_stages=2),
-    triton.Config({"KB": 1}, num_warps=1, num_stages=3),
-    triton.Config({"KB": 1}, num_warps=1, num_stages=4),
-    triton.Config({"KB": 1}, num_warps=2, num_stages=3),
-    triton.Config({"KB": 1}, num_warps=2, num_stages=4),
-    triton.Config({"KB": 1}, num_warps=1, num_stages=1),
-    triton.Config({"KB": 2}, num_warps=1, num_stages=2),
-    triton.Config({"KB": 1}, num_warps=2, num_stages=2),
-    triton.Config({"KB": 1}, num_warps=4, num_stages=2),
-    triton.Config({"KB": 2}, num_warps=4, num_stages=2),
-    triton.Config({"KB": 4}, num_warps=4, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 0}, num_warps=1, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 0}, num_warps=1, num_stages=3),
+    triton.Config({"KB": 1, "TMA": 0}, num_warps=1, num_stages=1),
+    triton.Config({"KB": 2, "TMA": 0}, num_warps=1, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 0}, num_warps=2, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 0}, num_warps=2, num_stages=3),
+    triton.Config({"KB": 1, "TMA": 0}, num_warps=4, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 1}, num_warps=1, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 1}, num_warps=1, num_stages=3),
+    triton.Config({"KB": 1, "TMA": 1}, num_warps=1, num_stages=4),
+    triton.Config({"KB": 1, "TMA": 1}, num_warps=2, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 1}, num_warps=2, num_stages=3),
 )
 
 
@@ -49,25 +50,40 @@ def _valid(c: triton.Config, a: dict) -> bool:
     kb = c.kwargs["KB"]
     keys = kb * a["BS"]
     # at most 8K elements per K (and V) tile in registers (4K for one warp: KB 2 / D 128 spills on sm_90);
-    # no more gathered slots than the row has
+    # no more gathered slots than the row has; TMA configs only where the call's K / V allow boxes (tma_applies)
     limit = 4096 if c.num_warps == 1 else 8192
-    return keys * a["BD"] <= limit and (kb == 1 or kb <= triton.next_power_of_2(max(a["SEL"], 1)))
+    return (keys * a["BD"] <= limit and (kb == 1 or kb <= triton.next_power_of_2(max(a["SEL"], 1)))
+            and (not c.kwargs["TMA"] or a["tma"]))
+
+
+def tma_applies(k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether K / V can be read as TMA boxes of the view ``[T, H_kv·D]``: Hopper or the interpreter, D a
+    power of two >= 16 (a box of exactly one head), heads packed in a row, rows and base 16-byte aligned."""
+    if not (runtime.interpreting() or runtime.is_hopper()):
+        return False
+    d = k.shape[2]
+    if d < 16 or d != triton.next_power_of_2(d):
+        return False
+    return all(t.stride(1) == d and t.data_ptr() % 16 == 0 and t.stride(0) * t.element_size() % 16 == 0
+               for t in (k, v))
+
+
+def _box_descriptor(x: torch.Tensor, bs: int) -> TensorDescriptor:
+    t, h_kv, d = x.shape
+    return TensorDescriptor(x, shape=[t, h_kv * d], strides=[x.stride(0), 1], block_shape=[bs, d])
 
 
 def _default(valid: list[triton.Config], a: dict) -> triton.Config:
     if runtime.interpreting():  # fewest iterations: the interpreter pays per operation, not per element
-        return max(valid, key=lambda c: (c.kwargs["KB"], c.num_warps))
+        return max(valid, key=lambda c: (c.kwargs["KB"], c.num_warps, -c.kwargs["TMA"]))
     want_warps = 1 if a["BD"] <= 64 else 2  # the sweeps' winners (see CONFIGS)
     for c in valid:
-        if c.kwargs["KB"] == 1 and c.num_stages == 2 and c.num_warps == want_warps:
+        if c.kwargs["KB"] == 1 and not c.kwargs["TMA"] and c.num_stages == 2 and c.num_warps == want_warps:
             return c
     return valid[0]
 
 
-# Not autotuned: on 2026-12-01 the autotuner picked KB 1 / 1 warp / 1 stage (41.8 us) over the 36.8 us config on
-# 2x4k and 1 warp (40.6 us) over 2 warps (35.4) on the D 128 row, in the same process as the sweep.
-_TUNED = TunedKernel(nsa_varlen_fwd_kernel, CONFIGS, key=["G", "D", "BS", "SEL", "CAUSAL", "tune_bucket"],
-                     valid=_valid, default=_default, autotune=False)
+_TUNED = TunedKernel(nsa_varlen_fwd_kernel, CONFIGS, valid=_valid, default=_default)
 
 
 def _run(q, k, v, block_indices, block_counts, offsets, token_indices, is_causal, scale, block_size, config=None):
@@ -78,18 +94,20 @@ def _run(q, k, v, block_indices, block_counts, offsets, token_indices, is_causal
     if num_tokens == 0:
         return o
     g = h // h_kv
+    tma = tma_applies(k, v)
     args = dict(
-        q_ptr=q, k_ptr=k, v_ptr=v, o_ptr=o, bi_ptr=block_indices, bc_ptr=block_counts, offsets_ptr=offsets,
-        tok_ptr=token_indices, num_tokens=num_tokens, qk_scale=scale * LOG2E,
+        q_ptr=q, k_ptr=k, v_ptr=v, o_ptr=o,
+        k_desc=_box_descriptor(k, block_size) if tma else k, v_desc=_box_descriptor(v, block_size) if tma else v,
+        bi_ptr=block_indices, bc_ptr=block_counts, offsets_ptr=offsets, tok_ptr=token_indices,
+        num_tokens=num_tokens, qk_scale=scale * LOG2E,
         stride_qt=q.stride(0), stride_qh=q.stride(1), stride_kt=k.stride(0), stride_kh=k.stride(1),
         stride_vt=v.stride(0), stride_vh=v.stride(1), stride_ot=o.stride(0), stride_oh=o.stride(1),
         stride_bit=block_indices.stride(0), stride_bih=block_indices.stride(1),
         stride_bct=block_counts.stride(0), stride_bch=block_counts.stride(1),
-        tune_bucket=tune_bucket(num_tokens),
         G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BD=max(16, triton.next_power_of_2(d)),
         BS=block_size, SEL=block_indices.shape[2], CAUSAL=bool(is_causal),
     )
-    _TUNED.launch((num_tokens, h_kv), args, config)
+    _TUNED.launch((num_tokens, h_kv), args, config, hints={"tma": tma})
     return o
 
 

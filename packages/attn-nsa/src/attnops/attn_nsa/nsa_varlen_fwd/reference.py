@@ -29,7 +29,7 @@ def _selected(q, k, v, block_indices, block_counts, offsets, is_causal, scale, b
         r = r.reshape(length, h_kv, sel * bs).clamp(0, length - 1)
         heads = torch.arange(h_kv, device=q.device)[None, :, None]
         kg = k[a:b].float()[r, heads]  # [L, H_kv, SEL*bs, D]
-        vg = v[a:b].float()[r, heads]
+        vg = v[a:b].float()[r, heads].masked_fill(~ok[..., None], 0.0)  # unselected values add nothing, even inf
         qn = q[a:b].float().reshape(length, h_kv, g, d)
         s = rnd(torch.einsum("tkgd,tknd->tkgn", qn, kg)) * scale  # [L, H_kv, G, SEL*bs]
         s = s.masked_fill(~ok[:, :, None, :], float("-inf"))
