@@ -4,10 +4,11 @@ every selected K/V block is loaded once for the whole group. Each iteration gath
 wider QK^T / PV product than one block at a time.
 
 ``TMA`` (KB = 1; head dim a power of two, heads packed in a row, 16-byte aligned rows): each selected block
-is one TMA box of the 2-D view ``[T, H_kv·D]`` (``k_desc`` / ``v_desc``), copied asynchronously without the
-per-row addresses, masks and cp.async instructions of the pointer gather (on one warp those are about a third
-of the registers). Rows outside the tensor arrive as zeros; rows inside it but outside this token's keys are
-masked like the pointer path's."""
+is one TMA box, copied asynchronously without the per-row addresses, masks and cp.async instructions of the
+pointer gather. TMA = 1: boxes of the host descriptors ``k_desc`` / ``v_desc`` over the 2-D view
+``[T, H_kv·D]``; rows outside the tensor arrive as zeros, rows inside it but outside this token's keys are
+masked in registers (V too: 0 · inf would not be 0). TMA = 2: descriptors built per program over exactly this
+token's visible rows ``[0, end)`` of its KV head, so every other row arrives as zeros and V needs no mask."""
 
 import triton
 import triton.language as tl
@@ -26,7 +27,7 @@ def nsa_varlen_fwd_kernel(
     SEL: tl.constexpr,  # slots per (token, KV head)
     CAUSAL: tl.constexpr,
     KB: tl.constexpr,  # selected blocks gathered per iteration
-    TMA: tl.constexpr,  # K / V blocks through k_desc / v_desc (KB = 1)
+    TMA: tl.constexpr,  # 0: pointer gather; 1: boxes of k_desc / v_desc; 2: boxes of per-program descriptors
 ):
     t = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1).to(tl.int64)
@@ -56,6 +57,11 @@ def nsa_varlen_fwd_kernel(
     bi_row = bi_ptr + t * stride_bit + g * stride_bih
     k_base = k_ptr + bos * stride_kt + g * stride_kh
     v_base = v_ptr + bos * stride_vt + g * stride_vh
+    if TMA == 2:
+        k_desc = tl.make_tensor_descriptor(k_base, shape=[end.to(tl.int32), D], strides=[stride_kt, 1],
+                                           block_shape=[BS, BD])
+        v_desc = tl.make_tensor_descriptor(v_base, shape=[end.to(tl.int32), D], strides=[stride_vt, 1],
+                                           block_shape=[BS, BD])
     # Block ids of the first KB slots are fetched before block_counts arrives (masked by SEL, not by the count),
     # and each iteration prefetches the next KB: the id load is off the count -> id -> K/V dependency chain.
     slot = j // BS
@@ -65,7 +71,7 @@ def nsa_varlen_fwd_kernel(
         blk_next = tl.load(bi_row + s0 + KB + slot, mask=s0 + KB + slot < SEL, other=-1)
         r = blk * BS + (j % BS)  # key position inside the sequence
         ok = (blk >= 0) & (r < end) & (r >= -bos)
-        if TMA:
+        if TMA == 1:
             # the box's first packed row, clamped into [-BS, T] (a block outside the tensor stays outside it). The
             # id comes from the prefetched (loop-carried) vector, all lanes equal at KB 1: a fresh id load here
             # made the box depend on a load of the same step and Triton 3.6 did not pipeline it (offline sm_90)
@@ -73,6 +79,10 @@ def nsa_varlen_fwd_kernel(
             col = (g * D).to(tl.int32)
             kt = k_desc.load([row, col]).T
             vt = tl.where(ok[:, None], v_desc.load([row, col]), 0.0)  # p = 0 there; 0 * inf would not be 0
+        elif TMA == 2:
+            row = tl.minimum(tl.maximum(tl.max(blk) * BS, -BS), end).to(tl.int32)  # outside [0, end): zeros
+            kt = k_desc.load([row, 0]).T
+            vt = v_desc.load([row, 0])
         else:
             kt = tl.load(k_base + r[None, :] * stride_kt + d[:, None], mask=ok[None, :] & d_ok[:, None], other=0.0)
             # V is gathered with K (not after the softmax), both gathers in flight together (H200 benchmark, two

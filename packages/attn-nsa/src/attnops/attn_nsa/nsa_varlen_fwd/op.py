@@ -43,6 +43,8 @@ CONFIGS = (
     triton.Config({"KB": 1, "TMA": 1}, num_warps=1, num_stages=4),
     triton.Config({"KB": 1, "TMA": 1}, num_warps=2, num_stages=2),
     triton.Config({"KB": 1, "TMA": 1}, num_warps=2, num_stages=3),
+    triton.Config({"KB": 1, "TMA": 2}, num_warps=1, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 2}, num_warps=1, num_stages=3),
 )
 
 
@@ -76,9 +78,11 @@ def _box_descriptor(x: torch.Tensor, bs: int) -> TensorDescriptor:
 def _default(valid: list[triton.Config], a: dict) -> triton.Config:
     if runtime.interpreting():  # fewest iterations: the interpreter pays per operation, not per element
         return max(valid, key=lambda c: (c.kwargs["KB"], c.num_warps, -c.kwargs["TMA"]))
-    want_warps = 1 if a["BD"] <= 64 else 2  # the sweeps' winners (see CONFIGS)
+    # the sweeps' winners (see CONFIGS): per-program TMA boxes where the call allows them, else the pointer
+    # gather on 1 warp up to D 64 and 2 warps at D 128
+    want = (2, 1) if a["tma"] else (0, 1 if a["BD"] <= 64 else 2)
     for c in valid:
-        if c.kwargs["KB"] == 1 and not c.kwargs["TMA"] and c.num_stages == 2 and c.num_warps == want_warps:
+        if c.kwargs["KB"] == 1 and c.num_stages == 2 and (c.kwargs["TMA"], c.num_warps) == want:
             return c
     return valid[0]
 
@@ -95,6 +99,8 @@ def _run(q, k, v, block_indices, block_counts, offsets, token_indices, is_causal
         return o
     g = h // h_kv
     tma = tma_applies(k, v)
+    if tma:
+        runtime.ensure_descriptor_scratch()  # the TMA = 2 configs build descriptors on the device
     args = dict(
         q_ptr=q, k_ptr=k, v_ptr=v, o_ptr=o,
         k_desc=_box_descriptor(k, block_size) if tma else k, v_desc=_box_descriptor(v, block_size) if tma else v,
