@@ -189,12 +189,13 @@ def test_bad_input_is_rejected_before_launch(name, monkeypatch):
     run_bad_input(nsa_varlen_fwd, make_inputs(), error, message)
 
 
-@pytest.mark.parametrize("bd, tma, want", [(64, True, (2, 1)), (128, True, (2, 1)), (64, False, (0, 1)),
-                                           (128, False, (0, 2))])
-def test_gpu_default_is_the_sweep_winner(monkeypatch, bd, tma, want):
-    """On the GPU the default rule names the config the H200 sweeps measured fastest: KB 1, 2 stages, per-program
-    TMA boxes on 1 warp where the call allows them; else the pointer gather on 1 warp up to D 64, 2 at D 128."""
+@pytest.mark.parametrize("bd, sel, tma, want", [(64, 4, True, (0, 1)), (64, 1, True, (1, 1)), (128, 8, True, (2, 1)),
+                                                (64, 4, False, (0, 1)), (128, 8, False, (0, 2))])
+def test_gpu_default_is_the_sweep_winner(monkeypatch, bd, sel, tma, want):
+    """On the GPU the default rule names the config the H200 sweeps measured fastest (KB 1, 2 stages): at D 128
+    per-program TMA boxes on 1 warp, at D 64 host-descriptor boxes for one-slot selections, else the pointer
+    gather (1 warp up to D 64, 2 at D 128)."""
     monkeypatch.setattr(op.runtime, "interpreting", lambda: False)
-    args = {"BS": 32, "BD": bd, "SEL": 8, "tma": tma}
+    args = {"BS": 32, "BD": bd, "SEL": sel, "tma": tma}
     c = op._default(op._TUNED.valid_configs(args), args)
     assert (c.kwargs["KB"], c.num_stages, c.kwargs["TMA"], c.num_warps) == (1, 2, *want)

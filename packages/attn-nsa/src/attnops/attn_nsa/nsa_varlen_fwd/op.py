@@ -23,13 +23,14 @@ from .kernel import nsa_varlen_fwd_kernel
 LOG2E = math.log2(math.e)
 
 # One-warp configs (the group's 16 heads are one m16 MMA tile): fewer registers per token than 2 or 4 warps, so
-# more tokens in flight per SM (offline sm_90, G 16: 2x4k 15 tokens/SM at KB 1 / 1 warp against 10 at 2 warps
-# and 7 at 4). The H200 sweeps of 2026-12-01 (benchmarks/tune_attn_nsa.py, three runs): D 64 rows fastest at
-# KB 1 / 1 warp / 2 stages (2x4k 36.8 us against 42.5 at 2 warps, 53 at 4), the D 128 row at KB 1 / 2 warps
-# (36.2 against 40.7 at 1 warp). More tokens per SM is not the whole story: capping registers (maxnreg 96 at
-# 1 warp, 21 instead of 16 tokens per SM, no spill) made 2x4k slower (39.5 us). The 3- and 4-stage configs (2 or
-# 3 blocks of K / V in flight ahead of the one in use: most tokens' whole selection at once, at 12 / 8 CTAs per
-# SM by shared memory at D 64) are offered to the sweep, not yet timed; TileOPs' kernel runs 1 warp, 4 stages.
+# more tokens in flight per SM. H200 sweeps (benchmarks/tune_attn_nsa.py, every config forced in one process; the
+# TMA rows in two runs of 2026-12-01 agree within 2 %), KB 1 / 2 stages everywhere:
+# - 2x4k (D 64, SEL 4): pointer gather, 1 warp 36.8 us; host-descriptor TMA 38.1-38.5, per-program TMA 39.6,
+#   2 warps 42.5, 4 warps 53; more stages slower at every variant (s3 42.7). Capping registers (maxnreg 96) 39.5.
+# - 4x2k (D 64, SEL 1): host-descriptor TMA 18.8 us against 20.2 pointer, 25.1 per-program TMA (building two
+#   descriptors costs more than one block's gather).
+# - ragged (D 128, SEL 8): per-program TMA 30.6-30.8 us (190 registers, no V mask) against host-descriptor TMA
+#   32.4 (253 registers: V masked in registers) and the pointer gather's 36.3 at 2 warps / 40.5 at 1 warp.
 CONFIGS = (
     triton.Config({"KB": 1, "TMA": 0}, num_warps=1, num_stages=2),
     triton.Config({"KB": 1, "TMA": 0}, num_warps=1, num_stages=3),
@@ -78,9 +79,14 @@ def _box_descriptor(x: torch.Tensor, bs: int) -> TensorDescriptor:
 def _default(valid: list[triton.Config], a: dict) -> triton.Config:
     if runtime.interpreting():  # fewest iterations: the interpreter pays per operation, not per element
         return max(valid, key=lambda c: (c.kwargs["KB"], c.num_warps, -c.kwargs["TMA"]))
-    # the sweeps' winners (see CONFIGS): per-program TMA boxes where the call allows them, else the pointer
-    # gather on 1 warp up to D 64 and 2 warps at D 128
-    want = (2, 1) if a["tma"] else (0, 1 if a["BD"] <= 64 else 2)
+    # the sweeps' winners (see CONFIGS), KB 1 / 2 stages: at D 128 per-program TMA boxes on 1 warp, at D 64
+    # host-descriptor boxes for one-slot selections, else the pointer gather (1 warp to D 64, 2 warps at D 128)
+    if a["tma"] and a["BD"] >= 128:
+        want = (2, 1)
+    elif a["tma"] and a["SEL"] == 1:
+        want = (1, 1)
+    else:
+        want = (0, 1 if a["BD"] <= 64 else 2)
     for c in valid:
         if c.kwargs["KB"] == 1 and c.num_stages == 2 and (c.kwargs["TMA"], c.num_warps) == want:
             return c
