@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import json
 import statistics
 from collections.abc import Callable, Iterable, Iterator
 
@@ -23,6 +24,14 @@ Variant = tuple[str, Callable, Callable[[], contextlib.AbstractContextManager] |
 def matches(row_id: str, row_filter: str) -> bool:
     """``--filter a,b``: rows whose id contains any of the comma-separated parts (empty: every row)."""
     return not row_filter or any(part in row_id for part in row_filter.split(","))
+
+
+def record(path: str, results: list, rec: dict) -> None:
+    """Append one row's record and rewrite the JSON file: a sweep cut by its time cap keeps every row it
+    finished (the eighth session's capped steps left no JSON when they wrote only at the end)."""
+    results.append(rec)
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1)
 
 
 def sweep_arguments(description: str, out: str, iters: int = 30) -> argparse.ArgumentParser:

@@ -11,7 +11,6 @@ JSON.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import statistics
 
@@ -22,7 +21,7 @@ from attnops.attn_core.specs import SPECS
 from attnops.kernel_utils import runtime
 from attnops.kernel_utils.fp8 import E4M3
 
-from .sweep import check_and_time, seed_cases, sweep_arguments
+from .sweep import check_and_time, record, seed_cases, sweep_arguments
 from .timing import L2Flusher, profile_iterations
 
 OPS = ("GQADenseFwd", "GQAVarlenFwd")
@@ -77,13 +76,11 @@ def main():
         best = min(timed, key=timed.get) if timed else None
         rec = {"id": w.id, "default_ms": default_ms, "best": best, "best_ms": timed.get(best), "all": timed,
                "failed": failed, "first_candidate": default}
-        results.append(rec)
+        record(args.out, results, rec)
         print(f"{w.id:58s} default {default_ms * 1e3:8.1f} us   best {best} "
               f"{(timed.get(best) or float('nan')) * 1e3:8.1f} us   failed {len(failed)}", flush=True)
         for key, why in failed.items():
             print(f"    FAILED {key}: {why}", flush=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,12 @@ with the default configs.
 from __future__ import annotations
 
 import functools
-import json
 
 from attnops.attn_core import gqa_paged_plan, gqa_prefill_paged_plan, mha_decode_paged_plan
 from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, TileConfig, config_key
 from attnops.attn_core.specs import SPECS
 
-from .sweep import check_and_time, seed_cases, sweep_arguments
+from .sweep import check_and_time, record, seed_cases, sweep_arguments
 from .timing import L2Flusher, kernel_breakdown
 
 OPS = ("GQAPagedFwd", "MHADecodePagedWithKVCacheFwd", "GQAPrefillPagedWithKVCacheFwd")
@@ -94,12 +93,10 @@ def main():
             rec["default_kernels_ms"] = kernel_breakdown(run, args.iters, flush)
             print("    default per kernel: " + ", ".join(f"{k[:40]} {v * 1e3:.1f} us"
                                                       for k, v in rec["default_kernels_ms"].items()), flush=True)
-        results.append(rec)
+        record(args.out, results, rec)
         dflt = timed.get("default", float("nan"))
         print(f"{w.id}: default {dflt * 1e3:.1f} us [{rec['default']}]; best {best} "
               f"{(timed.get(best) or float('nan')) * 1e3:.1f} us; {len(failed)} failed", flush=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
     print(f"wrote {args.out}")
 
 

@@ -8,15 +8,13 @@ Prints, per seed row, the default variant's time and the best one; writes JSON.
 
 from __future__ import annotations
 
-import json
-
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op
 from attnops.attn_mla.fp8_lightning_indexer_fwd import op as indexer_op
 from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op
 from attnops.attn_mla.specs import SPECS
 from attnops.attn_mla.topk_select_fwd import op as topk_op
 
-from .sweep import check_and_time, seed_cases, sweep_arguments
+from .sweep import check_and_time, record, seed_cases, sweep_arguments
 from .timing import L2Flusher
 
 OPS = {
@@ -59,13 +57,11 @@ def main():
                                        flush)
         default = next((k for k in timed if k.endswith("(default)")), None)
         best = min(timed, key=timed.get) if timed else None
-        results.append({"id": w.id, "ms": timed, "failed": failed, "default": default, "best": best})
+        record(args.out, results, {"id": w.id, "ms": timed, "failed": failed, "default": default, "best": best})
         fmt = lambda k, t=timed: f"{k} {t[k]:.4f} ms" if k else "-"
         print(f"{w.id:60s} default {fmt(default):34s} best {fmt(best)}"
               + (f"  FAILED {sorted(failed)}" if failed else ""), flush=True)
         case = expected = None  # the row's tensors (up to 8.6 GB) go before seed_cases builds the next one
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -8,15 +8,13 @@ line per seed row, writes JSON.
 
 from __future__ import annotations
 
-import json
-
 from attnops.attn_nsa._tuning import config_name
 from attnops.attn_nsa.nsa_compressed_varlen_fwd import op as compressed_op
 from attnops.attn_nsa.nsa_topk_varlen_fwd import op as topk_op
 from attnops.attn_nsa.nsa_varlen_fwd import op as selected_op
 from attnops.attn_nsa.specs import SPECS
 
-from .sweep import check_and_time, seed_cases, sweep_arguments
+from .sweep import check_and_time, record, seed_cases, sweep_arguments
 from .timing import L2Flusher
 
 NOT_VALID = "is not valid for this call"  # a config the row's shape cannot use: not a failure
@@ -52,14 +50,12 @@ def main():
         picked = chosen_config(OPS[spec.name])
         timed, failed = check_and_time(spec, case, expected, variants(spec), args.iters, flush)
         best = min(timed, key=timed.get) if timed else None
-        results.append({"id": w.id, "ms": timed, "failed": failed, "op_config": picked, "best": best})
+        record(args.out, results, {"id": w.id, "ms": timed, "failed": failed, "op_config": picked, "best": best})
         fmt = lambda k, t=timed: f"{k} {t[k] * 1e3:.1f} us" if k in t else "-"  # noqa: E731
         print(f"{w.id:45s} {fmt('op')} ({picked}); best {fmt(best)}; "
               + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in timed.items() if k != "op")
               + (f"  FAILED {real}" if (real := {k: v for k, v in failed.items() if NOT_VALID not in v})
                  else ""), flush=True)
-        with open(args.out, "w") as f:  # after every row: a sweep cut by its time limit keeps what it measured
-            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import statistics
 
 from attnops.attn_core.gqa_bwd import launch as bwd
 from attnops.attn_core.gqa_bwd.spec import SPEC
 from attnops.kernel_utils import runtime
 
-from .sweep import check_and_time, seed_cases, sweep_arguments
+from .sweep import check_and_time, record, seed_cases, sweep_arguments
 from .timing import L2Flusher, profile_iterations
 
 
@@ -40,14 +39,12 @@ def main():
         best = min(timed, key=timed.get) if timed else None
         rec = {"id": w.id, "chosen": chosen.name, "default_ms": default_ms, "best": best,
                "best_ms": timed.get(best), "all": timed, "failed": failed}
-        results.append(rec)
+        record(args.out, results, rec)
         print(f"{w.id:40s} chosen {chosen.name} {default_ms * 1e3:8.1f} us   best {best} "
               f"{(timed.get(best) or float('nan')) * 1e3:8.1f} us   "
               + "  ".join(f"{k} {v * 1e3:.1f}" for k, v in timed.items()), flush=True)
         for key, why in failed.items():
             print(f"    FAILED {key}: {why}", flush=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import statistics
 
@@ -22,6 +21,7 @@ from attnops.kvcache_ops.paged_kv_cache_gather_fwd import op as gather_op
 from attnops.kvcache_ops.paged_kv_cache_write_fwd import op as write_op
 from attnops.kvcache_ops.specs import SPECS
 
+from .sweep import record
 from .timing import L2Flusher, profile_iterations
 
 
@@ -73,10 +73,8 @@ def main():
             best = min(timed, key=timed.get)
             rec = {"id": w.id, "heuristic": heuristic, "heuristic_ms": timed[heuristic], "best": best,
                    "best_ms": timed[best], "all": {str(k): v for k, v in timed.items()}}
-            results.append(rec)
+            record(args.out, results, rec)
             print(f"{w.id:58s} heur {heuristic} {timed[heuristic]:.4f}  best {best} {timed[best]:.4f}", flush=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

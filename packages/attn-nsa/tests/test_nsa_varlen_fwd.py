@@ -8,7 +8,7 @@ from nsa_testlib import DEV, check_with_config, config_params, f16, i32, run_bad
 from attnops.attn_nsa import nsa_varlen_fwd
 from attnops.attn_nsa.nsa_varlen_fwd import op
 from attnops.attn_nsa.nsa_varlen_fwd.spec import SPEC, build_case, empty_rows, make_case
-from attnops.kernel_utils import testing
+from attnops.kernel_utils import reliability, testing
 from attnops.kernel_utils.pytest_plugin import seed_rows
 
 ROWS = {w.id.split("/")[1]: w for w in SPEC.workloads}
@@ -118,6 +118,27 @@ def test_rows_outside_the_selection_never_reach_the_output(config):
     x["block_counts"][:40] = 0
     x["block_indices"][40:, :, 0] = -1
     check_with_config(SPEC, op._run, case, config)
+
+
+TMA_CONFIGS = [c for c in op.CONFIGS if c.kwargs["TMA"] and c.num_stages == 2]
+
+
+@pytest.mark.parametrize("config", config_params(TMA_CONFIGS))
+def test_tma_configs_on_fuzz_cases(config):
+    """The TMA paths on the fuzz generator's cases where TMA applies (ragged and empty sequences, padding forms,
+    repeated and out-of-range ids, packed qkv): the first ATTNOPS_FUZZ_CASES (default 4) such cases; the
+    public op's fuzz runs the pointer gather under the interpreter."""
+    wanted, done = reliability.fuzz_cases(4), 0
+    for seed in reliability.fuzz_seeds(SPEC, 50 * wanted):
+        case = SPEC.fuzz(seed, DEV)
+        x = case.inputs
+        args = {"BS": x["block_size"], "BD": x["k"].shape[2], "SEL": x["block_indices"].shape[2], "tma": True}
+        if op.tma_applies(x["k"], x["v"]) and op._valid(config, args):
+            check_with_config(SPEC, op._run, case, config)
+            done += 1
+            if done == wanted:
+                return
+    pytest.fail(f"only {done} of the first {50 * wanted} fuzz cases admit {config}")
 
 
 @pytest.mark.parametrize("config", config_params(op.CONFIGS))
