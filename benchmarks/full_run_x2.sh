@@ -6,7 +6,7 @@
 #                families, smallest first; REL=none: no lane), STEP_CAP s a step
 #   PART=tunes:  GPU 0 the sweeps of gpu_sweeps.sh, then ROWS (if set)
 #   PART=nsa:    GPU 0 every attn-nsa config timed per row (NSA_FILTER: some rows), the family's GPU tests, memcheck
-#                of every NSAVarlenFwd config, the rows
+#                of every NSAVarlenFwd config, Nsight Compute of NCU="<row>@<config> ...", the rows
 #   PART=sweeps: GPU 0 benchmarks/gpu_sweeps.sh           | GPU 1 ROWS (if set), then the GPU suites of SUITES
 #   PART=core:   GPU 0 GQADenseFwd, GQAVarlenFwd, GQABwd  | GPU 1 the three paged attn-core ops
 #   PART=mla:    GPU 0 MLA / DSA rows                     | GPU 1 TopK and indexer rows
@@ -50,8 +50,15 @@ case "${PART:?PART=checks, tunes, nsa, sweeps, core, mla or rest}" in
       echo "tune-attn-nsa: rc=$?"; grep -v -i warn "$OUT/tune-attn-nsa.log"
       OUT=$OUT/tests BENCH=0 TESTS=1 PARALLEL=1 ATTNOPS_FUZZ_CASES=30 DEADLINE=$(( $(date +%s) + 150 )) bash benchmarks/gpu_job.sh attn-nsa
       timeout 90 compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m pytest -q -p no:cacheprovider \
-        -k "${MEMCHECK_K:-TMA1 or TMA2}" packages/attn-nsa/tests/test_nsa_varlen_fwd.py >"$OUT/memcheck.log" 2>&1
+        -k "${MEMCHECK_K:-TMA1 or TMA2 or TMA3}" packages/attn-nsa/tests/test_nsa_varlen_fwd.py >"$OUT/memcheck.log" 2>&1
       echo "memcheck NSAVarlenFwd configs: rc=$? $(grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.log" | tail -n 2 | tr "\n" " ")"
+      for prof in ${NCU:-}; do  # NCU="<row>@<config> ...": Nsight Compute sections of one launch each
+        timeout 120 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+          --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --kernel-name regex:nsa \
+          --launch-skip 1 --launch-count 1 python3 -m benchmarks.ncu_row --family attn-nsa --row "${prof%@*}" \
+          --config "${prof#*@}" >"$OUT/ncu-${prof#*@}-$(basename "${prof%@*}").txt" 2>&1
+        echo "ncu $prof: rc=$?"
+      done
       OUT=$OUT/bench TESTS=0 WARM=${WARM:-8} bash benchmarks/gpu_job.sh attn-nsa' & ;;
   tunes)
     lane 0 tunes bash -c 'PHASE=sweeps OUT=$OUT/sweeps bash benchmarks/gpu_sweeps.sh

@@ -8,7 +8,9 @@ is one TMA box, copied asynchronously without the per-row addresses, masks and c
 pointer gather. TMA = 1: boxes of the host descriptors ``k_desc`` / ``v_desc`` over the 2-D view
 ``[T, H_kv·D]``; rows outside the tensor arrive as zeros, rows inside it but outside this token's keys are
 masked in registers (V too: 0 · inf would not be 0). TMA = 2: descriptors built per program over exactly this
-token's visible rows ``[0, end)`` of its KV head, so every other row arrives as zeros and V needs no mask."""
+token's visible rows ``[0, end)`` of its KV head, so every other row arrives as zeros and V needs no mask.
+TMA = 3: K as host-descriptor boxes (its stray rows only need the score mask), V by the pointer gather (masked
+rows load as zeros): neither the V mask of TMA 1 nor the descriptor writes of TMA 2."""
 
 import triton
 import triton.language as tl
@@ -27,7 +29,7 @@ def nsa_varlen_fwd_kernel(
     SEL: tl.constexpr,  # slots per (token, KV head)
     CAUSAL: tl.constexpr,
     KB: tl.constexpr,  # selected blocks gathered per iteration
-    TMA: tl.constexpr,  # 0: pointer gather; 1: boxes of k_desc / v_desc; 2: boxes of per-program descriptors
+    TMA: tl.constexpr,  # 0: pointer gather; 1: boxes of k_desc / v_desc; 2: per-program boxes; 3: K boxes only
 ):
     t = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1).to(tl.int64)
@@ -71,23 +73,29 @@ def nsa_varlen_fwd_kernel(
         blk_next = tl.load(bi_row + s0 + KB + slot, mask=s0 + KB + slot < SEL, other=-1)
         r = blk * BS + (j % BS)  # key position inside the sequence
         ok = (blk >= 0) & (r < end) & (r >= -bos)
-        if TMA == 1:
-            # the box's first packed row, clamped into [-BS, T] (a block outside the tensor stays outside it). The
-            # id comes from the prefetched (loop-carried) vector, all lanes equal at KB 1: a fresh id load here
-            # made the box depend on a load of the same step and Triton 3.6 did not pipeline it (offline sm_90)
-            row = tl.minimum(tl.maximum(bos + tl.max(blk) * BS, -BS), num_tokens).to(tl.int32)
-            col = (g * D).to(tl.int32)
-            kt = k_desc.load([row, col]).T
-            vt = tl.where(ok[:, None], v_desc.load([row, col]), 0.0)  # p = 0 there; 0 * inf would not be 0
-        elif TMA == 2:
+        if TMA == 2:
             row = tl.minimum(tl.maximum(tl.max(blk) * BS, -BS), end).to(tl.int32)  # outside [0, end): zeros
             kt = k_desc.load([row, 0]).T
             vt = v_desc.load([row, 0])
         else:
-            kt = tl.load(k_base + r[None, :] * stride_kt + d[:, None], mask=ok[None, :] & d_ok[:, None], other=0.0)
-            # V is gathered with K (not after the softmax), both gathers in flight together (H200 benchmark, two
-            # runs: 2x4k 38.4 -> 36.9 us, the other rows within 2 %)
-            vt = tl.load(v_base + r[:, None] * stride_vt + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+            if TMA == 0:
+                kt = tl.load(k_base + r[None, :] * stride_kt + d[:, None], mask=ok[None, :] & d_ok[:, None],
+                             other=0.0)
+            else:
+                # the box's first packed row, clamped into [-BS, T] (a block outside the tensor stays outside
+                # it); its rows outside this token's keys get -inf scores below. The id comes from the prefetched
+                # (loop-carried) vector, all lanes equal at KB 1: a fresh id load here made the box depend on a
+                # load of the same step and Triton 3.6 did not pipeline it (offline sm_90)
+                row = tl.minimum(tl.maximum(bos + tl.max(blk) * BS, -BS), num_tokens).to(tl.int32)
+                col = (g * D).to(tl.int32)
+                kt = k_desc.load([row, col]).T
+            if TMA == 1:
+                vt = tl.where(ok[:, None], v_desc.load([row, col]), 0.0)  # p = 0 there; 0 * inf would not be 0
+            else:
+                # V is gathered with K (not after the softmax), both in flight together (H200 benchmark, two
+                # runs: 2x4k 38.4 -> 36.9 us, the other rows within 2 %); masked rows load as zeros
+                vt = tl.load(v_base + r[:, None] * stride_vt + d[None, :], mask=ok[:, None] & d_ok[None, :],
+                             other=0.0)
         s = tl.dot(q, kt) * qk_scale
         s = tl.where(ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))

@@ -46,6 +46,8 @@ CONFIGS = (
     triton.Config({"KB": 1, "TMA": 1}, num_warps=2, num_stages=3),
     triton.Config({"KB": 1, "TMA": 2}, num_warps=1, num_stages=2),
     triton.Config({"KB": 1, "TMA": 2}, num_warps=1, num_stages=3),
+    triton.Config({"KB": 1, "TMA": 3}, num_warps=1, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 3}, num_warps=2, num_stages=2),
 )
 
 
