@@ -10,7 +10,11 @@ pointer gather. TMA = 1: boxes of the host descriptors ``k_desc`` / ``v_desc`` o
 masked in registers (V too: 0 · inf would not be 0). TMA = 2: descriptors built per program over exactly this
 token's visible rows ``[0, end)`` of its KV head, so every other row arrives as zeros and V needs no mask.
 TMA = 3: K as host-descriptor boxes (its stray rows only need the score mask), V by the pointer gather (masked
-rows load as zeros): neither the V mask of TMA 1 nor the descriptor writes of TMA 2."""
+rows load as zeros): neither the V mask of TMA 1 nor the descriptor writes of TMA 2.
+
+``INT32_ROWS`` (pointer gather): the visible-row mask as one int32 compare against a per-block row count, and
+row offsets inside a block in int32 (op.py bounds the strides): offline sm_90, 464 instead of 592 instructions
+per step at D 64 on one warp. The other form is the one the 2026-12-01 sweeps measured."""
 
 import triton
 import triton.language as tl
@@ -30,6 +34,7 @@ def nsa_varlen_fwd_kernel(
     CAUSAL: tl.constexpr,
     KB: tl.constexpr,  # selected blocks gathered per iteration
     TMA: tl.constexpr,  # 0: pointer gather; 1: boxes of k_desc / v_desc; 2: per-program boxes; 3: K boxes only
+    INT32_ROWS: tl.constexpr,  # int32 masks and in-block row offsets (fewer instructions per step, more registers)
 ):
     t = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1).to(tl.int64)
@@ -71,16 +76,30 @@ def nsa_varlen_fwd_kernel(
     for s0 in range(0, count, KB):
         blk = tl.where(s0 + slot < count, blk_next, -1).to(tl.int64)
         blk_next = tl.load(bi_row + s0 + KB + slot, mask=s0 + KB + slot < SEL, other=-1)
-        r = blk * BS + (j % BS)  # key position inside the sequence
-        ok = (blk >= 0) & (r < end) & (r >= -bos)
+        if INT32_ROWS:
+            first = blk * BS  # the block's first key position inside the sequence
+            row_in_blk = j % BS
+            # rows of the block the token sees: none for a negative id, else the part below `end`: one int32
+            # compare per element (the mask is rebuilt in each of its three layouts) where three int64 ones stood;
+            # row offsets inside a block in int32 (op.py bounds the strides), which Triton hoists out of the loop
+            seen_rows = tl.where(blk >= 0, tl.minimum(tl.maximum(end - first, 0), BS), 0).to(tl.int32)
+            ok = row_in_blk < seen_rows
+            k_tile = k_base + first * stride_kt + row_in_blk * stride_kt  # row pointers, [KB·BS]
+            v_tile = v_base + first * stride_vt + row_in_blk * stride_vt
+        else:  # the form the 2026-12-01 sweeps measured
+            r = blk * BS + (j % BS)  # key position inside the sequence
+            ok = (blk >= 0) & (r < end) & (r >= -bos)
         if TMA == 2:
             row = tl.minimum(tl.maximum(tl.max(blk) * BS, -BS), end).to(tl.int32)  # outside [0, end): zeros
             kt = k_desc.load([row, 0]).T
             vt = v_desc.load([row, 0])
         else:
             if TMA == 0:
-                kt = tl.load(k_base + r[None, :] * stride_kt + d[:, None], mask=ok[None, :] & d_ok[:, None],
-                             other=0.0)
+                if INT32_ROWS:
+                    kt = tl.load(k_tile[None, :] + d[:, None], mask=ok[None, :] & d_ok[:, None], other=0.0)
+                else:
+                    kt = tl.load(k_base + r[None, :] * stride_kt + d[:, None], mask=ok[None, :] & d_ok[:, None],
+                                 other=0.0)
             else:
                 # the box's first packed row, clamped into [-BS, T] (a block outside the tensor stays outside
                 # it); its rows outside this token's keys get -inf scores below. The id comes from the prefetched
@@ -94,8 +113,11 @@ def nsa_varlen_fwd_kernel(
             else:
                 # V is gathered with K (not after the softmax), both in flight together (H200 benchmark, two
                 # runs: 2x4k 38.4 -> 36.9 us, the other rows within 2 %); masked rows load as zeros
-                vt = tl.load(v_base + r[:, None] * stride_vt + d[None, :], mask=ok[:, None] & d_ok[None, :],
-                             other=0.0)
+                if INT32_ROWS:
+                    vt = tl.load(v_tile[:, None] + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+                else:
+                    vt = tl.load(v_base + r[:, None] * stride_vt + d[None, :], mask=ok[:, None] & d_ok[None, :],
+                                 other=0.0)
         s = tl.dot(q, kt) * qk_scale
         s = tl.where(ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))

@@ -15,6 +15,7 @@ from attnops.attn_nsa._varlen import (
     check_int_param,
     check_packing,
     check_scale_param,
+    check_tile_strides,
 )
 from attnops.kernel_utils import checks, runtime, testing
 
@@ -32,22 +33,27 @@ LOG2E = math.log2(math.e)
 # - ragged (D 128, SEL 8): per-program TMA 30.6-30.8 us (190 registers, no V mask) against host-descriptor TMA
 #   32.4 (253 registers: V masked in registers) and the pointer gather's 36.3 at 2 warps / 40.5 at 1 warp.
 CONFIGS = (
-    triton.Config({"KB": 1, "TMA": 0}, num_warps=1, num_stages=2),
-    triton.Config({"KB": 1, "TMA": 0}, num_warps=1, num_stages=3),
-    triton.Config({"KB": 1, "TMA": 0}, num_warps=1, num_stages=1),
-    triton.Config({"KB": 2, "TMA": 0}, num_warps=1, num_stages=2),
-    triton.Config({"KB": 1, "TMA": 0}, num_warps=2, num_stages=2),
-    triton.Config({"KB": 1, "TMA": 0}, num_warps=2, num_stages=3),
-    triton.Config({"KB": 1, "TMA": 0}, num_warps=4, num_stages=2),
-    triton.Config({"KB": 1, "TMA": 1}, num_warps=1, num_stages=2),
-    triton.Config({"KB": 1, "TMA": 1}, num_warps=1, num_stages=3),
-    triton.Config({"KB": 1, "TMA": 1}, num_warps=1, num_stages=4),
-    triton.Config({"KB": 1, "TMA": 1}, num_warps=2, num_stages=2),
-    triton.Config({"KB": 1, "TMA": 1}, num_warps=2, num_stages=3),
-    triton.Config({"KB": 1, "TMA": 2}, num_warps=1, num_stages=2),
-    triton.Config({"KB": 1, "TMA": 2}, num_warps=1, num_stages=3),
-    triton.Config({"KB": 1, "TMA": 3}, num_warps=1, num_stages=2),
-    triton.Config({"KB": 1, "TMA": 3}, num_warps=2, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=3),
+    triton.Config({"KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=1),
+    triton.Config({"KB": 2, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=2, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=2, num_stages=3),
+    triton.Config({"KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=4, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=1, num_stages=3),
+    triton.Config({"KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=1, num_stages=4),
+    triton.Config({"KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=2, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=2, num_stages=3),
+    triton.Config({"KB": 1, "TMA": 2, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 2, "INT32_ROWS": 0}, num_warps=1, num_stages=3),
+    triton.Config({"KB": 1, "TMA": 3, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 3, "INT32_ROWS": 0}, num_warps=2, num_stages=2),
+    # int32 masks and in-block row offsets for the pointer gather (offline sm_90 SASS, instructions per step:
+    # D 64 / 1 warp 464 against 592 at 129 registers against 128; D 128 / 2 warps 395 against 530 at 174
+    # registers against 132; the TMA forms gained nothing): untimed, offered to the next sweep
+    triton.Config({"KB": 1, "TMA": 0, "INT32_ROWS": 1}, num_warps=1, num_stages=2),
+    triton.Config({"KB": 1, "TMA": 0, "INT32_ROWS": 1}, num_warps=2, num_stages=2),
 )
 
 
@@ -90,7 +96,8 @@ def _default(valid: list[triton.Config], a: dict) -> triton.Config:
     else:
         want = (0, 1 if a["BD"] <= 64 else 2)
     for c in valid:
-        if c.kwargs["KB"] == 1 and c.num_stages == 2 and (c.kwargs["TMA"], c.num_warps) == want:
+        if (c.kwargs["KB"] == 1 and c.num_stages == 2 and not c.kwargs["INT32_ROWS"]
+                and (c.kwargs["TMA"], c.num_warps) == want):
             return c
     return valid[0]
 
@@ -153,6 +160,8 @@ def check_args(q, k, v, block_indices, block_counts, offsets, token_indices, is_
     checks.check_tensor("k", k, dtype=q.dtype, shape=(t, None, d), device=dev, inner_contiguous=1)
     h_kv = k.shape[1]
     checks.check_tensor("v", v, dtype=q.dtype, shape=(t, h_kv, d), device=dev, inner_contiguous=1)
+    check_tile_strides("k", k)  # a block's rows are addressed with int32 offsets (INT32_ROWS configs)
+    check_tile_strides("v", v)
     g = check_heads(h, h_kv, "k")
     if not 1 <= d <= 128:
         raise ValueError(f"q: head dim must lie in [1, 128], got {d}")
