@@ -35,6 +35,7 @@ from attnops.attn_core.flash_fwd.kernel import gqa_fwd_combine_kernel, gqa_fwd_k
 
 SM90_SMEM = 232448  # bytes of shared memory one block may use on an H100/H200
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+CUOBJDUMP = os.path.join(os.path.dirname(PTXAS), "cuobjdump")
 
 
 def compile_sm90(fn, pointer_types: dict[str, str], constexprs: dict, num_warps: int, num_stages: int):
@@ -58,6 +59,34 @@ def compile_sm90(fn, pointer_types: dict[str, str], constexprs: dict, num_warps:
                                                                           "num_stages": num_stages})
 
 
+def loop_sass_instructions(kernel) -> int:
+    """SASS instructions in the kernel's longest loop (the span of its widest backward branch): the issue cost
+    of one main-loop step. On NSAVarlenFwd it showed ~300 of 592 instructions per step building masks and
+    addresses (docs/perf/attn-nsa.md v5). 0 without a loop or without cuobjdump."""
+    with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
+        f.write(kernel.asm["cubin"])
+    try:
+        sass = subprocess.run([CUOBJDUMP, "-sass", f.name], capture_output=True, text=True).stdout
+    except OSError:
+        return 0
+    finally:
+        os.unlink(f.name)
+    addrs, loops = [], []
+    for line in sass.splitlines():
+        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+        if not m:
+            continue
+        addr = int(m.group(1), 16)
+        addrs.append(addr)
+        target = re.search(r"BRA\s+0x([0-9a-f]+)", m.group(2))
+        if target and int(target.group(1), 16) < addr:
+            loops.append((int(target.group(1), 16), addr))
+    if not loops:
+        return 0
+    lo, hi = max(loops, key=lambda span: span[1] - span[0])
+    return sum(1 for a in addrs if lo <= a <= hi)
+
+
 def ptxas_report(kernel) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(kernel.asm["ptx"])
@@ -77,6 +106,7 @@ def ptxas_report(kernel) -> dict:
         "ldg16": len(re.findall(r"ld\.global(?:\.[a-z0-9]+)*\.b16\b", kernel.asm["ptx"])),
         # ptxas C7515-style warnings: wgmma serialized (no overlap of consecutive tensor-core ops)
         "serialized": "wgmma" in out and "serialized" in out,
+        "loop_sass": loop_sass_instructions(kernel),
     }
 
 
@@ -179,7 +209,7 @@ def main(argv=None) -> int:
             bad += 1  # cannot launch (the launcher would fall through to the next config)
         print(f"D{d:<4d}{label:22s}{cfg.name:18s} regs {r['regs']:3d} spill {r['spill']:5d} B  smem "
               f"{r['smem'] / 1024:6.1f} KB  wgmma {str(r['wgmma']):5s} ld.b16 {r['ldg16']:3d} "
-              f"({time.perf_counter() - t0:4.1f}s){flag}",
+              f"loop {r['loop_sass']:4d} SASS ({time.perf_counter() - t0:4.1f}s){flag}",
               flush=True)
     for d in sorted(dims):  # the small helper kernels: registers / spills / shared memory, or the error
         helpers = [(f"rope-keys{'-inter' if il else ''}", lambda d=d, il=il: compile_rope_keys(d, il))

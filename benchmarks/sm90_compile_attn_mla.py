@@ -174,7 +174,8 @@ def main(argv=None) -> int:
                         f"{resident_per_sm(r, cfg[0].num_warps)} resident)"
             bad += " SMEM" in flag
             print(f"{label:42s} regs {r['regs']:3d} spill {r['spill']:5d} B  smem {r['smem'] / 1024:6.1f} KB  "
-                  f"wgmma {str(r['wgmma']):5s} ({time.perf_counter() - t0:4.1f}s){flag}", flush=True)
+                  f"wgmma {str(r['wgmma']):5s} loop {r['loop_sass']:4d} SASS ({time.perf_counter() - t0:4.1f}s){flag}",
+                  flush=True)
     return 1 if bad else 0
 
 

@@ -106,7 +106,8 @@ def main(argv=None) -> int:
                 flag += " SMEM"
                 bad += 1
             print(f"{name:30s} {label:24s} regs {r['regs']:3d} spill {r['spill']:5d} B smem {r['smem'] / 1024:6.1f} KB "
-                  f"wgmma {str(r['wgmma']):5s} ld.b16 {r['ldg16']:3d} ({time.perf_counter() - t0:4.1f}s){flag}",
+                  f"wgmma {str(r['wgmma']):5s} ld.b16 {r['ldg16']:3d} loop {r['loop_sass']:4d} SASS "
+                  f"({time.perf_counter() - t0:4.1f}s){flag}",
                   flush=True)
     for d in sorted(dims):
         for bm in sorted({c.block_m for c in CONFIGS.values()}):
