@@ -3,6 +3,7 @@ causal edges, GQA / head-dim edge cases, every launch config, bad input."""
 
 import pytest
 import torch
+import triton
 from nsa_testlib import DEV, check_with_config, config_params, f16, i32, run_bad_input, seed_of
 
 from attnops.attn_nsa import nsa_varlen_fwd
@@ -12,6 +13,15 @@ from attnops.kernel_utils import reliability, testing
 from attnops.kernel_utils.pytest_plugin import seed_rows
 
 ROWS = {w.id.split("/")[1]: w for w in SPEC.workloads}
+
+
+def admits(config, case) -> bool:
+    """Whether ``_run`` accepts ``config`` for this case (shape limits; TMA configs only where this device and
+    the case's K / V allow TMA)."""
+    x = case.inputs
+    d = x["k"].shape[2]
+    return op._valid(config, {"BS": x["block_size"], "BD": max(16, triton.next_power_of_2(d)),
+                              "SEL": x["block_indices"].shape[2], "tma": op.tma_applies(x["k"], x["v"])})
 
 
 @pytest.mark.parametrize("w", seed_rows(SPEC), ids=lambda w: w.id)
@@ -104,14 +114,24 @@ def test_strided_qkv():
     SPEC.check(case)
 
 
+def test_broadcast_kv_rows_take_the_pointer_gather():
+    """K / V broadcast over tokens (token stride 0) are valid inputs but overlapping rows: no TMA box for them."""
+    case = build_case([40, 70], 16, 1, 64, torch.float16, 3, 32, True, 0.125, DEV, seed=11)
+    x = case.inputs
+    x["k"] = x["k"][:1].expand_as(x["k"])
+    x["v"] = x["v"][:1].expand_as(x["v"])
+    assert not op.tma_applies(x["k"], x["v"])
+    SPEC.check(case)
+
+
 @pytest.mark.parametrize("config", config_params(op.CONFIGS))
 def test_rows_outside_the_selection_never_reach_the_output(config):
     """A TMA box covers whole tensor rows: with id −1 the box of sequence 1 lies over sequence 0's last 32 rows.
     Those rows hold inf / NaN (sequence 0 selects nothing, so its output is zeros by the spec): they must add
     nothing to sequence 1 (0 · inf would be NaN)."""
     case = build_case([40, 70], 16, 1, 64, torch.float16, 3, 32, True, 0.125, DEV, seed=10)
-    if not op._valid(config, {"BS": 32, "BD": 64, "SEL": 3, "tma": True}):
-        pytest.skip("config not valid for this shape")
+    if not admits(config, case):
+        pytest.skip("config not valid for this shape / device")
     x = case.inputs
     x["k"][:40] = float("nan")
     x["v"][:40] = float("inf")
@@ -128,12 +148,12 @@ def test_tma_configs_on_fuzz_cases(config):
     """The TMA paths on the fuzz generator's cases where TMA applies (ragged and empty sequences, padding forms,
     repeated and out-of-range ids, packed qkv): the first ATTNOPS_FUZZ_CASES (default 4) such cases; the
     public op's fuzz runs the pointer gather under the interpreter."""
+    if not (op.runtime.interpreting() or op.runtime.is_hopper()):
+        pytest.skip("TMA needs Hopper (or the interpreter)")
     wanted, done = reliability.fuzz_cases(4), 0
     for seed in reliability.fuzz_seeds(SPEC, 50 * wanted):
         case = SPEC.fuzz(seed, DEV)
-        x = case.inputs
-        args = {"BS": x["block_size"], "BD": x["k"].shape[2], "SEL": x["block_indices"].shape[2], "tma": True}
-        if op.tma_applies(x["k"], x["v"]) and op._valid(config, args):
+        if admits(config, case):
             check_with_config(SPEC, op._run, case, config)
             done += 1
             if done == wanted:
@@ -145,9 +165,8 @@ def test_tma_configs_on_fuzz_cases(config):
 def test_every_config_small(config):
     """Each autotune config (constexpr path) that this shape admits: SEL 5 (KB 1, 2, 4 all valid at D 64)."""
     case = build_case([40, 70], 16, 1, 64, torch.float16, 5, 16, True, 0.125, DEV, seed=8)
-    args = {"BS": 16, "BD": 64, "SEL": 5, "tma": True}
-    if not op._valid(config, args):
-        pytest.skip("config not valid for this shape")
+    if not admits(config, case):
+        pytest.skip("config not valid for this shape / device")
     check_with_config(SPEC, op._run, case, config)
 
 
@@ -165,8 +184,8 @@ def test_every_config_small(config):
 )
 def test_every_config_gpu(config, dtype, d, h, h_kv, bs, sel, causal):
     case = build_case([257, 767, 4000, 4190], h, h_kv, d, dtype, sel, bs, causal, d**-0.5, DEV, seed=9)
-    if not op._valid(config, {"BS": bs, "BD": d, "SEL": sel, "tma": True}):
-        pytest.skip("config not valid for this shape")
+    if not admits(config, case):
+        pytest.skip("config not valid for this shape / device")
     check_with_config(SPEC, op._run, case, config)
 
 

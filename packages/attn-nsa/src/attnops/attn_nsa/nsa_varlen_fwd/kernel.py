@@ -9,8 +9,6 @@ pointer gather. TMA = 1: boxes of the host descriptors ``k_desc`` / ``v_desc`` o
 ``[T, H_kv·D]``; rows outside the tensor arrive as zeros, rows inside it but outside this token's keys are
 masked in registers (V too: 0 · inf would not be 0). TMA = 2: descriptors built per program over exactly this
 token's visible rows ``[0, end)`` of its KV head, so every other row arrives as zeros and V needs no mask.
-TMA = 3: K as host-descriptor boxes (its stray rows only need the score mask), V by the pointer gather (masked
-rows load as zeros): neither the V mask of TMA 1 nor the descriptor writes of TMA 2.
 
 ``INT32_ROWS`` (pointer gather): the visible-row mask as one int32 compare against a per-block row count, and
 row offsets inside a block in int32 (op.py bounds the strides): offline sm_90, 464 instead of 592 instructions
@@ -33,7 +31,7 @@ def nsa_varlen_fwd_kernel(
     SEL: tl.constexpr,  # slots per (token, KV head)
     CAUSAL: tl.constexpr,
     KB: tl.constexpr,  # selected blocks gathered per iteration
-    TMA: tl.constexpr,  # 0: pointer gather; 1: boxes of k_desc / v_desc; 2: per-program boxes; 3: K boxes only
+    TMA: tl.constexpr,  # 0: pointer gather; 1: boxes of k_desc / v_desc; 2: per-program boxes
     INT32_ROWS: tl.constexpr,  # int32 masks and in-block row offsets (fewer instructions per step, more registers)
 ):
     t = tl.program_id(0).to(tl.int64)

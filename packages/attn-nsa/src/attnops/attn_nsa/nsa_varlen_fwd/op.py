@@ -47,9 +47,7 @@ CONFIGS = (
     triton.Config({"KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=2, num_stages=3),
     triton.Config({"KB": 1, "TMA": 2, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
     triton.Config({"KB": 1, "TMA": 2, "INT32_ROWS": 0}, num_warps=1, num_stages=3),
-    triton.Config({"KB": 1, "TMA": 3, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
-    triton.Config({"KB": 1, "TMA": 3, "INT32_ROWS": 0}, num_warps=2, num_stages=2),
-    # int32 masks and in-block row offsets for the pointer gather (offline sm_90 SASS, instructions per step:
+    # int32 masks and in-block row offsets for the pointer gather (benchmarks/sm90_compile_attn_nsa.py, per step:
     # D 64 / 1 warp 464 against 592 at 129 registers against 128; D 128 / 2 warps 395 against 530 at 174
     # registers against 132; the TMA forms gained nothing): untimed, offered to the next sweep
     triton.Config({"KB": 1, "TMA": 0, "INT32_ROWS": 1}, num_warps=1, num_stages=2),
@@ -69,14 +67,15 @@ def _valid(c: triton.Config, a: dict) -> bool:
 
 def tma_applies(k: torch.Tensor, v: torch.Tensor) -> bool:
     """Whether K / V can be read as TMA boxes of the view ``[T, H_kv·D]``: Hopper or the interpreter, D a
-    power of two >= 16 (a box of exactly one head), heads packed in a row, rows and base 16-byte aligned."""
+    power of two >= 16 (a box of exactly one head), heads packed in a row, rows that do not overlap (a
+    broadcast K / V with token stride 0 takes the pointer gather), rows and base 16-byte aligned."""
     if not (runtime.interpreting() or runtime.is_hopper()):
         return False
-    d = k.shape[2]
+    _, h_kv, d = k.shape
     if d < 16 or d != triton.next_power_of_2(d):
         return False
-    return all(t.stride(1) == d and t.data_ptr() % 16 == 0 and t.stride(0) * t.element_size() % 16 == 0
-               for t in (k, v))
+    return all(t.stride(1) == d and t.stride(0) >= h_kv * d and t.data_ptr() % 16 == 0
+               and t.stride(0) * t.element_size() % 16 == 0 for t in (k, v))
 
 
 def _box_descriptor(x: torch.Tensor, bs: int) -> TensorDescriptor:
