@@ -6,7 +6,7 @@
 #                families, smallest first; REL=none: no lane), STEP_CAP s a step
 #   PART=tunes:  GPU 0 the sweeps of gpu_sweeps.sh, then ROWS (if set)
 #   PART=nsa:    GPU 0 every attn-nsa config timed per row (NSA_FILTER: some rows), the family's GPU tests, memcheck
-#                of every NSAVarlenFwd config, Nsight Compute of NCU="<row>@<config> ...", the rows
+#                of every NSAVarlenFwd config, Nsight Compute of NCU="<row>@<config> ...", the rows (NSA_BENCH=0: not)
 #   PART=sweeps: GPU 0 benchmarks/gpu_sweeps.sh           | GPU 1 ROWS (if set), then the GPU suites of SUITES
 #   PART=core:   GPU 0 GQADenseFwd, GQAVarlenFwd, GQABwd  | GPU 1 the three paged attn-core ops
 #   PART=mla:    GPU 0 MLA / DSA rows                     | GPU 1 TopK and indexer rows
@@ -59,7 +59,7 @@ case "${PART:?PART=checks, tunes, nsa, sweeps, core, mla or rest}" in
           --config "${prof#*@}" >"$OUT/ncu-${prof#*@}-$(basename "${prof%@*}").txt" 2>&1
         echo "ncu $prof: rc=$?"
       done
-      OUT=$OUT/bench TESTS=0 WARM=${WARM:-8} bash benchmarks/gpu_job.sh attn-nsa' & ;;
+      [ "${NSA_BENCH:-1}" = 0 ] || OUT=$OUT/bench TESTS=0 WARM=${WARM:-8} bash benchmarks/gpu_job.sh attn-nsa' & ;;
   tunes)
     lane 0 tunes bash -c 'PHASE=sweeps OUT=$OUT/sweeps bash benchmarks/gpu_sweeps.sh
       if [ -n "$ROWS" ]; then set -- $ROWS; OUT=$OUT/rows bash benchmarks/gpu_job.sh "$1" -- --filter "$2" \

@@ -38,7 +38,8 @@ PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bi
 CUOBJDUMP = os.path.join(os.path.dirname(PTXAS), "cuobjdump")
 
 
-def compile_sm90(fn, pointer_types: dict[str, str], constexprs: dict, num_warps: int, num_stages: int):
+def compile_sm90(fn, pointer_types: dict[str, str], constexprs: dict, num_warps: int, num_stages: int,
+                 maxnreg: int | None = None):
     """Compile ``fn`` for sm_90: pointers as given (``*fp16`` ...), ints i32, floats fp32 (names in
     ``float_args``), every pointer and ``stride_*`` argument specialized divisible by 16."""
     sig = {}
@@ -55,8 +56,8 @@ def compile_sm90(fn, pointer_types: dict[str, str], constexprs: dict, num_warps:
              if sig[n].startswith("*") or n.startswith("stride_")}
     consts = {k: v for k, v in constexprs.items() if not k.startswith("_")}
     src = ASTSource(fn, sig, constexprs=consts, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps,
-                                                                          "num_stages": num_stages})
+    options = {"num_warps": num_warps, "num_stages": num_stages, **({"maxnreg": maxnreg} if maxnreg else {})}
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def loop_sass_instructions(kernel) -> int:

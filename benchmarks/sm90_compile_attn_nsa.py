@@ -37,10 +37,11 @@ def main() -> int:
             box = f"tensordesc<fp16[{bs},{bd}]>" if config.kwargs["TMA"] else "*fp16"
             ptrs.update(k_desc=box, v_desc=box)
             consts = {"G": g, "GP": max(16, triton.next_power_of_2(g)), "D": d, "BD": bd, "BS": bs, "SEL": sel,
-                      "CAUSAL": causal, **config.kwargs, "_float_args": ("qk_scale",)}
+                      "SELP": triton.next_power_of_2(sel), "CAUSAL": causal, **config.kwargs,
+                      "_float_args": ("qk_scale",)}
             try:
                 r = ptxas_report(compile_sm90(op.nsa_varlen_fwd_kernel, ptrs, consts, config.num_warps,
-                                              config.num_stages))
+                                              config.num_stages, config.maxnreg))
             except Exception as e:  # a compile error is a finding, not a crash of the listing
                 bad += 1
                 print(f"{label:12s} {config_name(config):28s} FAIL {type(e).__name__}: {str(e).splitlines()[0][:120]}")

@@ -170,6 +170,27 @@ def test_every_config_small(config):
     check_with_config(SPEC, op._run, case, config)
 
 
+MULTI_TOKEN_CONFIGS = [c for c in op.CONFIGS if c.kwargs["NT"] > 1]
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "noncausal"])
+@pytest.mark.parametrize("config", config_params(MULTI_TOKEN_CONFIGS))
+def test_multi_token_programs_at_their_boundaries(config, causal):
+    """Several tokens per program: programs that span zero-length and short sequences (their positions, key
+    ranges and block ids change inside one program's loop), empty selections before, between and after
+    selected tokens (one keyless step each: zeros), a last program with fewer than NT tokens (107 tokens),
+    and a first slot of −1 (the token's state must not carry the previous token's)."""
+    case = build_case([0, 3, 0, 37, 1, 66, 0], 16, 1, 64, torch.float16, 3, 16, causal, 0.125, DEV, seed=12)
+    if not admits(config, case):
+        pytest.skip("config not valid for this shape / device")
+    x = case.inputs
+    x["block_counts"][5::7] = 0
+    x["block_counts"][6::7] = 0
+    x["block_indices"][::5, :, 0] = -1
+    assert bool(empty_rows(case).any()) and x["q"].shape[0] % config.kwargs["NT"] != 0
+    check_with_config(SPEC, op._run, case, config)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", config_params(op.CONFIGS))
 @pytest.mark.parametrize(

@@ -17,7 +17,8 @@ import triton
 
 def config_name(c: triton.Config) -> str:
     kw = "-".join(f"{k}{v}" for k, v in sorted(c.kwargs.items()))
-    return f"{kw}-w{c.num_warps}-s{c.num_stages}"
+    regs = f"-r{c.maxnreg}" if c.maxnreg else ""
+    return f"{kw}-w{c.num_warps}-s{c.num_stages}{regs}"
 
 
 class TunedKernel:

@@ -33,25 +33,37 @@ LOG2E = math.log2(math.e)
 # - ragged (D 128, SEL 8): per-program TMA 30.6-30.8 us (190 registers, no V mask) against host-descriptor TMA
 #   32.4 (253 registers: V masked in registers) and the pointer gather's 36.3 at 2 warps / 40.5 at 1 warp.
 CONFIGS = (
-    triton.Config({"KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
-    triton.Config({"KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=3),
-    triton.Config({"KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=1),
-    triton.Config({"KB": 2, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
-    triton.Config({"KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=2, num_stages=2),
-    triton.Config({"KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=2, num_stages=3),
-    triton.Config({"KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=4, num_stages=2),
-    triton.Config({"KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
-    triton.Config({"KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=1, num_stages=3),
-    triton.Config({"KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=1, num_stages=4),
-    triton.Config({"KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=2, num_stages=2),
-    triton.Config({"KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=2, num_stages=3),
-    triton.Config({"KB": 1, "TMA": 2, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
-    triton.Config({"KB": 1, "TMA": 2, "INT32_ROWS": 0}, num_warps=1, num_stages=3),
+    triton.Config({"NT": 1, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
+    triton.Config({"NT": 1, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=3),
+    triton.Config({"NT": 1, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=1),
+    triton.Config({"NT": 1, "KB": 2, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
+    triton.Config({"NT": 1, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=2, num_stages=2),
+    triton.Config({"NT": 1, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=2, num_stages=3),
+    triton.Config({"NT": 1, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=4, num_stages=2),
+    triton.Config({"NT": 1, "KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
+    triton.Config({"NT": 1, "KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=1, num_stages=3),
+    triton.Config({"NT": 1, "KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=1, num_stages=4),
+    triton.Config({"NT": 1, "KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=2, num_stages=2),
+    triton.Config({"NT": 1, "KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=2, num_stages=3),
+    triton.Config({"NT": 1, "KB": 1, "TMA": 2, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
+    triton.Config({"NT": 1, "KB": 1, "TMA": 2, "INT32_ROWS": 0}, num_warps=1, num_stages=3),
     # int32 masks and in-block row offsets for the pointer gather (benchmarks/sm90_compile_attn_nsa.py, per step:
     # D 64 / 1 warp 464 against 592 at 129 registers against 128; D 128 / 2 warps 395 against 530 at 174
     # registers against 132; the TMA forms gained nothing): untimed, offered to the next sweep
-    triton.Config({"KB": 1, "TMA": 0, "INT32_ROWS": 1}, num_warps=1, num_stages=2),
-    triton.Config({"KB": 1, "TMA": 0, "INT32_ROWS": 1}, num_warps=2, num_stages=2),
+    triton.Config({"NT": 1, "KB": 1, "TMA": 0, "INT32_ROWS": 1}, num_warps=1, num_stages=2),
+    triton.Config({"NT": 1, "KB": 1, "TMA": 0, "INT32_ROWS": 1}, num_warps=2, num_stages=2),
+    # several tokens per program, one loop over all their blocks (kernel.py): the pipeline runs across token
+    # boundaries and the per-token prologue shrinks to vector loads; untimed, offered to the next sweep
+    triton.Config({"NT": 2, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
+    triton.Config({"NT": 4, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
+    triton.Config({"NT": 8, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
+    triton.Config({"NT": 4, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=3),
+    triton.Config({"NT": 4, "KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
+    triton.Config({"NT": 4, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=2, num_stages=2),
+    # capped at the one-token form's 128 registers (offline sm_90 at D 64: 24 bytes of spill, 736 instructions per
+    # step against 700 at 164 registers): 16 resident warps per SM instead of 12
+    triton.Config({"NT": 2, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=2, maxnreg=128),
+    triton.Config({"NT": 4, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=2, maxnreg=128),
 )
 
 
@@ -59,10 +71,13 @@ def _valid(c: triton.Config, a: dict) -> bool:
     kb = c.kwargs["KB"]
     keys = kb * a["BS"]
     # at most 8K elements per K (and V) tile in registers (4K for one warp: KB 2 / D 128 spills on sm_90);
-    # no more gathered slots than the row has; TMA configs only where the call's K / V allow boxes (tma_applies)
+    # no more gathered slots than the row has; TMA configs only where the call's K / V allow boxes (tma_applies);
+    # several tokens per program with KB 1, host descriptors or none, and at most 256 block ids per program
     limit = 4096 if c.num_warps == 1 else 8192
+    nt = c.kwargs["NT"]
+    multi_token = nt == 1 or (kb == 1 and c.kwargs["TMA"] != 2 and nt * triton.next_power_of_2(a["SEL"]) <= 256)
     return (keys * a["BD"] <= limit and (kb == 1 or kb <= triton.next_power_of_2(max(a["SEL"], 1)))
-            and (not c.kwargs["TMA"] or a["tma"]))
+            and (not c.kwargs["TMA"] or a["tma"]) and multi_token)
 
 
 def tma_applies(k: torch.Tensor, v: torch.Tensor) -> bool:
@@ -85,7 +100,7 @@ def _box_descriptor(x: torch.Tensor, bs: int) -> TensorDescriptor:
 
 def _default(valid: list[triton.Config], a: dict) -> triton.Config:
     if runtime.interpreting():  # fewest iterations: the interpreter pays per operation, not per element
-        return max(valid, key=lambda c: (c.kwargs["KB"], c.num_warps, -c.kwargs["TMA"]))
+        return max(valid, key=lambda c: (c.kwargs["KB"], c.num_warps, -c.kwargs["TMA"], -c.kwargs["NT"]))
     # the sweeps' winners (see CONFIGS), KB 1 / 2 stages: at D 128 per-program TMA boxes on 1 warp, at D 64
     # host-descriptor boxes for one-slot selections, else the pointer gather (1 warp to D 64, 2 warps at D 128)
     if a["tma"] and a["BD"] >= 128:
@@ -95,7 +110,7 @@ def _default(valid: list[triton.Config], a: dict) -> triton.Config:
     else:
         want = (0, 1 if a["BD"] <= 64 else 2)
     for c in valid:
-        if (c.kwargs["KB"] == 1 and c.num_stages == 2 and not c.kwargs["INT32_ROWS"]
+        if (c.kwargs["KB"] == 1 and c.kwargs["NT"] == 1 and c.num_stages == 2 and not c.kwargs["INT32_ROWS"]
                 and (c.kwargs["TMA"], c.num_warps) == want):
             return c
     return valid[0]
@@ -125,9 +140,10 @@ def _run(q, k, v, block_indices, block_counts, offsets, token_indices, is_causal
         stride_bit=block_indices.stride(0), stride_bih=block_indices.stride(1),
         stride_bct=block_counts.stride(0), stride_bch=block_counts.stride(1),
         G=g, GP=max(16, triton.next_power_of_2(g)), D=d, BD=max(16, triton.next_power_of_2(d)),
-        BS=block_size, SEL=block_indices.shape[2], CAUSAL=bool(is_causal),
+        BS=block_size, SEL=block_indices.shape[2], SELP=max(1, triton.next_power_of_2(block_indices.shape[2])),
+        CAUSAL=bool(is_causal),
     )
-    _TUNED.launch((num_tokens, h_kv), args, config, hints={"tma": tma})
+    _TUNED.launch(lambda meta: (triton.cdiv(num_tokens, meta["NT"]), h_kv), args, config, hints={"tma": tma})
     return o
 
 
