@@ -250,13 +250,15 @@ def test_bad_input_is_rejected_before_launch(name, monkeypatch):
     run_bad_input(nsa_varlen_fwd, make_inputs(), error, message)
 
 
-@pytest.mark.parametrize("bd, sel, tma, want", [(64, 4, True, (0, 1)), (64, 1, True, (1, 1)), (128, 8, True, (2, 1)),
-                                                (64, 4, False, (0, 1)), (128, 8, False, (0, 2))])
+@pytest.mark.parametrize("bd, sel, tma, want", [(64, 4, True, (1, 1, None)), (64, 1, True, (4, 0, 128)),
+                                                (128, 8, True, (1, 1, None)), (64, 1, False, (4, 0, 128)),
+                                                (128, 1, False, (1, 1, None))])
 def test_gpu_default_is_the_sweep_winner(monkeypatch, bd, sel, tma, want):
-    """On the GPU the default rule names the config the H200 sweeps measured fastest (KB 1, 2 stages): at D 128
-    per-program TMA boxes on 1 warp, at D 64 host-descriptor boxes for one-slot selections, else the pointer
-    gather (1 warp up to D 64, 2 at D 128)."""
+    """On the GPU the default rule names the config the H200 sweeps measured fastest (KB 1, 2 stages, 1 warp, the
+    pointer gather): four tokens per program at 128 registers for one-block selections at D <= 64, else one
+    token per program with int32 rows."""
     monkeypatch.setattr(op.runtime, "interpreting", lambda: False)
     args = {"BS": 32, "BD": bd, "SEL": sel, "tma": tma}
     c = op._default(op._TUNED.valid_configs(args), args)
-    assert (c.kwargs["KB"], c.num_stages, c.kwargs["TMA"], c.num_warps) == (1, 2, *want)
+    assert (c.kwargs["KB"], c.num_stages, c.kwargs["TMA"], c.num_warps) == (1, 2, 0, 1)
+    assert (c.kwargs["NT"], c.kwargs["INT32_ROWS"], c.maxnreg) == want

@@ -24,14 +24,15 @@ from .kernel import nsa_varlen_fwd_kernel
 LOG2E = math.log2(math.e)
 
 # One-warp configs (the group's 16 heads are one m16 MMA tile): fewer registers per token than 2 or 4 warps, so
-# more tokens in flight per SM. H200 sweeps (benchmarks/tune_attn_nsa.py, every config forced in one process; the
-# TMA rows in two runs of 2026-12-01 agree within 2 %), KB 1 / 2 stages everywhere:
-# - 2x4k (D 64, SEL 4): pointer gather, 1 warp 36.8 us; host-descriptor TMA 38.1-38.5, per-program TMA 39.6,
-#   2 warps 42.5, 4 warps 53; more stages slower at every variant (s3 42.7). Capping registers (maxnreg 96) 39.5.
-# - 4x2k (D 64, SEL 1): host-descriptor TMA 18.8 us against 20.2 pointer, 25.1 per-program TMA (building two
-#   descriptors costs more than one block's gather).
-# - ragged (D 128, SEL 8): per-program TMA 30.6-30.8 us (190 registers, no V mask) against host-descriptor TMA
-#   32.4 (253 registers: V masked in registers) and the pointer gather's 36.3 at 2 warps / 40.5 at 1 warp.
+# more tokens in flight per SM. H200 sweeps (benchmarks/tune_attn_nsa.py, every config forced and checked in one
+# process; docs/perf/attn-nsa.md v6), KB 1 / 2 stages everywhere, µs, run of 2026-12-01 21:00 (afd1b65):
+# - 2x4k (D 64, SEL 4): int32 rows 34.6 against 37.4 for the int64 form (pointer gather, 1 warp); host-descriptor
+#   TMA 38.6, per-program TMA 39.9, 2 warps 43.0, 4 warps 52.5; more stages slower everywhere (s3 43.2); several
+#   tokens per program 39.1 (NT 2) to 43.6 (NT 8). The non-causal 2x4k row alike (34.9 against 37.6).
+# - 4x2k (D 64, SEL 1): four tokens per program at 128 registers 16.5 against 17.4 (NT 2), 19.2 uncapped, 18.9
+#   host-descriptor TMA, 20.4 int32 rows: with one block per token the pipeline only overlaps across tokens.
+# - ragged (D 128, SEL 8): int32 rows on 1 warp 28.9 against per-program TMA 30.9, host-descriptor TMA 32.7, the
+#   int64 pointer gather 36.9 (2 warps) / 41.0 (1 warp); several tokens per program 39.5-90.5 (255 registers).
 CONFIGS = (
     triton.Config({"NT": 1, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
     triton.Config({"NT": 1, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=3),
@@ -49,11 +50,11 @@ CONFIGS = (
     triton.Config({"NT": 1, "KB": 1, "TMA": 2, "INT32_ROWS": 0}, num_warps=1, num_stages=3),
     # int32 masks and in-block row offsets for the pointer gather (benchmarks/sm90_compile_attn_nsa.py, per step:
     # D 64 / 1 warp 464 against 592 at 129 registers against 128; D 128 / 2 warps 395 against 530 at 174
-    # registers against 132; the TMA forms gained nothing): untimed, offered to the next sweep
+    # registers against 132; the TMA forms gained nothing): the default for selections of several blocks
     triton.Config({"NT": 1, "KB": 1, "TMA": 0, "INT32_ROWS": 1}, num_warps=1, num_stages=2),
     triton.Config({"NT": 1, "KB": 1, "TMA": 0, "INT32_ROWS": 1}, num_warps=2, num_stages=2),
     # several tokens per program, one loop over all their blocks (kernel.py): the pipeline runs across token
-    # boundaries and the per-token prologue shrinks to vector loads; untimed, offered to the next sweep
+    # boundaries and the per-token prologue shrinks to vector loads
     triton.Config({"NT": 2, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
     triton.Config({"NT": 4, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
     triton.Config({"NT": 8, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
@@ -61,7 +62,8 @@ CONFIGS = (
     triton.Config({"NT": 4, "KB": 1, "TMA": 1, "INT32_ROWS": 0}, num_warps=1, num_stages=2),
     triton.Config({"NT": 4, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=2, num_stages=2),
     # capped at the one-token form's 128 registers (offline sm_90 at D 64: 24 bytes of spill, 736 instructions per
-    # step against 700 at 164 registers): 16 resident warps per SM instead of 12
+    # step against 700 at 164 registers): 16 resident warps per SM instead of 12; NT 4 the default for one-block
+    # selections at D <= 64
     triton.Config({"NT": 2, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=2, maxnreg=128),
     triton.Config({"NT": 4, "KB": 1, "TMA": 0, "INT32_ROWS": 0}, num_warps=1, num_stages=2, maxnreg=128),
 )
@@ -101,17 +103,15 @@ def _box_descriptor(x: torch.Tensor, bs: int) -> TensorDescriptor:
 def _default(valid: list[triton.Config], a: dict) -> triton.Config:
     if runtime.interpreting():  # fewest iterations: the interpreter pays per operation, not per element
         return max(valid, key=lambda c: (c.kwargs["KB"], c.num_warps, -c.kwargs["TMA"], -c.kwargs["NT"]))
-    # the sweeps' winners (see CONFIGS), KB 1 / 2 stages: at D 128 per-program TMA boxes on 1 warp, at D 64
-    # host-descriptor boxes for one-slot selections, else the pointer gather (1 warp to D 64, 2 warps at D 128)
-    if a["tma"] and a["BD"] >= 128:
-        want = (2, 1)
-    elif a["tma"] and a["SEL"] == 1:
-        want = (1, 1)
+    # the sweeps' winners (see CONFIGS), KB 1 / 2 stages / 1 warp: one-block selections at D <= 64 four tokens
+    # per program at 128 registers, everything else the int32-row pointer gather (no TMA: it lost every row)
+    if a["SEL"] == 1 and a["BD"] <= 64:
+        want = (4, 0, 128)  # NT, INT32_ROWS, maxnreg
     else:
-        want = (0, 1 if a["BD"] <= 64 else 2)
+        want = (1, 1, None)
     for c in valid:
-        if (c.kwargs["KB"] == 1 and c.kwargs["NT"] == 1 and c.num_stages == 2 and not c.kwargs["INT32_ROWS"]
-                and (c.kwargs["TMA"], c.num_warps) == want):
+        if (c.kwargs["KB"] == 1 and c.kwargs["TMA"] == 0 and c.num_warps == 1 and c.num_stages == 2
+                and (c.kwargs["NT"], c.kwargs["INT32_ROWS"], c.maxnreg) == want):
             return c
     return valid[0]
 
