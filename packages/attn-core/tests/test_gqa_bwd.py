@@ -280,20 +280,20 @@ def test_atomic_dq_autograd_and_tolerance():
 
 
 def test_config_choice():
-    """``choose`` is a function of the shapes: the first config of the class unless its longest dK/dV
-    program (key block 0: all rows of all G heads) outlasts an even share of the work; then the smallest key
-    block. On 132 SMs: MHA rows keep the 128-key blocks, the GQA 8:1 / short rows take 64-key blocks."""
+    """``choose`` is a function of the shapes: the first config of the class whose dK/dV grid covers 3/4 of the
+    SMs, else the smallest key block. On 132 SMs only llama-70b-short (2 x 8 KV heads x 4 key blocks of 128 =
+    64 programs) takes the 64-key blocks."""
     first, small = bwd.configs_for(128)[0], bwd.configs_for(128)[-1]
     assert small.block_n1 < first.block_n1
     for w in SPEC.workloads:
         B, S, H, D = w.shape("q")
         H_kv = w.shape("k")[2]
         got = bwd.choose(D, B, S, S, H, H_kv, True, 132)
-        want = first if w.name in ("llama-8b-long", "llama-8b-short-mha", "llama-8b-long-mha",
-                                   "llama-70b-short-mha", "llama-70b-long-mha") else small
+        want = small if w.name == "llama-70b-short" else first
         assert got == want, (w.id, got.name)
     assert bwd.choose(128, 1, 40, 40, 16, 2, True, 1) == first  # the interpreter (1 "SM") keeps the first
-    assert bwd.choose(256, 2, 512, 512, 64, 8, True, 132).block_n1 == 32
+    assert bwd.choose(256, 2, 512, 512, 64, 8, True, 132).block_n1 == 64  # 128 programs
+    assert bwd.choose(256, 1, 512, 512, 64, 4, True, 132).block_n1 == 32  # 32 or 64 programs: the most
 
 
 def test_strided_views_and_determinism():

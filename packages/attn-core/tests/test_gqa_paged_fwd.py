@@ -82,26 +82,19 @@ SPLIT_CASES = {
 }
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "combine-launch"])
 @pytest.mark.parametrize("splits", [2, 5])
 @pytest.mark.parametrize("name", SPLIT_CASES)
-def test_forced_kv_splits(name, splits):
-    """Split-KV + combine (the interpreter has 1 SM, so the heuristic never splits): more splits than tiles
-    leave empty splits; sinks are added once, in the combine."""
+def test_forced_kv_splits_merged(name, splits, fused):
+    """Split-KV (the interpreter has 1 SM, so the heuristic never splits; more splits than tiles leave empty
+    splits; sinks are added once, in the merge). ``fused_combine`` (the default): the last split of each block
+    merges the partials in the attention kernel (no combine launch); else the combine launch merges them. The
+    plan is run twice, so the second run starts from the counters the first left."""
     kw = dict(SPLIT_CASES[name])
     case = build_case(device=DEV, q_dtype=torch.float16, kv_dtype=torch.float16, seed=splits, **kw)
-    _, plan = _check(case, num_splits=splits)
-    assert any(ln.n_combine for ln in plan.launches), plan.describe()
-
-
-@pytest.mark.parametrize("splits", [2, 5])
-@pytest.mark.parametrize("name", SPLIT_CASES)
-def test_forced_kv_splits_merged_in_the_kernel(name, splits):
-    """``fused_combine``: the last split of each block merges the partials in the attention kernel (no
-    combine launch); the plan is run twice, so the second run starts from the counters the first left."""
-    kw = dict(SPLIT_CASES[name])
-    case = build_case(device=DEV, q_dtype=torch.float16, kv_dtype=torch.float16, seed=splits, **kw)
-    first, plan = _check(case, num_splits=splits, fused_combine=True)
-    assert not any(ln.n_combine for ln in plan.launches) and any(ln.counters is not None for ln in plan.launches)
+    first, plan = _check(case, num_splits=splits, fused_combine=fused)
+    assert any(ln.n_combine for ln in plan.launches) != fused
+    assert any(ln.counters is not None for ln in plan.launches) == fused
     again = case.fresh()
     again.inputs["plan"] = plan
     testing.assert_bitwise("o", first["o"], again.run(SPEC.fn)["o"])
@@ -109,8 +102,14 @@ def test_forced_kv_splits_merged_in_the_kernel(name, splits):
 
 
 # (plan keyword, layout): page sizes that are multiples of the key tile for ``tile_in_page`` (one table entry per
-# tile, affine rows); power-of-two page sizes for ``pow2_pages`` (shift / mask), page 48 keeping the division.
+# tile, affine rows; the default) and the per-key gather it replaces (``tile_in_page=False``); power-of-two page
+# sizes for ``pow2_pages`` (shift / mask), page 48 keeping the division.
 PAGE_ADDRESSING_CASES = {
+    "per_key_gather-decode-d128-p128": ("tile_in_page=False", dict(q_lens=[1, 1, 0, 1], cache_lens=[300, 129, 40, 1],
+                                                                   num_heads=8, num_kv=2, d=128, page_size=128)),
+    "per_key_gather-prefill-d128-p64-rope": ("tile_in_page=False", dict(q_lens=[20, 3], cache_lens=[140, 64],
+                                                                        num_heads=8, num_kv=2, d=128, page_size=64,
+                                                                        rope=True)),
     "tile_in_page-decode-d128-p128": ("tile_in_page", dict(q_lens=[1, 1, 0, 1], cache_lens=[300, 129, 40, 1],
                                                            num_heads=8, num_kv=2, d=128, page_size=128, sinks=True)),
     "tile_in_page-decode-d64-p256-window": ("tile_in_page", dict(q_lens=[1, 1], cache_lens=[600, 257], num_heads=4,
@@ -134,8 +133,9 @@ def test_page_addressing(name, splits):
     """The page-addressing plan keywords on shuffled pages, ragged tails, an empty request, decode and prefill
     tiles, with and without forced splits."""
     knob, layout = PAGE_ADDRESSING_CASES[name]
+    key, _, value = knob.partition("=")
     case = build_case(device=DEV, q_dtype=torch.float16, kv_dtype=torch.float16, seed=22, **layout)
-    _check(case, **{knob: True}, **({"num_splits": splits} if splits else {}))
+    _check(case, **{key: value != "False"}, **({"num_splits": splits} if splits else {}))
 
 
 @pytest.mark.gpu

@@ -44,8 +44,11 @@ class FwdConfig:
 # The ``-tma`` entries (K/V by TMA, mbarrier-pipelined; offline sm_90: 184 registers at D = 128 against
 # the default's 212) are candidates for the H200 sweep, after the GPU test has checked each: not defaults
 # until measured.
+# D = 64: the 4-warp 128x64 tile, on the H200 (2026-12-01 21:20, benchmarks/results/h200/20261201-2120-tune-d64.json)
+# 15 % faster than the 8-warp one on gpt-oss-uniform, 12 % on gpt-oss-q-lt-kv, 17 % on gpt-oss-rope-interleaved
+# with in-loop RoPE (5 % slower with the key pre-pass: 59.1 against 56.4 us, both far under the 80 of before).
 PREFILL_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
-    64: (FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 3), FwdConfig(128, 64, 4, 3), FwdConfig(64, 64, 4, 3),
+    64: (FwdConfig(128, 64, 4, 3), FwdConfig(128, 128, 8, 3), FwdConfig(128, 64, 8, 3), FwdConfig(64, 64, 4, 3),
          FwdConfig(128, 64, 8, 3, tma=True), FwdConfig(128, 128, 8, 3, tma=True)),
     128: (FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 2), FwdConfig(128, 32, 8, 3), FwdConfig(64, 64, 4, 3),
           FwdConfig(128, 64, 8, 3, tma=True), FwdConfig(128, 128, 8, 2, tma=True)),
@@ -79,9 +82,11 @@ MAX_SPLITS = 128
 # launch. Off until the H200 has checked and timed it (``forced(fused_combine=True)`` in tests / sweeps).
 FUSED_COMBINE_DEFAULT = False
 # RoPE on prefill shapes: rotate the keys once in a pre-pass (rope_keys_kernel) when several query blocks of a
-# request read each key, instead of in every block's key loop. Off until timed on the H200
-# (``forced(rope_key_prepass=True)`` in tests / sweeps); decode shapes keep the in-loop rotation either way.
-ROPE_KEY_PREPASS_DEFAULT = False
+# request read each key, instead of in every block's key loop. On the H200 (2026-12-01 21:20, tune-rope / tune-d64
+# JSON) faster on every RoPE prefill row timed: gpt-oss-rope-interleaved 79.8 -> 56.4 us (f16; bf16 alike),
+# prefill-rope 20.5 -> 20.4 with the default tile (19.2 at m64n64 / 3 splits). ``forced(rope_key_prepass=False)``
+# keeps the in-loop rotation; decode shapes keep it either way.
+ROPE_KEY_PREPASS_DEFAULT = True
 ROPE_KEY_ELEMS = 4096  # key elements per pre-pass program (rows = this / padded D: no spills up to D = 512)
 
 

@@ -63,18 +63,19 @@ def configs_for(head_dim: int) -> tuple[BwdConfig, ...]:
 
 def choose(head_dim: int, batch: int, s_q: int, s_kv: int, heads: int, kv_heads: int, is_causal: bool,
            sms: int) -> BwdConfig:
-    """The config for a call: the first of the class whose longest dK/dV program — key block 0, which
-    sees every query row of all G heads, 4 products per (row, key) — fits in an even per-SM share of the
-    whole work (7 products per visible pair); if none does, the one with the smallest key block."""
+    """The config for a call: the first of the class whose dK/dV grid (one program per key block of each
+    (batch, KV head)) covers at least 3/4 of the SMs, else the one with the most programs (smallest key block).
+    H200 sweeps (2026-12-01, benchmarks/results/h200/20261201-2120-tune-bwd-short.json and docs/perf/attn-core.md):
+    llama-8b-short (128 programs of 128 keys) 124 us against 157 with 64-key blocks, llama-70b-long (128) 693
+    against 847; llama-70b-short (64 programs of 128 keys) keeps the 64-key blocks, 183 against 188.5.
+    ``heads``, ``s_q`` and ``is_causal`` do not enter: on these rows the grid's fill decided, not the longest
+    program's share of the work."""
     cs = configs_for(head_dim)
-    G = heads // kv_heads
-    pairs = (s_q * (s_kv - s_q) + s_q * (s_q + 1) // 2) if is_causal else s_q * s_kv
-    share = 7 * pairs * heads * batch / max(sms, 1)
-    span = lambda c: 4 * G * s_q * min(c.block_n1, s_kv)  # noqa: E731
+    programs = lambda c: batch * kv_heads * triton.cdiv(max(s_kv, 1), c.block_n1)  # noqa: E731
     for c in cs:
-        if span(c) <= share:
+        if 4 * programs(c) >= 3 * sms:
             return c
-    return min(cs, key=lambda c: c.block_n1)
+    return max(cs, key=programs)
 
 
 _FORCED: dict[str, BwdConfig] = {}

@@ -28,14 +28,16 @@ SMALL_ROWS = 16
 # loads in flight, and enough items that the last wave is short.
 TARGET_PROGRAMS_PER_SM = 4
 MIN_SPLIT_KEYS = {"small": 256, "large": 1024}
-# Split blocks merged by their last split inside the attention kernel instead of a combine launch. Off
-# until the H200 has checked and timed it (``fused_combine=True`` per plan in tests and sweeps).
-FUSED_COMBINE_DEFAULT = False
+# Split blocks merged by their last split inside the attention kernel instead of a combine launch: on the H200
+# (2026-12-01 21:20, benchmarks/results/h200/20261201-2120-tune-paged*.json) 27 % faster on llama-405b-p256, 10 % on
+# llama-70b-p16, 1-4 % on the other split rows, never more than 1 % slower (``fused_combine=False`` per plan
+# restores the combine launch).
+FUSED_COMBINE_DEFAULT = True
 # Pool tiles that lie in one page (page_size a multiple of BLOCK_N) read one table entry per tile instead of a
-# per-key gather. The default for the launch kinds where the H200 timed it faster (2026-12-01: every one of
-# 13 decode rows, 3-10 %; docs/perf/attn-core.md); the prefill ("large") kind keeps the per-key gather until
-# it is timed. ``tile_in_page=True/False`` per plan overrides it for both kinds.
-TILE_IN_PAGE_DEFAULT = frozenset({"small"})
+# per-key gather: the default for both launch kinds (H200: every one of 13 decode rows 3-10 % faster on
+# 2026-12-01; the prefill tiles 11-23 % faster on the 4 prefill-op and 3 GQAPagedFwd prefill rows of the 21:20
+# sweep, never slower; docs/perf/attn-core.md). ``tile_in_page=False`` per plan restores the per-key gather.
+TILE_IN_PAGE_DEFAULT = frozenset({"small", "large"})
 # Power-of-two page sizes: per-key page / slot by shift and mask instead of an integer division by the runtime
 # page size (the tiles ``tile_in_page`` does not cover: pages smaller than the tile, the prefill kind). Off
 # until timed (``pow2_pages=True`` per plan); offline sm_90 it removes the per-key division code.

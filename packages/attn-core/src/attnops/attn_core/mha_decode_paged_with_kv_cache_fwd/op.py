@@ -14,9 +14,6 @@ from attnops.kernel_utils.attention_fns import window_bounds
 _16BIT = (torch.float16, torch.bfloat16)
 
 
-# Split blocks merged by their last split inside the attention kernel (no combine launch): on the H200
-# (2026-12-01) 6 of the 7 MHA decode rows ran 4-23 % faster with it, the seventh (opt-1.3b-b16) 2 % slower.
-FUSED_COMBINE = True
 
 
 def mha_decode_paged_plan(real_seqlen_kv, s_q: int, num_heads: int, head_dim: int, *, is_causal: bool = False,
@@ -26,7 +23,6 @@ def mha_decode_paged_plan(real_seqlen_kv, s_q: int, num_heads: int, head_dim: in
     lens = real_seqlen_kv.tolist() if isinstance(real_seqlen_kv, torch.Tensor) else list(real_seqlen_kv)
     if device is None and isinstance(real_seqlen_kv, torch.Tensor):
         device = real_seqlen_kv.device
-    tuning.setdefault("fused_combine", FUSED_COMBINE)
     return plan_paged_attention([s_q] * len(lens), lens, num_heads=num_heads, num_kv_heads=num_heads,
                                 head_dim=head_dim, is_causal=is_causal, device=device, num_splits=num_splits,
                                 **tuning)

@@ -14,7 +14,11 @@ from .kernel import mla_combine_kernel, mla_decode_kernel
 
 _ACTIVATIONS = (torch.float16, torch.bfloat16)
 LOG2E = 1.4426950408889634
-MIN_SPLIT_KEYS = 256  # below this a split's partial output (BLOCK_H × 512 fp32) outweighs its keys
+# A KV split covers at least this many keys. 128: on the H200 (2026-12-01 21:20,
+# benchmarks/results/h200/20261201-2120-tune-mla.json) the 4096-key rows with 1-2 head blocks ran 32 splits of 128
+# keys 15-17 % faster than the 16 of 256 that a 256-key floor allowed (mla-tp-b1 22.9 -> 18.9 us, b2 23.7 -> 20.2,
+# ds-v3-single-request 22.6 -> 18.9); 64-key splits were slower again.
+MIN_SPLIT_KEYS = 128
 
 
 @dataclass(frozen=True)
