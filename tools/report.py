@@ -187,7 +187,8 @@ def floor_gap(op: str, name: str) -> str:
     no_ws = "no warp specialization in Triton 3.6 (FA3 overlaps softmax with the MMA)"
     if op == "GQABwd":
         if "70b-long" in name and "mha" not in name:
-            return f"`choose` takes the 64-key tile here: m64n128 measured 693 vs 846 µs ({core}, 2026-12-01)"
+            return (f"record predates the `choose` refit (59ffbe2: 128-key blocks here, measured 693 vs 846 µs in a "
+                    f"sweep) ({core})")
         return f"7 MMA products per tile pair issued serially, {no_ws}; atomic dQ measured slower ({core})"
     if op == "GQADenseFwd" and name.startswith("qwen3-30b"):
         return f"split count 2× too many from 8 k keys (16k: 20.5 µs at half the splits; rule to sweep) ({core})"
@@ -205,13 +206,16 @@ def floor_gap(op: str, name: str) -> str:
         if "-p16" in name:
             return f"pages below the key tile: per-key table gather and division (`pow2_pages` candidate) ({core})"
         if "405b" in name or "70b" in name:
-            return f"split rows slower since 2026-11-30 with identical attention PTX: combine launch suspected ({core})"
+            return (f"split rows: the in-kernel merge (default since 59ffbe2) swept 27 % / 10 % faster than the "
+                    f"combine launch on 405b-p256 / 70b-p16; no benchmark run since ({core})")
         if name in PAGED_PREFILL_ROWS:
-            return f"prefill tile: per-key page gather and division (`tile_in_page` / `pow2_pages` to sweep) ({core})"
+            return (f"prefill tile: `tile_in_page` (default since 59ffbe2) swept 8-15 % faster; no benchmark run "
+                    f"since; {no_ws} ({core})")
     if op == "GQAPrefillPagedWithKVCacheFwd":
         if name.startswith(("qwen35", "gemma")):
-            return f"D = 256 prefill tile at ~25 % SOL, spills with RoPE (64x32 / 4-warp tiles to sweep) ({core})"
-        return f"prefill tile: per-key page gather and division; {no_ws} ({core})"
+            return (f"D = 256 prefill tile at ~25 % SOL, spills with RoPE; gemma-2b swept 24 % faster at 128x32 / "
+                    f"8 warps / 2 stages (candidate) ({core})")
+        return f"prefill tile (one table entry per tile since 59ffbe2); {no_ws} ({core})"
     if op == "MHADecodePagedWithKVCacheFwd":
         return f"latency row: split policy (min_split_keys 64 + in-kernel merge faster on serving rows) ({core})"
     if op == "MLADecodeWithKVCacheFwd":
