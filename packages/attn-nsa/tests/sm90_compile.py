@@ -39,8 +39,10 @@ def compile_one(kernel, args: dict, config):
         else:
             sig[name] = "fp32"
     src = ASTSource(kernel, sig, consts)
-    compiled = triton.compile(src, target=TARGET, options={"num_warps": config.num_warps,
-                                                           "num_stages": config.num_stages})
+    options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+    if config.maxnreg:
+        options["maxnreg"] = config.maxnreg
+    compiled = triton.compile(src, target=TARGET, options=options)
     return compiled.metadata.shared
 
 
@@ -67,7 +69,8 @@ def cases(full: bool):
                 offsets_ptr="*i32", tok_ptr="*i32", num_tokens=1000, qk_scale=0.1, stride_qt=4096, stride_qh=128,
                 stride_kt=256, stride_kh=128, stride_vt=256, stride_vh=128, stride_ot=4096, stride_oh=128,
                 stride_bit=32, stride_bih=16, stride_bct=2, stride_bch=1, G=g, GP=max(16, triton.next_power_of_2(g)),
-                D=d, BD=max(16, triton.next_power_of_2(d)), BS=bs, SEL=sel, CAUSAL=causal,
+                D=d, BD=max(16, triton.next_power_of_2(d)), BS=bs, SEL=sel, SELP=triton.next_power_of_2(sel),
+                CAUSAL=causal,
                 tma=d == triton.next_power_of_2(d))
 
 
