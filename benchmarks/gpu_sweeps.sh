@@ -22,7 +22,7 @@ step() {  # step <name> <cap s> <command...>: run with the time left (at most ca
 }
 tune() { local name=$1 cap=$2 tool=$3; shift 3; step "$name" "$cap" python3 -m "benchmarks.$tool" --out "$OUT/$name.json" "$@"; }
 core=packages/attn-core/tests mla=packages/attn-mla/tests
-# Caps add up to ~730 s: the deadline cuts the last sweeps first (ordered by the size of the gap they address).
+# Caps add up to ~480 s: the deadline cuts the last sweeps first (ordered by the size of the gap they address).
 # Node ids, not -k: on the GPU machine a -k expression once matched every test of the family.
 PHASE=${PHASE:-all}
 [ "$PHASE" = sweeps ] || step gpu-tests "${TESTS_CAP:-120}" python3 -m pytest -v -rf --timeout 90 -p no:cacheprovider \
@@ -44,14 +44,13 @@ if [ "$PHASE" = tests ]; then (cd "$OUT" && tar czf sweeps-logs.tgz --remove-fil
 # GQAPagedFwd's prefill rows (0.40-0.58x FA3 on the per-key gather of the prefill tile: tile_in_page and
 # pow2_pages for that kind, page 64); the prefill op's smaller rows (D = 256 tiles: its default spills 136 B
 # with RoPE, 64x32 w8 none). The default plan's time per kernel is printed too (attention vs combine).
-tune tune-paged-prefill 150 tune_attn_core_paged --filter gemma-2b,llama-8b-rope/,starcoder  # tile_in_page, large kind
-tune tune-bwd-short 60 tune_gqa_bwd --filter short  # refit `choose` (llama-70b-long wants m64n128)
-tune tune-splits 60 tune_attn_core --filter llama-8b-32k,llama-70b-32k,gemma-2b-8k  # sqrt split rule
-tune tune-topk 60 tune_attn_mla --filter TopK --iters 10  # h200-latency-4x, radix selects
-tune tune-rope 60 tune_attn_core --filter rope  # RoPE key pre-pass on the rows not reached
-tune tune-d64 40 tune_attn_core --filter gpt-oss  # 4-warp D = 64 prefill tile
-tune tune-mla 60 tune_attn_mla --filter mla-tp,single-request,ds-v3-4k  # in-kernel split merge (MLA)
-tune tune-paged 120 tune_attn_core_paged \
-  --filter llama-405b,-p16/,GQAPagedFwd/llama-8b/,serving-step,llama-8b-noncausal,gpt-oss-sink
+# (the ninth session's sweep decided tile_in_page / fused combine for the paged ops, the D = 64 tile, the RoPE key
+# pre-pass, GQABwd `choose` and MLA's split floor: docs/perf/attn-core.md "Ninth session")
+tune tune-splits 90 tune_attn_core --filter qwen3-30b,llama-8b-32k,llama-70b-32k,gemma-2b-8k  # one-wave split rule
+tune tune-paged 150 tune_attn_core_paged \
+  --filter gemma-2b,qwen35,gpt-oss-sink,-p16/,llama-8b-rope/  # D = 256 tiles, sink rows, p16 rows on 0.3.4
+tune tune-topk 90 tune_attn_mla --filter TopK --iters 10  # h200-latency-4x, radix selects
+tune tune-bwd 90 tune_gqa_bwd --filter long  # the long rows on the refit `choose`
+tune tune-mla 60 tune_attn_mla --filter ds-v3-32k,serving-batch,ds-v2  # the 128-key split floor on the other rows
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"
