@@ -22,7 +22,9 @@
 set -u
 OUT=${OUT:-/tmp/attnops-out}
 DEADLINE=${DEADLINE:-$(( $(date +%s) + 540 ))}
-export ATTNOPS_GIT_SHA DEADLINE BENCH_FIRST=1 TESTS=0 ROWS=${ROWS:-} DIAG=${DIAG:-}
+# WARM: the benchmark lanes compile our kernels and the peers' in WARM processes first (benchmarks/warm.py); the
+# rows' checks phase (compiles) was 2-23 s a row without it on 2026-12-01 (attn-core), 0.03-1 s with it (attn-nsa)
+export ATTNOPS_GIT_SHA DEADLINE BENCH_FIRST=1 TESTS=0 ROWS=${ROWS:-} DIAG=${DIAG:-} WARM=${WARM:-8}
 lane() {  # lane <gpu> <name> <command...>: one lane on one GPU, its output in $OUT/<name>.txt
   local gpu=$1 name=$2; shift 2
   CUDA_VISIBLE_DEVICES=$gpu OUT="$OUT/$name" PEERS_DIR="/tmp/peers-gpu$gpu" "$@" >"$OUT/$name.txt" 2>&1
@@ -59,7 +61,7 @@ case "${PART:?PART=checks, tunes, nsa, sweeps, core, mla or rest}" in
           --config "${prof#*@}" >"$OUT/ncu-${prof#*@}-$(basename "${prof%@*}").txt" 2>&1
         echo "ncu $prof: rc=$?"
       done
-      [ "${NSA_BENCH:-1}" = 0 ] || OUT=$OUT/bench TESTS=0 WARM=${WARM:-8} bash benchmarks/gpu_job.sh attn-nsa' & ;;
+      [ "${NSA_BENCH:-1}" = 0 ] || OUT=$OUT/bench TESTS=0 bash benchmarks/gpu_job.sh attn-nsa' & ;;
   tunes)
     lane 0 tunes bash -c 'PHASE=sweeps OUT=$OUT/sweeps bash benchmarks/gpu_sweeps.sh
       if [ -n "$ROWS" ]; then set -- $ROWS; OUT=$OUT/rows bash benchmarks/gpu_job.sh "$1" -- --filter "$2" \
