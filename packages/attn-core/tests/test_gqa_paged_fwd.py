@@ -101,29 +101,30 @@ def test_forced_kv_splits_merged(name, splits, fused):
     assert all(not bool(ln.counters.any()) for ln in plan.launches if ln.counters is not None)
 
 
-# (plan keyword, layout): page sizes that are multiples of the key tile for ``tile_in_page`` (one table entry per
+# (plan keywords, layout): page sizes that are multiples of the key tile for ``tile_in_page`` (one table entry per
 # tile, affine rows; the default) and the per-key gather it replaces (``tile_in_page=False``); power-of-two page
 # sizes for ``pow2_pages`` (shift / mask), page 48 keeping the division.
+TILE, GATHER, POW2 = {"tile_in_page": True}, {"tile_in_page": False}, {"pow2_pages": True}
 PAGE_ADDRESSING_CASES = {
-    "per_key_gather-decode-d128-p128": ("tile_in_page=False", dict(q_lens=[1, 1, 0, 1], cache_lens=[300, 129, 40, 1],
-                                                                   num_heads=8, num_kv=2, d=128, page_size=128)),
-    "per_key_gather-prefill-d128-p64-rope": ("tile_in_page=False", dict(q_lens=[20, 3], cache_lens=[140, 64],
-                                                                        num_heads=8, num_kv=2, d=128, page_size=64,
-                                                                        rope=True)),
-    "tile_in_page-decode-d128-p128": ("tile_in_page", dict(q_lens=[1, 1, 0, 1], cache_lens=[300, 129, 40, 1],
-                                                           num_heads=8, num_kv=2, d=128, page_size=128, sinks=True)),
-    "tile_in_page-decode-d64-p256-window": ("tile_in_page", dict(q_lens=[1, 1], cache_lens=[600, 257], num_heads=4,
-                                                                 num_kv=1, d=64, page_size=256, window_size_left=300)),
-    "tile_in_page-prefill-d128-p64-rope": ("tile_in_page", dict(q_lens=[20, 3], cache_lens=[140, 64], num_heads=8,
-                                                                num_kv=2, d=128, page_size=64, rope=True)),
-    "pow2_pages-decode-d128-p16": ("pow2_pages", dict(q_lens=[1, 1, 0, 1], cache_lens=[300, 17, 40, 1], num_heads=8,
-                                                      num_kv=2, d=128, page_size=16, sinks=True)),
-    "pow2_pages-decode-d64-p1-window": ("pow2_pages", dict(q_lens=[1, 2], cache_lens=[70, 33], num_heads=4, num_kv=1,
-                                                           d=64, page_size=1, window_size_left=20)),
-    "pow2_pages-prefill-d128-p32-rope": ("pow2_pages", dict(q_lens=[20, 3], cache_lens=[140, 64], num_heads=8,
-                                                            num_kv=2, d=128, page_size=32, rope=True)),
-    "pow2_pages-prefill-d64-p48": ("pow2_pages", dict(q_lens=[17, 1], cache_lens=[100, 49], num_heads=4, num_kv=2,
-                                                      d=64, page_size=48)),
+    "per_key_gather-decode-d128-p128": (GATHER, dict(q_lens=[1, 1, 0, 1], cache_lens=[300, 129, 40, 1],
+                                                     num_heads=8, num_kv=2, d=128, page_size=128)),
+    "per_key_gather-prefill-d128-p64-rope": (GATHER, dict(q_lens=[20, 3], cache_lens=[140, 64],
+                                                          num_heads=8, num_kv=2, d=128, page_size=64,
+                                                          rope=True)),
+    "tile_in_page-decode-d128-p128": (TILE, dict(q_lens=[1, 1, 0, 1], cache_lens=[300, 129, 40, 1],
+                                                 num_heads=8, num_kv=2, d=128, page_size=128, sinks=True)),
+    "tile_in_page-decode-d64-p256-window": (TILE, dict(q_lens=[1, 1], cache_lens=[600, 257], num_heads=4,
+                                                       num_kv=1, d=64, page_size=256, window_size_left=300)),
+    "tile_in_page-prefill-d128-p64-rope": (TILE, dict(q_lens=[20, 3], cache_lens=[140, 64], num_heads=8,
+                                                      num_kv=2, d=128, page_size=64, rope=True)),
+    "pow2_pages-decode-d128-p16": (POW2, dict(q_lens=[1, 1, 0, 1], cache_lens=[300, 17, 40, 1], num_heads=8,
+                                              num_kv=2, d=128, page_size=16, sinks=True)),
+    "pow2_pages-decode-d64-p1-window": (POW2, dict(q_lens=[1, 2], cache_lens=[70, 33], num_heads=4, num_kv=1,
+                                                   d=64, page_size=1, window_size_left=20)),
+    "pow2_pages-prefill-d128-p32-rope": (POW2, dict(q_lens=[20, 3], cache_lens=[140, 64], num_heads=8,
+                                                    num_kv=2, d=128, page_size=32, rope=True)),
+    "pow2_pages-prefill-d64-p48": (POW2, dict(q_lens=[17, 1], cache_lens=[100, 49], num_heads=4, num_kv=2,
+                                              d=64, page_size=48)),
 }
 
 
@@ -132,10 +133,9 @@ PAGE_ADDRESSING_CASES = {
 def test_page_addressing(name, splits):
     """The page-addressing plan keywords on shuffled pages, ragged tails, an empty request, decode and prefill
     tiles, with and without forced splits."""
-    knob, layout = PAGE_ADDRESSING_CASES[name]
-    key, _, value = knob.partition("=")
+    knobs, layout = PAGE_ADDRESSING_CASES[name]
     case = build_case(device=DEV, q_dtype=torch.float16, kv_dtype=torch.float16, seed=22, **layout)
-    _check(case, **{key: value != "False"}, **({"num_splits": splits} if splits else {}))
+    _check(case, **knobs, **({"num_splits": splits} if splits else {}))
 
 
 @pytest.mark.gpu

@@ -18,9 +18,14 @@ which saves the combine launch; the counter is reset to 0 by that program for th
 ``TMA`` (Hopper configs, 16-bit K/V without RoPE, ``BLOCK_D == HEAD_DIM``): K and V tiles come through
 TMA descriptors built per program over exactly this request's and KV head's ``[kv_len, HEAD_DIM]`` rows
 (rows past ``kv_len`` read as zeros, so another request's values never enter a tile); Triton pipelines
-the loop over mbarriers instead of cp.async. No warp specialization: Triton 3.6's Hopper pass does not
-apply it to this loop at 8 warps, and crashed or (reportedly, on the H200) computed wrong causal results at 4.
-The interpreter runs this path too (descriptor loads with the same zero fill).
+the loop over mbarriers instead of cp.async. The interpreter runs this path too (descriptor loads with the
+same zero fill).
+
+``WARP_SPEC`` (``-ws`` configs, 4 warps, with ``TMA``): Triton 3.6 warp-specializes the key loop (a TMA producer,
+two consumer warpgroups). Its sm_90 pass takes no branch in the loop, no early exit and no pointer-loaded or
+reshaped q tile (docs/perf/attn-core.md), so this form runs one query head per program (grid axis 1 = H, rows
+= tokens), reads q by descriptor, masks every key tile and gives blocks past the request an empty key range.
+Not yet run on a GPU (a specialized kernel once computed wrong causal results there).
 """
 
 import triton
@@ -130,7 +135,8 @@ def gqa_fwd_kernel(
     WARP_SPEC: tl.constexpr,
     WRITE_LSE: tl.constexpr = False,
 ):
-    """Grid ``(num_m_blocks, H_kv, B · num_splits)``; m-blocks run last-first (causal: longest first).
+    """Grid ``(num_m_blocks, H_kv, B · num_splits)`` (``WARP_SPEC``: ``H`` on axis 1, one query head per
+    program, never split); m-blocks run last-first (causal: longest first).
 
     Dense: lengths ``S_q / S_kv``, batch strides. Varlen (``VARLEN``): lengths from ``cu_q / cu_kv``,
     batch strides 0. Output ``o_ptr`` (out dtype, strides ``stride_o*``); with ``SPLIT`` the partials go to

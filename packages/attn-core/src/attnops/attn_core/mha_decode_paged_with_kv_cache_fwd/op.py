@@ -14,8 +14,6 @@ from attnops.kernel_utils.attention_fns import window_bounds
 _16BIT = (torch.float16, torch.bfloat16)
 
 
-
-
 def mha_decode_paged_plan(real_seqlen_kv, s_q: int, num_heads: int, head_dim: int, *, is_causal: bool = False,
                           num_splits: int | None = None, device=None, **tuning) -> PagedAttentionPlan:
     """Schedule ``mha_decode_paged_with_kv_cache_fwd`` for one batch (``real_seqlen_kv``: host list or
