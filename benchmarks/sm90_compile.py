@@ -129,7 +129,6 @@ def compile_fwd(head_dim: int, cfg, dtype: str = "fp16", out: str = "fp16", spli
         "ROPE_K": rope and not keys_prepass,
         # launch.tma_applies: 16-bit, no RoPE, power-of-two head dim
         "TMA": cfg.tma and not fp8 and not rope and head_dim == triton.next_power_of_2(head_dim),
-        "WARP_SPEC": cfg.warp_spec,
         "NUM_STAGES": cfg.num_stages, "FUSED_COMBINE": split and fused,
         "_float_args": ("sm_scale_log2", "cap_scale", "cap_log2"),
     }

@@ -205,14 +205,10 @@ TMA_CASES = {
 @pytest.mark.parametrize("name", TMA_CASES)
 def test_tma_configs_interpreter(name, head_dim):
     """The ``-tma`` configs (K/V through per-request descriptors) on the interpreter, which runs their
-    descriptor loads: ragged and empty requests, q_len > kv_len, windows, sinks, softcap, GQA 5:1. The ``-ws``
-    ones take their warp-specialized form here (q by descriptor, one query head per program, every tile
-    masked; the interpreter ignores the specialization itself)."""
+    descriptor loads: ragged and empty requests, q_len > kv_len, windows, sinks, softcap, GQA 5:1."""
     case = make_case(UNIFORM, DEV, shrink=True, seed=15, head_dim=head_dim, **TMA_CASES[name])
     fns = {c.name: functools.partial(_forced_fwd, c) for c in fwd.configs_for(head_dim, 1200) if c.tma}
     assert fns and fwd.tma_applies(_problem_of(case))
-    ws = [c for c in fwd.configs_for(head_dim, 1200) if c.warp_spec]
-    assert ws and all(fwd.warp_spec_applies(_problem_of(case), c) for c in ws)
     SPEC.check_each(case, fns)
 
 

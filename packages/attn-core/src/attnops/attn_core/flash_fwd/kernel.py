@@ -19,13 +19,9 @@ which saves the combine launch; the counter is reset to 0 by that program for th
 TMA descriptors built per program over exactly this request's and KV head's ``[kv_len, HEAD_DIM]`` rows
 (rows past ``kv_len`` read as zeros, so another request's values never enter a tile); Triton pipelines
 the loop over mbarriers instead of cp.async. The interpreter runs this path too (descriptor loads with the
-same zero fill).
-
-``WARP_SPEC`` (``-ws`` configs, 4 warps, with ``TMA``): Triton 3.6 warp-specializes the key loop (a TMA producer,
-two consumer warpgroups). Its sm_90 pass takes no branch in the loop, no early exit and no pointer-loaded or
-reshaped q tile (docs/perf/attn-core.md), so this form runs one query head per program (grid axis 1 = H, rows
-= tokens), reads q by descriptor, masks every key tile and gives blocks past the request an empty key range.
-Not yet run on a GPU (a specialized kernel once computed wrong causal results there).
+same zero fill). No warp specialization: Triton 3.6's Hopper pass does not apply it to this loop as written,
+and a form it did specialize (one query head per program, q by descriptor, every tile masked) computed wrong
+results on the H200 (docs/perf/attn-core.md, tenth session).
 """
 
 import triton
@@ -67,7 +63,7 @@ def _attn_tiles(
     BLOCK_N: tl.constexpr, SOFTCAP: tl.constexpr, ROPE_K: tl.constexpr, ROTARY_DIM: tl.constexpr,
     INTERLEAVED: tl.constexpr, UPCAST_K: tl.constexpr,
     UPCAST_V: tl.constexpr, COMPUTE_BF16: tl.constexpr, EXACT_DOT: tl.constexpr, FP8_QK: tl.constexpr,
-    TMA: tl.constexpr, NUM_STAGES: tl.constexpr, WARP_SPEC: tl.constexpr,
+    TMA: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     """Keys ``[lo, hi)`` (``lo`` a multiple of BLOCK_N) into the running ``(acc, m, l)``. Tiles inside
     ``[full_lo, full_hi)`` are visible from every row and skip the mask (a uniform branch per tile).
@@ -78,7 +74,7 @@ def _attn_tiles(
     ``TMA``: K / V tiles from the descriptors ``k_desc`` / ``v_desc`` (row ``start`` of the request's
     rows, zeros past ``kv_len``); else pointer loads masked at ``kv_len``."""
     offs_n = tl.arange(0, BLOCK_N)
-    for start in tl.range(lo, hi, BLOCK_N, num_stages=NUM_STAGES, warp_specialize=WARP_SPEC):
+    for start in tl.range(lo, hi, BLOCK_N, num_stages=NUM_STAGES):
         k_pos = start + offs_n
         k_rows = k_pos.to(tl.int64)
         n_mask = k_pos < kv_len
@@ -101,9 +97,7 @@ def _attn_tiles(
             qk = mma(q, tl.trans(k), None, EXACT_DOT)
         if SOFTCAP:
             qk = softcap_scores(qk, cap_scale, cap_log2)
-        if WARP_SPEC:  # a branch in the loop keeps Triton 3.6 from specializing it (offline sm_90): every tile
-            qk = tl.where(visible(q_pos, k_pos, kv_len, WL, WR), qk, float("-inf"))
-        elif (start < full_lo) | (start + BLOCK_N > full_hi):
+        if (start < full_lo) | (start + BLOCK_N > full_hi):
             qk = tl.where(visible(q_pos, k_pos, kv_len, WL, WR), qk, float("-inf"))
         p, alpha, m_i, l_i = online_softmax_step(qk, m_i, l_i, step_scale)
         if TMA:
@@ -132,11 +126,9 @@ def gqa_fwd_kernel(
     COMPUTE_BF16: tl.constexpr, SOFTCAP: tl.constexpr, HAS_SINK: tl.constexpr,
     ROPE: tl.constexpr, ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr, EXACT_DOT: tl.constexpr,
     ROPE_K: tl.constexpr, TMA: tl.constexpr, NUM_STAGES: tl.constexpr, FUSED_COMBINE: tl.constexpr,
-    WARP_SPEC: tl.constexpr,
     WRITE_LSE: tl.constexpr = False,
 ):
-    """Grid ``(num_m_blocks, H_kv, B · num_splits)`` (``WARP_SPEC``: ``H`` on axis 1, one query head per
-    program, never split); m-blocks run last-first (causal: longest first).
+    """Grid ``(num_m_blocks, H_kv, B · num_splits)``; m-blocks run last-first (causal: longest first).
 
     Dense: lengths ``S_q / S_kv``, batch strides. Varlen (``VARLEN``): lengths from ``cu_q / cu_kv``,
     batch strides 0. Output ``o_ptr`` (out dtype, strides ``stride_o*``); with ``SPLIT`` the partials go to
@@ -150,16 +142,7 @@ def gqa_fwd_kernel(
     way). ``WRITE_LSE`` (not with
     ``SPLIT``): also store each row's base-2 lse (``-inf`` for empty rows) at ``lse_ptr``."""
     pid_m = num_m_blocks - 1 - tl.program_id(0)
-    if WARP_SPEC:
-        # one query head per program (grid axis 1 = H): the packed tile of G heads needs a q reshape that Triton
-        # 3.6's warp specialization cannot partition (offline sm_90); K / V come again for each head (from L2)
-        q_head = tl.program_id(1)
-        kv_head = q_head // G
-        rows_per_token = 1
-    else:
-        kv_head = tl.program_id(1)
-        q_head = kv_head * G
-        rows_per_token = G
+    kv_head = tl.program_id(1)
     pid_z = tl.program_id(2)
     if SPLIT:
         b = pid_z // num_splits
@@ -179,16 +162,15 @@ def gqa_fwd_kernel(
         kv_start = b * 0
         kv_len = S_kv
         tok0 = b * S_q
-    num_rows = q_len * rows_per_token
+    num_rows = q_len * G
     m_start = pid_m * BLOCK_M
-    if not WARP_SPEC:  # (an early exit is a branch Triton 3.6's warp specialization fails on: an empty loop)
-        if m_start >= num_rows:
-            return
+    if m_start >= num_rows:
+        return
 
     b64 = b.to(tl.int64)
     rows = m_start + tl.arange(0, BLOCK_M)
-    t = rows // rows_per_token
-    head = q_head + rows % rows_per_token
+    t = rows // G
+    head = kv_head * G + rows % G
     row_mask = rows < num_rows
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
@@ -197,17 +179,7 @@ def gqa_fwd_kernel(
     # ---- Q tile (rotated / kept fp8 / upcast), scale factors
     q_rows = b64 * stride_qb + (q_start + t).to(tl.int64) * stride_qt + head.to(tl.int64) * stride_qh
     q_mask = row_mask[:, None] & d_mask[None, :]
-    if WARP_SPEC:
-        # q by TMA over this request's rows of this head (rows past q_len read as zeros): a pointer-loaded q
-        # tile made Triton 3.6's warp specialization fail (offline sm_90). An empty request points the
-        # descriptor at the tensor's first row (a valid address) and stores nothing.
-        q_off = tl.where(q_len > 0, b64 * stride_qb + q_start.to(tl.int64) * stride_qt
-                         + q_head.to(tl.int64) * stride_qh, 0)
-        q_desc = tl.make_tensor_descriptor(q_ptr + q_off, shape=[tl.maximum(q_len, 1), HEAD_DIM],
-                                           strides=[stride_qt, 1], block_shape=[BLOCK_M, BLOCK_D])
-        q = q_desc.load([m_start, 0])
-    else:
-        q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=q_mask, other=0.0)
+    q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=q_mask, other=0.0)
     if ROPE:
         q = rope_tile(q, q_ptr + q_rows, q_mask, cos_ptr, sin_ptr, q_pos, row_mask & (q_pos >= 0), stride_rope,
                       ROTARY_DIM, INTERLEAVED)
@@ -248,11 +220,9 @@ def gqa_fwd_kernel(
 
     # ---- key range of this block (and split); tiles inside [full_lo, full_hi) need no mask
     last_row = tl.minimum(m_start + BLOCK_M, num_rows) - 1
-    q_pos_lo = m_start // rows_per_token + (kv_len - q_len)
-    q_pos_hi = last_row // rows_per_token + (kv_len - q_len)
+    q_pos_lo = m_start // G + (kv_len - q_len)
+    q_pos_hi = last_row // G + (kv_len - q_len)
     n_lo, full_lo, full_hi, n_hi = kv_block_range(q_pos_lo, q_pos_hi, kv_len, WL, WR, BLOCK_N)
-    if WARP_SPEC:  # a block past the request's rows (no early exit on this path) visits no keys
-        n_hi = tl.where(m_start < num_rows, n_hi, n_lo)
     if SPLIT:
         n_lo, n_hi = split_kv_range(n_lo, n_hi, split, num_splits, BLOCK_N)
 
@@ -264,7 +234,7 @@ def gqa_fwd_kernel(
         kv_len, WL, WR, n_lo, n_hi, full_lo, full_hi, step_scale, cap_scale, cap_log2,
         cos_ptr, sin_ptr, stride_rope, k_desc, v_desc,
         BLOCK_N, SOFTCAP, ROPE_K, ROTARY_DIM, INTERLEAVED, UPCAST_K, UPCAST_V, COMPUTE_BF16, EXACT_DOT, FP8_QK,
-        TMA, NUM_STAGES, WARP_SPEC,
+        TMA, NUM_STAGES,
     )
 
     # ---- epilogue

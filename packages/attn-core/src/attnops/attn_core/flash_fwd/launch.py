@@ -29,13 +29,11 @@ class FwdConfig:
     num_stages: int
     fp8_dot: bool = True  # fp8 inputs: Q·Kᵀ on fp8 tensor cores (exact products); False upcasts to 16-bit
     tma: bool = False  # K/V through per-request TMA descriptors where the call allows it (``tma_applies``)
-    # with ``tma``: Triton's warp specialization of the key loop, one query head per program (``warp_spec_applies``)
-    warp_spec: bool = False
 
     @property
     def name(self) -> str:
         return (f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}" + ("" if self.fp8_dot else "-up")
-                + ("-tma" if self.tma else "") + ("-ws" if self.warp_spec else ""))
+                + ("-tma" if self.tma else ""))
 
 
 # Prefill-class configs (more than DECODE_ROWS packed rows per request), first = default. Chosen from an
@@ -49,16 +47,16 @@ class FwdConfig:
 # D = 64: the 4-warp 128x64 tile, on the H200 (2026-12-01 21:20, benchmarks/results/h200/20261201-2120-tune-d64.json)
 # 15 % faster than the 8-warp one on gpt-oss-uniform, 12 % on gpt-oss-q-lt-kv, 17 % on gpt-oss-rope-interleaved
 # with in-loop RoPE (5 % slower with the key pre-pass: 59.1 against 56.4 us, both far under the 80 of before).
-# The ``-ws`` entries (4 warps; Triton adds a producer and splits the 128 rows over two consumer warpgroups, 232
-# registers each: offline sm_90 168 registers, no spills, 148 KB shared at D = 128 / BLOCK_N 64) are sweep
-# candidates, not defaults: the H200 has not run them yet.
+# D = 128: the 4-warp 64x64 tile (235 registers, 112 KB: two programs per SM, so one's softmax overlaps the
+# other's MMA), on the H200 (tenth session, benchmarks/results/h200/20261201-2238-tune-ws.json) faster than the
+# 8-warp 128x64 one on all 12 prefill rows timed: llama-8b-uniform 48.7 -> 44.5 us, q-lt-kv 67.0 -> 65.6,
+# llama-70b-q-lt-kv 125.7 -> 125.2, long-w1024 321 -> 314 / 617 -> 599, uniform-rope with the key pre-pass
+# 62.3 -> 56.3 (97 us with in-loop RoPE: the pre-pass is the default on prefill shapes).
 PREFILL_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
     64: (FwdConfig(128, 64, 4, 3), FwdConfig(128, 128, 8, 3), FwdConfig(128, 64, 8, 3), FwdConfig(64, 64, 4, 3),
-         FwdConfig(128, 64, 8, 3, tma=True), FwdConfig(128, 128, 8, 3, tma=True),
-         FwdConfig(128, 64, 4, 3, tma=True, warp_spec=True)),
-    128: (FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 2), FwdConfig(128, 32, 8, 3), FwdConfig(64, 64, 4, 3),
-          FwdConfig(128, 64, 8, 3, tma=True), FwdConfig(128, 128, 8, 2, tma=True),
-          FwdConfig(128, 64, 4, 3, tma=True, warp_spec=True), FwdConfig(128, 128, 4, 2, tma=True, warp_spec=True)),
+         FwdConfig(128, 64, 8, 3, tma=True), FwdConfig(128, 128, 8, 3, tma=True)),
+    128: (FwdConfig(64, 64, 4, 3), FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 2), FwdConfig(128, 32, 8, 3),
+          FwdConfig(128, 64, 8, 3, tma=True), FwdConfig(128, 128, 8, 2, tma=True)),
     256: (FwdConfig(128, 32, 8, 2), FwdConfig(128, 64, 8, 2), FwdConfig(128, 32, 8, 3), FwdConfig(64, 64, 4, 2),
           FwdConfig(128, 32, 8, 2, tma=True), FwdConfig(128, 64, 8, 2, tma=True)),
     512: (FwdConfig(64, 32, 8, 2), FwdConfig(64, 16, 8, 2), FwdConfig(32, 32, 4, 2)),
@@ -250,27 +248,6 @@ def tma_applies(p: Problem) -> bool:
     return True
 
 
-def warp_spec_applies(p: Problem, cfg: FwdConfig) -> bool:
-    """Whether a ``-ws`` config runs warp-specialized (else it runs its plain TMA path): the TMA path applies
-    and q can be read as TMA boxes too (16-byte aligned base, row and head strides)."""
-    q = p.q
-    return (cfg.warp_spec and cfg.tma and tma_applies(p) and q.data_ptr() % 16 == 0
-            and all(s * q.element_size() % 16 == 0 for s in q.stride()[:-1]))
-
-
-def _schedule(p: Problem, cfg: FwdConfig, heads: int, rows_per_token: int) -> tuple[int, int]:
-    """(query blocks per request, KV splits) for a grid of ``heads`` programs per block (H_kv with the G
-    query heads of a KV head packed as rows, or H with one head per program)."""
-    total_tokens = p.q.shape[0] if p.varlen else p.q.shape[0] * p.q.shape[1]
-    rows = max(p.max_q, 0) * rows_per_token
-    num_m_blocks = max(1, triton.cdiv(rows, cfg.block_m))
-    # programs that do work: a varlen batch holds at most cdiv(T_q·rows_per_token, BLOCK_M) + B non-empty blocks
-    programs = min(p.batch * num_m_blocks, triton.cdiv(total_tokens * rows_per_token, cfg.block_m) + p.batch) * heads
-    kv_span = p.max_kv if p.wl >= p.max_kv else min(p.max_kv, p.wl + p.max_q + 1)
-    num_splits = _FORCED.get("num_splits") or choose_splits(programs, kv_span, runtime.num_sms())
-    return num_m_blocks, 1 if p.lse is not None else num_splits
-
-
 def _launch(p: Problem, cfg: FwdConfig) -> None:
     q, k, v, o = p.q, p.k, p.v, p.out
     H, D = q.shape[-2], q.shape[-1]
@@ -279,12 +256,13 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
     total_tokens = q.shape[0] if p.varlen else q.shape[0] * q.shape[1]
     fp8 = q.dtype == E4M3
     rows = max(p.max_q, 0) * G
-    warp_spec = warp_spec_applies(p, cfg)
-    if warp_spec:
-        num_m_blocks, num_splits = _schedule(p, cfg, H, 1)
-        warp_spec = num_splits == 1  # the split epilogue branches: a split call runs the packed TMA path
-    if not warp_spec:
-        num_m_blocks, num_splits = _schedule(p, cfg, H_kv, G)
+    num_m_blocks = max(1, triton.cdiv(rows, cfg.block_m))
+    # programs that do work: a varlen batch holds at most cdiv(T_q·G, BLOCK_M) + B non-empty blocks
+    programs = min(p.batch * num_m_blocks, triton.cdiv(total_tokens * G, cfg.block_m) + p.batch) * H_kv
+    kv_span = p.max_kv if p.wl >= p.max_kv else min(p.max_kv, p.wl + p.max_q + 1)
+    num_splits = _FORCED.get("num_splits") or choose_splits(programs, kv_span, runtime.num_sms())
+    if p.lse is not None:
+        num_splits = 1
     split = num_splits > 1
     block_d = triton.next_power_of_2(D)
 
@@ -307,7 +285,7 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
     rope_k_in_loop = p.rope_cos is not None
     if rope_k_in_loop and rope_keys_in_prepass(p, rows, cfg.block_m):
         k, rope_k_in_loop = rotated_keys(p), False
-    grid = (num_m_blocks, H if warp_spec else H_kv, p.batch * num_splits)
+    grid = (num_m_blocks, H_kv, p.batch * num_splits)
     gqa_fwd_kernel[grid](
         q, k, v, o, ws_o, lse_arg,
         p.cu_q if p.varlen else dummy, p.cu_kv if p.varlen else dummy,
@@ -324,8 +302,7 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
         COMPUTE_BF16=o.dtype == torch.bfloat16, SOFTCAP=softcap > 0, HAS_SINK=p.sinks is not None,
         ROPE=p.rope_cos is not None, ROTARY_DIM=p.rotary_dim or D, INTERLEAVED=p.interleaved,
         EXACT_DOT=runtime.interpreting(), ROPE_K=rope_k_in_loop, TMA=tma, NUM_STAGES=cfg.num_stages,
-        FUSED_COMBINE=fused, WARP_SPEC=warp_spec, WRITE_LSE=p.lse is not None, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
+        FUSED_COMBINE=fused, WRITE_LSE=p.lse is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split and not fused:
         block_h = max(1, min(triton.next_power_of_2(H), 4096 // block_d))
