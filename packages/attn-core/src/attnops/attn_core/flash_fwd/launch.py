@@ -61,12 +61,19 @@ PREFILL_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
           FwdConfig(128, 32, 8, 2, tma=True), FwdConfig(128, 64, 8, 2, tma=True)),
     512: (FwdConfig(64, 32, 8, 2), FwdConfig(64, 16, 8, 2), FwdConfig(32, 32, 4, 2)),
 }
-# fp8 inputs: the same tiles (Q·Kᵀ on fp8 tensor cores; no TMA path), then the default with Q/K upcast to 16-bit.
-FP8_PREFILL_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
-    d: (*(c for c in cs if not c.tma),
-        FwdConfig(cs[0].block_m, cs[0].block_n, cs[0].num_warps, cs[0].num_stages, fp8_dot=False))
-    for d, cs in PREFILL_CONFIGS.items()
-}
+# fp8 inputs: the same tiles (Q·Kᵀ on fp8 tensor cores; no TMA path), their own default first, then that default
+# with Q/K upcast to 16-bit. D = 128 keeps the 8-warp 128x64 tile: the 16-bit default ran the fp8 prefill rows
+# 7-10 % slower on the H200 (2026-12-01 22:48: llama-70b-fp8-q-lt-kv 132 -> 145 us, qwen3-fp8-ragged 148 -> 159).
+FP8_DEFAULTS: dict[int, FwdConfig] = {128: FwdConfig(128, 64, 8, 3)}
+
+
+def _fp8_configs(d: int, cs: tuple[FwdConfig, ...]) -> tuple[FwdConfig, ...]:
+    first = FP8_DEFAULTS.get(d, cs[0])
+    return (first, *(c for c in cs if not c.tma and c != first),
+            FwdConfig(first.block_m, first.block_n, first.num_warps, first.num_stages, fp8_dot=False))
+
+
+FP8_PREFILL_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {d: _fp8_configs(d, cs) for d, cs in PREFILL_CONFIGS.items()}
 # Decode-class configs: BLOCK_M is set per call to the packed rows of one request (G·S_q rounded up to a
 # power of two, >= 16). Keyed by head-dim class, then by the largest BLOCK_M they serve without spilling.
 DECODE_ROWS = 64
@@ -122,12 +129,14 @@ def configs_for(head_dim: int, rows_per_request: int, fp8: bool = False) -> tupl
 
 
 def choose_splits(programs: int, max_kv: int, sms: int) -> int:
-    """KV splits when the grid cannot fill the GPU: enough programs for ~2 per SM, each split at least
-    MIN_SPLIT_KEYS keys. 1 when ``programs`` already covers 3/4 of the SMs."""
+    """KV splits when the grid cannot fill the GPU: as many as keep every program resident in one wave
+    (``sms // programs``), each split at least MIN_SPLIT_KEYS keys. 1 when ``programs`` already covers 3/4 of
+    the SMs. One wave beat the former ~2 programs per SM on every split decode row timed on the H200 (2026-12-01
+    21:20: llama-8b-32k 2 splits 251 us against 5: 268, llama-70b-32k 4: 134 against 9: 149; qwen3-30b-16k..256k
+    33 splits 20.5-140 us against 64-66: 25.9-145)."""
     if programs <= 0 or programs * 4 >= sms * 3:
         return 1
-    want = triton.cdiv(2 * sms, programs)
-    return max(1, min(want, max_kv // MIN_SPLIT_KEYS, MAX_SPLITS))
+    return max(1, min(sms // programs, max_kv // MIN_SPLIT_KEYS, MAX_SPLITS))
 
 
 _FORCED: dict[str, object] = {}
