@@ -6,7 +6,8 @@ while a file's kernels compiled (ninth session: five attn-core files cut at 165 
     python -m benchmarks.pytest_shards --shards 14 --deadline <epoch s> --logs /tmp/out/shards -- \
         packages/attn-core/tests -k "not seed_row_full_size"
 
-Prints one line per shard (its last pytest line) and every failed test id; exits 1 if any shard failed.
+Prints one line per shard (its last pytest line) and every failed test id; the shards' logs end up in one file,
+``<logs>/shards.log``; exits 1 if any shard failed.
 """
 
 from __future__ import annotations
@@ -64,6 +65,12 @@ def main():
         print(f"shard {n:02d} ({count} tests) rc={rc}: {lines[-1] if lines else ''}")
         for ln in failures:
             print("   ", ln[:300])
+    # one file back from the device (at most 8 come back from $OUT)
+    shard_logs = sorted(args.logs.glob("shard-*.log"))
+    with open(args.logs / "shards.log", "w") as combined:
+        for path in shard_logs:
+            combined.write(f"== {path.name}\n{path.read_text(errors='replace')}\n")
+            path.unlink()
     return 1 if failed_any else 0
 
 
