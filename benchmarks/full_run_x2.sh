@@ -19,15 +19,21 @@
 # at DEADLINE (epoch seconds). Everything under $OUT is packed into run.tgz at the end (at most 8 files come
 # back). `.peers/` must hold ../shared/peers.
 #   ATTNOPS_GIT_SHA=<sha> DEADLINE=<epoch s> PART=core bash benchmarks/full_run_x2.sh
+#   ATTNOPS_GIT_SHA=<sha> DEADLINE=<epoch s> PART=core ONE_GPU=1 LANES=core-b bash benchmarks/full_run_x2.sh
 set -u
 OUT=${OUT:-/tmp/attnops-out}
 DEADLINE=${DEADLINE:-$(( $(date +%s) + 540 ))}
 # WARM: the benchmark lanes compile our kernels and the peers' in WARM processes first (benchmarks/warm.py); the
 # rows' checks phase (compiles) was 2-23 s a row without it on 2026-12-01 (attn-core), 0.03-1 s with it (attn-nsa)
 export ATTNOPS_GIT_SHA DEADLINE BENCH_FIRST=1 TESTS=0 ROWS=${ROWS:-} DIAG=${DIAG:-} WARM=${WARM:-8}
+# LANES="<name> ...": run only these lanes of the PART (e.g. LANES=core-b). ONE_GPU=1: every lane on GPU 0, one
+# after another in the order the PART starts them (a lock per GPU), for a one-GPU machine.
 lane() {  # lane <gpu> <name> <command...>: one lane on one GPU, its output in $OUT/<name>.txt
   local gpu=$1 name=$2; shift 2
-  CUDA_VISIBLE_DEVICES=$gpu OUT="$OUT/$name" PEERS_DIR="/tmp/peers-gpu$gpu" "$@" >"$OUT/$name.txt" 2>&1
+  [ -z "${LANES:-}" ] || [[ " $LANES " == *" $name "* ]] || return 0
+  if [ "${ONE_GPU:-0}" = 1 ] && [ "$gpu" != 0 ]; then sleep 2; gpu=0; fi  # (the sleep: GPU 0's lane locks first)
+  CUDA_VISIBLE_DEVICES=$gpu OUT="$OUT/$name" PEERS_DIR="/tmp/peers-gpu$gpu" flock "/tmp/attnops-gpu$gpu.lock" "$@" \
+    >"$OUT/$name.txt" 2>&1
 }
 mkdir -p "$OUT"
 core_peers=(--exclude-peers torch-compile)
