@@ -38,10 +38,13 @@ class BwdConfig:
 # compiles for sm_90 without register spills (ptxas -v, f16 and bf16; docs/perf/attn-core.md): the fp32
 # accumulators (dK + dV: 2·BLOCK_N1·D, dQ: BLOCK_M2·D) and the K/V (dK/dV role) or Q/dO (dQ role) tiles
 # held for the whole program stay within 255 registers per thread. D = 256 keeps BLOCK_M1 = 16 so the
-# dK/dV role still maps to wgmma (M = 64); its second entry runs mma.sync (BLOCK_N1 = 32).
+# dK/dV role still maps to wgmma (M = 64); its second entry runs mma.sync (BLOCK_N1 = 32). The 4-warp D = 128
+# entry (255 registers, 64 KB: two programs per SM, as the forward's 64x64 4-warp tile that beat the 8-warp one
+# on the H200) is a sweep candidate: ``choose`` never reaches it (the 8-warp 64-key entry comes first).
 CONFIGS: dict[int, tuple[BwdConfig, ...]] = {
     64: (BwdConfig(64, 128, 128, 64, 8, 3), BwdConfig(32, 128, 128, 32, 8, 3), BwdConfig(64, 64, 64, 64, 4, 3)),
-    128: (BwdConfig(64, 128, 128, 64, 8, 2), BwdConfig(32, 128, 128, 32, 8, 3), BwdConfig(64, 64, 128, 64, 8, 2)),
+    128: (BwdConfig(64, 128, 128, 64, 8, 2), BwdConfig(32, 128, 128, 32, 8, 3), BwdConfig(64, 64, 128, 64, 8, 2),
+          BwdConfig(32, 64, 64, 32, 4, 2)),
     256: (BwdConfig(16, 64, 64, 16, 8, 2), BwdConfig(32, 32, 32, 32, 8, 2)),
 }
 MAX_HEAD_DIM = 256
