@@ -50,10 +50,9 @@ def _split_options(case, cfg) -> tuple[int, list[int]]:
     if default > 1:
         # the candidate rule of docs/perf/attn-core.md (2026-12-01): ~sqrt(kv) / 4 splits, one program per SM
         sqrt_rule = max(1, min(triton.cdiv(sms, programs), math.isqrt(max_kv) // 4, fwd.MAX_SPLITS))
-        # one wave: as many splits as keep every program resident at once (2026-12-01 21:20: 7-10 % faster than
-        # the rule's two waves on the 32k dense rows)
-        one_wave = max(1, min(sms // programs, max_kv // fwd.MIN_SPLIT_KEYS, fwd.MAX_SPLITS))
-        opts |= {max(1, default // 2), min(fwd.MAX_SPLITS, default * 2), sqrt_rule, one_wave}
+        # the rule before 0.3.5 (~2 programs per SM), which one wave (the default since) replaced
+        two_waves = max(1, min(triton.cdiv(2 * sms, programs), max_kv // fwd.MIN_SPLIT_KEYS, fwd.MAX_SPLITS))
+        opts |= {max(1, default // 2), min(fwd.MAX_SPLITS, default * 2), sqrt_rule, two_waves}
     return default, sorted(opts)
 
 

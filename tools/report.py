@@ -186,12 +186,10 @@ def floor_gap(op: str, name: str) -> str:
     core, mla = "docs/perf/attn-core.md", "docs/perf/attn-mla.md"
     no_ws = "no warp specialization in Triton 3.6 (FA3 overlaps softmax with the MMA)"
     if op == "GQABwd":
-        if "70b-long" in name and "mha" not in name:
-            return (f"record predates the `choose` refit (59ffbe2: 128-key blocks here, measured 693 vs 846 µs in a "
-                    f"sweep) ({core})")
         return f"7 MMA products per tile pair issued serially, {no_ws}; atomic dQ measured slower ({core})"
     if op == "GQADenseFwd" and name.startswith("qwen3-30b"):
-        return f"split count 2× too many from 8 k keys (16k: 20.5 µs at half the splits; rule to sweep) ({core})"
+        return (f"run 2248 used ~2 programs per SM; the one-wave split rule (0.3.5, e882e58) swept 5-19 % faster "
+                f"on the changed rows (16k: 25.2 → 20.8 µs); no benchmark run since ({core})")
     if "sink-mixed" in name:
         return ("window-128 rows: each query tile meets 2–3 key tiles, so its q load, epilogue and the launch "
                 f"dominate (hypothesis; FA3 13–24 µs) ({core})")
