@@ -2,10 +2,12 @@
 config's output is checked against the reference, then timed like the benchmark (device time, cold L2).
 Prints, per seed row, the default choice and its time and the best (config, splits, "+fused": split partials
 merged in the kernel, "+keys-pre": RoPE keys rotated in a pre-pass) found, the "-tma" configs included; writes
-JSON.
+JSON. ``--ws``: instead, the experimental Gluon warp-specialized kernel's configs (``flash_fwd/ws_launch.py``)
+beside the default on the GQAVarlenFwd rows it supports (no window / softcap / sinks / RoPE / fp8, D 64 / 128).
 
     python -m benchmarks.tune_attn_core --filter GQADense --out /tmp/tune-attn-core.json
     python -m benchmarks.tune_attn_core --filter llama-8b-uniform/bf16 --iters 20
+    python -m benchmarks.tune_attn_core --ws --filter GQAVarlenFwd --out /tmp/tune-ws.json
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import statistics
 import triton
 
 from attnops.attn_core.flash_fwd import launch as fwd
+from attnops.attn_core.flash_fwd import ws_launch
 from attnops.attn_core.specs import SPECS
 from attnops.kernel_utils import runtime
 from attnops.kernel_utils.fp8 import E4M3
@@ -56,11 +59,46 @@ def _split_options(case, cfg) -> tuple[int, list[int]]:
     return default, sorted(opts)
 
 
+# inputs of a GQAVarlenFwd case the warp-specialized kernel takes; any other (window, softcap, sinks, RoPE, fp8
+# scales) leaves the row out of the --ws sweep
+WS_INPUTS = {"q", "k", "v", "cu_seqlens_q", "cu_seqlens_kv", "is_causal", "max_seqlen_q", "max_seqlen_kv", "sm_scale"}
+
+
+def _ws_fn(cfg):
+    def run(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, is_causal=True, sm_scale=None, max_seqlen_kv=None):
+        return ws_launch.gqa_fwd_ws(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, is_causal=is_causal,
+                                    sm_scale=sm_scale, config=cfg)
+    return run
+
+
+def _ws_variants(case):
+    a = case.inputs
+    if set(a) - WS_INPUTS or a["q"].dtype == E4M3 or a["q"].shape[-1] not in ws_launch.CONFIGS:
+        return None
+    return [(cfg.name, _ws_fn(cfg), None) for cfg in ws_launch.CONFIGS[a["q"].shape[-1]]]
+
+
 def main():
-    args = sweep_arguments(__doc__.splitlines()[0], "tune-attn-core.json").parse_args()
+    parser = sweep_arguments(__doc__.splitlines()[0], "tune-attn-core.json")
+    parser.add_argument("--ws", action="store_true", help="time the Gluon warp-specialized kernel's configs")
+    args = parser.parse_args()
     flush = L2Flusher()
     results = []
-    for spec, w, case, expected in seed_cases(SPECS, args.filter, OPS):
+    for spec, w, case, expected in seed_cases(SPECS, args.filter, ("GQAVarlenFwd",) if args.ws else OPS):
+        if args.ws:
+            variants = _ws_variants(case)
+            if variants is None:
+                continue
+            variants.append(("default", spec.fn, None))
+            timed, failed = check_and_time(spec, case, expected, variants, args.iters, flush)
+            best = min(timed, key=timed.get) if timed else None
+            record(args.out, results, {"id": w.id, "default_ms": timed.get("default"), "best": best,
+                                       "best_ms": timed.get(best), "all": timed, "failed": failed})
+            print(f"{w.id:58s} " + "  ".join(f"{k} {v * 1e3:.1f}" for k, v in timed.items()) +
+                  f" us; failed {len(failed)}", flush=True)
+            for key, why in failed.items():
+                print(f"    FAILED {key}: {why}", flush=True)
+            continue
         D, G, max_q, _, fp8 = _shape(case)
         cands = fwd.configs_for(D, max_q * G, fp8)
         rope = case.inputs.get("pos_encoding_mode") == "rope" and not fp8

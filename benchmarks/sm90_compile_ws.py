@@ -1,0 +1,75 @@
+"""Compile the Gluon warp-specialized flash forward (``flash_fwd/ws_kernel.py``) for sm_90 without a GPU and report
+what ptxas says (registers, spills, shared memory, wgmma, loop SASS), per head dim / mask / tile. Exit status 1 on a
+compile error or shared memory over the sm_90 limit.
+
+    PYTHONPATH=. python -m benchmarks.sm90_compile_ws
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "0"  # before attnops / triton: build real JIT functions
+
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: E402
+from triton.runtime.jit import mangle_type  # noqa: E402
+
+from attnops.attn_core.flash_fwd import ws_launch  # noqa: E402
+from attnops.attn_core.flash_fwd.ws_kernel import gqa_fwd_ws_kernel  # noqa: E402
+
+from .sm90_compile import SM90_SMEM, ptxas_report  # noqa: E402
+
+
+def _desc_type(dtype, block, d: int) -> str:
+    """The JIT's signature string of a host descriptor over a [rows, H·D] view (a CPU tensor stands in)."""
+    t = torch.empty(256, 4 * d, dtype=dtype)
+    return mangle_type(TensorDescriptor.from_tensor(t, block, ws_launch.smem_layout(block, dtype)))
+
+
+def compile_ws(cfg: ws_launch.WsConfig, d: int, causal: bool, dtype=torch.float16):
+    fn = gqa_fwd_ws_kernel
+    sig = {"q_desc": _desc_type(dtype, [64, d], d), "k_desc": _desc_type(dtype, [cfg.block_n, d], d),
+           "v_desc": _desc_type(dtype, [cfg.block_n, d], d), "o_ptr": "*fp16" if dtype == torch.float16 else "*bf16",
+           "cu_q_ptr": "*i32", "cu_kv_ptr": "*i32", "qk_scale": "fp32", "group": "i32", "stride_ot": "i32",
+           "stride_oh": "i32"}
+    consts = {"CAUSAL": causal, "BLOCK_M": 128, "BLOCK_N": cfg.block_n, "HEAD_DIM": d, "STAGES": cfg.stages}
+    for name in consts:
+        sig[name] = "constexpr"
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+             if n in ("o_ptr", "cu_q_ptr", "cu_kv_ptr", "stride_ot", "stride_oh")}
+    src = GluonASTSource(fn, sig, constexprs=consts, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 1})
+
+
+def main() -> int:
+    bad = 0
+    for d in (64, 128):
+        for cfg in ws_launch.CONFIGS[d]:
+            for causal in (False, True):
+                t0 = time.time()
+                name = f"D{d} {'causal' if causal else 'full':6s} {cfg.name:10s}"
+                try:
+                    k = compile_ws(cfg, d, causal)
+                except Exception as e:  # noqa: BLE001 - report every failing variant, then exit 1
+                    print(f"{name} COMPILE ERROR {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+                    bad += 1
+                    continue
+                r = ptxas_report(k)
+                over = r["smem"] > SM90_SMEM
+                bad += over
+                print(f"{name} regs {r['regs']:3d} spill {r['spill']:5d} B  smem {r['smem'] / 1024:6.1f} KB  "
+                      f"wgmma {r['wgmma']}  loop {r['loop_sass']:4d} SASS ({time.time() - t0:.1f}s)"
+                      f"{' SPILL' if r['spill'] > 0 else ''}{' SMEM-OVER' if over else ''}"
+                      f"{' WGMMA-SERIALIZED' if r['serialized'] else ''}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
