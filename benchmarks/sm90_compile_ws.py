@@ -39,7 +39,8 @@ def compile_ws(cfg: ws_launch.WsConfig, d: int, causal: bool, dtype=torch.float1
            "v_desc": _desc_type(dtype, [cfg.block_n, d], d), "o_ptr": "*fp16" if dtype == torch.float16 else "*bf16",
            "cu_q_ptr": "*i32", "cu_kv_ptr": "*i32", "qk_scale": "fp32", "group": "i32", "stride_ot": "i32",
            "stride_oh": "i32"}
-    consts = {"CAUSAL": causal, "BLOCK_M": 128, "BLOCK_N": cfg.block_n, "HEAD_DIM": d, "STAGES": cfg.stages}
+    consts = {"CAUSAL": causal, "BLOCK_M": 128, "BLOCK_N": cfg.block_n, "HEAD_DIM": d, "STAGES": cfg.stages,
+              "OVERLAP": cfg.overlap}
     for name in consts:
         sig[name] = "constexpr"
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
@@ -54,7 +55,7 @@ def main() -> int:
         for cfg in ws_launch.CONFIGS[d]:
             for causal in (False, True):
                 t0 = time.time()
-                name = f"D{d} {'causal' if causal else 'full':6s} {cfg.name:10s}"
+                name = f"D{d} {'causal' if causal else 'full':6s} {cfg.name:13s}"
                 try:
                     k = compile_ws(cfg, d, causal)
                 except Exception as e:  # noqa: BLE001 - report every failing variant, then exit 1

@@ -21,16 +21,17 @@ BLOCK_M = 2 * ROWS_PER_CONSUMER.value  # two consumer warpgroups of 64 rows
 class WsConfig:
     block_n: int
     stages: int
+    overlap: bool = False  # S of the next tile and P·V in flight during the softmax (ws_kernel._consumer)
 
     @property
     def name(self) -> str:
-        return f"ws-n{self.block_n}s{self.stages}"
+        return f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}"
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, Q 32 KB at D = 128
 CONFIGS: dict[int, tuple[WsConfig, ...]] = {
-    64: (WsConfig(128, 3), WsConfig(128, 2), WsConfig(64, 4)),
-    128: (WsConfig(128, 2), WsConfig(64, 3), WsConfig(128, 3)),
+    64: (WsConfig(128, 3), WsConfig(128, 2), WsConfig(64, 4), WsConfig(128, 3, True)),
+    128: (WsConfig(128, 2), WsConfig(64, 3), WsConfig(128, 3), WsConfig(128, 2, True), WsConfig(64, 3, True)),
 }
 
 
@@ -71,5 +72,6 @@ def gqa_fwd_ws(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
         _desc(q.view(t_q, h * d), ROWS_PER_CONSUMER.value, d), _desc(k.view(-1, h_kv * d), cfg.block_n, d),
         _desc(v.view(-1, h_kv * d), cfg.block_n, d), out, cu_seqlens_q, cu_seqlens_kv, scale, h // h_kv,
         out.stride(0), out.stride(1),
-        CAUSAL=is_causal, BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, num_warps=4)
+        CAUSAL=is_causal, BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
+        num_warps=4)
     return out
