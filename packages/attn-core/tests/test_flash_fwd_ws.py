@@ -53,6 +53,17 @@ def test_group_and_dtype(group, dtype):
     _run("ragged", 128, group, True, dtype, ws_launch.CONFIGS[128][0], seed=group)
 
 
+def test_no_keys_and_no_queries():
+    q = torch.ones(5, 4, 64, dtype=torch.float16, device="cuda")
+    k = torch.ones(0, 1, 64, dtype=torch.float16, device="cuda")
+    out = ws_launch.gqa_fwd_ws(q, k, k, testing.cu_seqlens([5], "cuda"), testing.cu_seqlens([0], "cuda"), 5,
+                               out=testing.poisoned(q.shape, q.dtype, "cuda"))
+    assert bool((out == 0).all())
+    empty = q[:0]
+    assert ws_launch.gqa_fwd_ws(empty, q[:3, :1], q[:3, :1], testing.cu_seqlens([0], "cuda"),
+                                testing.cu_seqlens([3], "cuda"), 0).shape == empty.shape
+
+
 def test_bad_input():
     q = torch.zeros(4, 2, 96, dtype=torch.float16, device="cuda")
     cu = testing.cu_seqlens([4], "cuda")

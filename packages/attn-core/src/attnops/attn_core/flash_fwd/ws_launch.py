@@ -67,6 +67,10 @@ def gqa_fwd_ws(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
     out = torch.empty_like(q) if out is None else out
     scale = (1.0 / math.sqrt(d) if sm_scale is None else sm_scale) * LOG2E
     batch = cu_seqlens_q.shape[0] - 1
+    if t_q == 0 or batch == 0:
+        return out
+    if k.shape[0] == 0:  # no keys anywhere (a TMA descriptor needs a non-empty tensor): every row is 0
+        return out.zero_()
     grid = (triton.cdiv(max(max_seqlen_q, 1), BLOCK_M), h, batch)
     gqa_fwd_ws_kernel[grid](
         _desc(q.view(t_q, h * d), ROWS_PER_CONSUMER.value, d), _desc(k.view(-1, h_kv * d), cfg.block_n, d),
