@@ -60,7 +60,8 @@ def test_no_keys_and_no_queries():
                                out=testing.poisoned(q.shape, q.dtype, "cuda"))
     assert bool((out == 0).all())
     empty = q[:0]
-    assert ws_launch.gqa_fwd_ws(empty, q[:3, :1], q[:3, :1], testing.cu_seqlens([0], "cuda"),
+    kv = q[:3, :1].contiguous()
+    assert ws_launch.gqa_fwd_ws(empty, kv, kv, testing.cu_seqlens([0], "cuda"),
                                 testing.cu_seqlens([3], "cuda"), 0).shape == empty.shape
 
 
