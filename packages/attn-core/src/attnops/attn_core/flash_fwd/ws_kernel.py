@@ -22,7 +22,13 @@ Not on any default path: ``ws_launch.gqa_fwd_ws`` runs it for the GPU tests and 
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 ROWS_PER_CONSUMER = gl.constexpr(64)  # one warpgroup's wgmma M (a constexpr: kernels read it)
 
@@ -182,6 +188,7 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, cu_kv_ptr, qk_sca
             mbarrier.init(k_ready.index(i), count=1)
             mbarrier.init(v_ready.index(i), count=1)
             mbarrier.init(kv_free.index(i), count=2)  # both consumers release a slot
+        fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
         kv_head = head // group
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_free, o_ptr, q_start, q_len, kv_len,
