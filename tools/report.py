@@ -184,31 +184,23 @@ def floor_gap(op: str, name: str) -> str:
     """What stands between a row below the floor and the best peer (measured, or the named hypothesis), and
     where it is written up. Rows without an analysis say so."""
     core, mla = "docs/perf/attn-core.md", "docs/perf/attn-mla.md"
-    no_ws = "no warp specialization in Triton 3.6 (FA3 overlaps softmax with the MMA)"
+    serial = "no working warp specialization in Triton 3.6 (FA3 overlaps softmax with the MMA)"
+    no_ws = f"{serial}; a Gluon warp-specialized forward (attn-core 0.3.6) is written, not yet measured"
     if op == "GQABwd":
-        return f"7 MMA products per tile pair issued serially, {no_ws}; atomic dQ measured slower ({core})"
-    if op == "GQADenseFwd" and name.startswith("qwen3-30b"):
-        return (f"run 2248 used ~2 programs per SM; the one-wave split rule (0.3.5, e882e58) swept 5-19 % faster "
-                f"on the changed rows (16k: 25.2 → 20.8 µs); no benchmark run since ({core})")
+        return f"7 MMA products per tile pair issued serially, {serial}; atomic dQ measured slower ({core})"
     if "sink-mixed" in name:
         return ("window-128 rows: each query tile meets 2–3 key tiles, so its q load, epilogue and the launch "
                 f"dominate (hypothesis; FA3 13–24 µs) ({core})")
     if op in ("GQADenseFwd", "GQAVarlenFwd"):
-        return f"prefill: {no_ws}; TMA tiles measured 0.93–0.97× ({core})"
+        return f"prefill at 320-410 TF/s: {no_ws}; TMA tiles measured 0.93–0.97× ({core})"
     if op == "GQAPagedFwd":
         if "32k" in name:
             return ("long decode at 69 % of the HBM roof (FlashInfer ~94 %): bytes in flight per SM; programs_per_sm "
                     f"= 8 measured 332 vs 385 µs before tile_in_page ({core})")
-        if "sink-decode" in name:
-            return f"latency-bound (21 % SOL) split decode of 64 items over 2 k keys: split policy to sweep ({core})"
         if "-p16" in name:
             return f"pages below the key tile: per-key table gather and division (`pow2_pages` candidate) ({core})"
-        if "405b" in name or "70b" in name:
-            return (f"split rows: the in-kernel merge (default since 59ffbe2) swept 27 % / 10 % faster than the "
-                    f"combine launch on 405b-p256 / 70b-p16; no benchmark run since ({core})")
         if name in PAGED_PREFILL_ROWS:
-            return (f"prefill tile: `tile_in_page` (default since 59ffbe2) swept 8-15 % faster; no benchmark run "
-                    f"since; {no_ws} ({core})")
+            return f"prefill tile at 170-275 TF/s (one table entry per tile since 0.3.4): {no_ws} ({core})"
     if op == "GQAPrefillPagedWithKVCacheFwd":
         if name.startswith(("qwen35", "gemma")):
             return (f"D = 256 prefill tile at ~25 % SOL, spills with RoPE; gemma-2b swept 24 % faster at 128x32 / "
