@@ -39,9 +39,10 @@ CUOBJDUMP = os.path.join(os.path.dirname(PTXAS), "cuobjdump")
 
 
 def compile_sm90(fn, pointer_types: dict[str, str], constexprs: dict, num_warps: int, num_stages: int,
-                 maxnreg: int | None = None):
-    """Compile ``fn`` for sm_90: pointers as given (``*fp16`` ...), ints i32, floats fp32 (names in
-    ``float_args``), every pointer and ``stride_*`` argument specialized divisible by 16."""
+                 maxnreg: int | None = None, source=ASTSource):
+    """Compile ``fn`` for sm_90: pointers (and TMA descriptor types) as given (``*fp16`` ...), ints i32, floats
+    fp32 (names in ``float_args``), every pointer and ``stride_*`` argument specialized divisible by 16.
+    ``source``: ``GluonASTSource`` for a Gluon kernel."""
     sig = {}
     for name, prm in zip(fn.arg_names, fn.params):
         if prm.is_constexpr:
@@ -55,7 +56,7 @@ def compile_sm90(fn, pointer_types: dict[str, str], constexprs: dict, num_warps:
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
              if sig[n].startswith("*") or n.startswith("stride_")}
     consts = {k: v for k, v in constexprs.items() if not k.startswith("_")}
-    src = ASTSource(fn, sig, constexprs=consts, attrs=attrs)
+    src = source(fn, sig, constexprs=consts, attrs=attrs)
     options = {"num_warps": num_warps, "num_stages": num_stages, **({"maxnreg": maxnreg} if maxnreg else {})}
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 

@@ -15,8 +15,6 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
-import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: E402
 from triton.runtime.jit import mangle_type  # noqa: E402
@@ -24,7 +22,7 @@ from triton.runtime.jit import mangle_type  # noqa: E402
 from attnops.attn_core.flash_fwd import ws_launch  # noqa: E402
 from attnops.attn_core.flash_fwd.ws_kernel import gqa_fwd_ws_kernel  # noqa: E402
 
-from .sm90_compile import SM90_SMEM, ptxas_report  # noqa: E402
+from .sm90_compile import SM90_SMEM, compile_sm90, ptxas_report  # noqa: E402
 
 
 def _desc_type(dtype, block, d: int) -> str:
@@ -34,19 +32,12 @@ def _desc_type(dtype, block, d: int) -> str:
 
 
 def compile_ws(cfg: ws_launch.WsConfig, d: int, causal: bool, dtype=torch.float16):
-    fn = gqa_fwd_ws_kernel
-    sig = {"q_desc": _desc_type(dtype, [64, d], d), "k_desc": _desc_type(dtype, [cfg.block_n, d], d),
-           "v_desc": _desc_type(dtype, [cfg.block_n, d], d), "o_ptr": "*fp16" if dtype == torch.float16 else "*bf16",
-           "cu_q_ptr": "*i32", "cu_kv_ptr": "*i32", "qk_scale": "fp32", "group": "i32", "stride_ot": "i32",
-           "stride_oh": "i32"}
-    consts = {"CAUSAL": causal, "BLOCK_M": 128, "BLOCK_N": cfg.block_n, "HEAD_DIM": d, "STAGES": cfg.stages,
-              "OVERLAP": cfg.overlap}
-    for name in consts:
-        sig[name] = "constexpr"
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
-             if n in ("o_ptr", "cu_q_ptr", "cu_kv_ptr", "stride_ot", "stride_oh")}
-    src = GluonASTSource(fn, sig, constexprs=consts, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 1})
+    types = {"q_desc": _desc_type(dtype, [64, d], d), "k_desc": _desc_type(dtype, [cfg.block_n, d], d),
+             "v_desc": _desc_type(dtype, [cfg.block_n, d], d),
+             "o_ptr": "*fp16" if dtype == torch.float16 else "*bf16", "cu_q_ptr": "*i32", "cu_kv_ptr": "*i32"}
+    consts = {"CAUSAL": causal, "BLOCK_M": ws_launch.BLOCK_M, "BLOCK_N": cfg.block_n, "HEAD_DIM": d,
+              "STAGES": cfg.stages, "OVERLAP": cfg.overlap, "_float_args": ("qk_scale",)}
+    return compile_sm90(gqa_fwd_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
 
 def main() -> int:

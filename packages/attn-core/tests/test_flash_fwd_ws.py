@@ -10,11 +10,8 @@ from attnops.attn_core.flash_fwd import ws_launch
 from attnops.attn_core.gqa_varlen_fwd.reference import gqa_varlen_fwd_ref
 from attnops.kernel_utils import testing
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
-                       reason="needs a Hopper GPU"),
-]
+hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                            reason="needs a Hopper GPU")
 
 # (q_lens, kv_lens): one request per layout class
 LAYOUTS = {
@@ -39,6 +36,8 @@ def _run(layout, d, group, causal, dtype, cfg, seed=0):
     testing.assert_close_dual(f"ws {layout} D{d} G{group} causal={causal} {cfg.name}", out, ref, lowp)
 
 
+@pytest.mark.gpu
+@hopper
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -47,12 +46,16 @@ def test_every_config(d, causal, layout):
         _run(layout, d, 4, causal, torch.float16, cfg)
 
 
+@pytest.mark.gpu
+@hopper
 @pytest.mark.parametrize("group", [1, 8])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 def test_group_and_dtype(group, dtype):
     _run("ragged", 128, group, True, dtype, ws_launch.CONFIGS[128][0], seed=group)
 
 
+@pytest.mark.gpu
+@hopper
 def test_no_keys_and_no_queries():
     q = torch.ones(5, 4, 64, dtype=torch.float16, device="cuda")
     k = torch.ones(0, 1, 64, dtype=torch.float16, device="cuda")
@@ -65,8 +68,35 @@ def test_no_keys_and_no_queries():
                                 testing.cu_seqlens([3], "cuda"), 0).shape == empty.shape
 
 
-def test_bad_input():
-    q = torch.zeros(4, 2, 96, dtype=torch.float16, device="cuda")
-    cu = testing.cu_seqlens([4], "cuda")
-    with pytest.raises(ValueError, match="head dim 96"):
+def test_host_tensors_rejected():
+    """Runs everywhere: the kernel needs CUDA tensors, and says so before any launch."""
+    q = torch.zeros(4, 2, 64, dtype=torch.float16)
+    cu = torch.tensor([0, 4], dtype=torch.int32)
+    with pytest.raises(ValueError, match="q: expected a tensor on cuda"):
         ws_launch.gqa_fwd_ws(q, q, q, cu, cu, 4)
+
+
+def _bad_cases():
+    def t(*shape, dtype=torch.float16):
+        return torch.zeros(*shape, dtype=dtype, device="cuda")
+    q, kv, cu = t(4, 4, 64), t(6, 2, 64), testing.cu_seqlens([4], "cuda")
+    return {
+        "head dim 96": ((t(4, 4, 96), t(6, 2, 96), t(6, 2, 96), cu, cu), {}),
+        "k: expected dtype": ((q, kv.bfloat16(), kv, cu, cu), {}),
+        "v: expected shape": ((q, kv, t(5, 2, 64), cu, cu), {}),
+        "not a multiple": ((q, t(6, 3, 64), t(6, 3, 64), cu, cu), {}),
+        "q: expected 3 dims": ((q[None], kv, kv, cu, cu), {}),
+        "q: the last 3 dims must be contiguous": ((t(4, 8, 64)[:, ::2], kv, kv, cu, cu), {}),
+        "cu_seqlens_q: expected dtype": ((q, kv, kv, cu.long(), cu), {}),
+        "cu_seqlens_kv: expected shape": ((q, kv, kv, cu, testing.cu_seqlens([3, 3], "cuda")), {}),
+        "out: expected shape": ((q, kv, kv, cu, cu), {"out": t(4, 4, 32)}),
+    }
+
+
+@pytest.mark.gpu
+@hopper
+def test_bad_input():
+    """Each bad argument is named in the error, raised before any launch."""
+    for expected, (args, kwargs) in _bad_cases().items():
+        with pytest.raises((ValueError, TypeError), match=expected):
+            ws_launch.gqa_fwd_ws(*args, 4, **kwargs)

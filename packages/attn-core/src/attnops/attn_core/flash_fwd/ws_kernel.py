@@ -54,7 +54,9 @@ def _softmax(s, n0, m_i, l_i, q_pos, diag0, kv_len, qk_scale, CAUSAL: gl.constex
              p_layout: gl.constexpr, o_layout: gl.constexpr, s_layout: gl.constexpr, dtype: gl.constexpr):
     """Online-softmax step of the scores of key tile [n0, n0 + BLOCK_N): (P as the next wgmma's register
     operand, the rows' rescale factor in the accumulator's layout, m, l). Only tiles past kv_len or (causal)
-    past the warpgroup's first diagonal ``diag0`` apply the mask (a uniform branch)."""
+    past the warpgroup's first diagonal ``diag0`` apply the mask (a uniform branch). The arithmetic is
+    ``kernel_utils.attention_fns.online_softmax_step``'s; a Gluon kernel cannot call ``triton.jit`` functions
+    (their tensors carry no layout), so it is restated here with the wgmma layouts."""
     masked = n0 + BLOCK_N > kv_len
     if CAUSAL:
         masked = masked | (n0 + BLOCK_N > diag0 + 1)

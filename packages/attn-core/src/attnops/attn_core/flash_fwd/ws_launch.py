@@ -9,7 +9,10 @@ from dataclasses import dataclass
 
 import torch
 import triton
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from attnops.kernel_utils import checks
 from attnops.kernel_utils.attention_fns import LOG2E
 
 from .ws_kernel import ROWS_PER_CONSUMER, gqa_fwd_ws_kernel
@@ -36,14 +39,10 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
 
 
 def smem_layout(block: list[int], dtype: torch.dtype):
-    from triton.experimental.gluon import language as gl
-
     return gl.NVMMASharedLayout.get_default_for(block, gl.float16 if dtype == torch.float16 else gl.bfloat16)
 
 
 def _desc(t2d: torch.Tensor, rows: int, d: int):
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
     return TensorDescriptor.from_tensor(t2d, [rows, d], smem_layout([rows, d], t2d.dtype))
 
 
@@ -53,16 +52,21 @@ def gqa_fwd_ws(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
                out: torch.Tensor | None = None) -> torch.Tensor:
     """``q`` [T_q, H, D], ``k`` / ``v`` [T_kv, H_kv, D] (contiguous, fp16 / bf16, D in 64 / 128), int32
     cu_seqlens; bottom-right causal or no mask. Returns ``out`` [T_q, H, D]."""
+    _16bit = (torch.float16, torch.bfloat16)
+    checks.check_tensor("q", q, dtype=_16bit, ndim=3, device=torch.device("cuda"), inner_contiguous=3)
     t_q, h, d = q.shape
-    h_kv = k.shape[1]
     if d not in CONFIGS:
         raise ValueError(f"q: head dim {d} not supported by the warp-specialized kernel (64 or 128)")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not t.is_contiguous() or t.dtype not in (torch.float16, torch.bfloat16) or t.dtype != q.dtype:
-            raise ValueError(f"{name}: expected contiguous {q.dtype} (fp16 / bf16), got {t.dtype}, "
-                             f"strides {tuple(t.stride())}")
-    if h % h_kv:
+    checks.check_tensor("k", k, dtype=q.dtype, shape=(None, None, d), device=q.device, inner_contiguous=3)
+    checks.check_tensor("v", v, dtype=q.dtype, shape=tuple(k.shape), device=q.device, inner_contiguous=3)
+    h_kv = k.shape[1]
+    if h_kv == 0 or h % h_kv:
         raise ValueError(f"q: {h} heads is not a multiple of k's {h_kv}")
+    checks.check_tensor("cu_seqlens_q", cu_seqlens_q, dtype=torch.int32, ndim=1, device=q.device)
+    checks.check_tensor("cu_seqlens_kv", cu_seqlens_kv, dtype=torch.int32, shape=tuple(cu_seqlens_q.shape),
+                        device=q.device)
+    if out is not None:
+        checks.check_tensor("out", out, dtype=q.dtype, shape=tuple(q.shape), device=q.device, inner_contiguous=1)
     cfg = config or CONFIGS[d][0]
     out = torch.empty_like(q) if out is None else out
     scale = (1.0 / math.sqrt(d) if sm_scale is None else sm_scale) * LOG2E
