@@ -1,5 +1,5 @@
 """Compile the Gluon warp-specialized flash forward (``flash_fwd/ws_kernel.py``) for sm_90 without a GPU and report
-what ptxas says (registers, spills, shared memory, wgmma, loop SASS), per head dim / mask / tile. Exit status 1 on a
+what ptxas says (registers, spills, shared memory, wgmma, loop SASS), per head dim / layout / tile. Exit status 1 on a
 compile error or shared memory over the sm_90 limit.
 
     PYTHONPATH=. python -m benchmarks.sm90_compile_ws
@@ -31,11 +31,11 @@ def _desc_type(dtype, block, d: int) -> str:
     return mangle_type(TensorDescriptor.from_tensor(t, block, ws_launch.smem_layout(block, dtype)))
 
 
-def compile_ws(cfg: ws_launch.WsConfig, d: int, causal: bool, dtype=torch.float16):
+def compile_ws(cfg: ws_launch.WsConfig, d: int, varlen: bool, dtype=torch.float16):
     types = {"q_desc": _desc_type(dtype, [64, d], d), "k_desc": _desc_type(dtype, [cfg.block_n, d], d),
              "v_desc": _desc_type(dtype, [cfg.block_n, d], d),
              "o_ptr": "*fp16" if dtype == torch.float16 else "*bf16", "cu_q_ptr": "*i32", "cu_kv_ptr": "*i32"}
-    consts = {"CAUSAL": causal, "BLOCK_M": ws_launch.BLOCK_M, "BLOCK_N": cfg.block_n, "HEAD_DIM": d,
+    consts = {"VARLEN": varlen, "BLOCK_M": ws_launch.BLOCK_M, "BLOCK_N": cfg.block_n, "HEAD_DIM": d,
               "STAGES": cfg.stages, "OVERLAP": cfg.overlap, "_float_args": ("qk_scale",)}
     return compile_sm90(gqa_fwd_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
@@ -44,11 +44,13 @@ def main() -> int:
     bad = 0
     for d in (64, 128):
         for cfg in ws_launch.CONFIGS[d]:
-            for causal in (False, True):
+            if not cfg.persistent:  # the same kernel as its persistent twin (only the grid differs)
+                continue
+            for varlen in (True, False):
                 t0 = time.time()
-                name = f"D{d} {'causal' if causal else 'full':6s} {cfg.name:13s}"
+                name = f"D{d} {'varlen' if varlen else 'dense':6s} {cfg.name:13s}"
                 try:
-                    k = compile_ws(cfg, d, causal)
+                    k = compile_ws(cfg, d, varlen)
                 except Exception as e:  # noqa: BLE001 - report every failing variant, then exit 1
                     print(f"{name} COMPILE ERROR {type(e).__name__}: {str(e).splitlines()[0][:300]}")
                     bad += 1

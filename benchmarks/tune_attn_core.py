@@ -2,12 +2,13 @@
 config's output is checked against the reference, then timed like the benchmark (device time, cold L2).
 Prints, per seed row, the default choice and its time and the best (config, splits, "+fused": split partials
 merged in the kernel, "+keys-pre": RoPE keys rotated in a pre-pass) found, the "-tma" configs included; writes
-JSON. ``--ws``: instead, the experimental Gluon warp-specialized kernel's configs (``flash_fwd/ws_launch.py``)
-beside the default on the GQAVarlenFwd rows it supports (no window / softcap / sinks / RoPE / fp8, D 64 / 128).
+JSON. ``--ws``: instead, the Gluon warp-specialized kernel's configs (``flash_fwd/ws_launch.py``) beside the
+Triton kernel's first config and the default rule's choice, on the prefill rows it serves (no softcap / sinks /
+RoPE / fp8; D 64 / 128).
 
     python -m benchmarks.tune_attn_core --filter GQADense --out /tmp/tune-attn-core.json
     python -m benchmarks.tune_attn_core --filter llama-8b-uniform/bf16 --iters 20
-    python -m benchmarks.tune_attn_core --ws --filter GQAVarlenFwd --out /tmp/tune-ws.json
+    python -m benchmarks.tune_attn_core --ws --out /tmp/tune-ws.json
 """
 
 from __future__ import annotations
@@ -59,23 +60,21 @@ def _split_options(case, cfg) -> tuple[int, list[int]]:
     return default, sorted(opts)
 
 
-# inputs of a GQAVarlenFwd case the warp-specialized kernel takes; any other (window, softcap, sinks, RoPE, fp8
-# scales) leaves the row out of the --ws sweep
-WS_INPUTS = {"q", "k", "v", "cu_seqlens_q", "cu_seqlens_kv", "is_causal", "max_seqlen_q", "max_seqlen_kv", "sm_scale"}
-
-
-def _ws_fn(cfg):
-    def run(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, is_causal=True, sm_scale=None, max_seqlen_kv=None):
-        return ws_launch.gqa_fwd_ws(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, is_causal=is_causal,
-                                    sm_scale=sm_scale, config=cfg)
-    return run
+# inputs of a case the warp-specialized kernel can take; any other (softcap, sinks, RoPE, fp8 scales) leaves the
+# row out of the --ws sweep
+WS_INPUTS = {"q", "k", "v", "cu_seqlens_q", "cu_seqlens_kv", "is_causal", "max_seqlen_q", "max_seqlen_kv", "sm_scale",
+             "window_size_left", "window_size_right"}
 
 
 def _ws_variants(case):
-    a = case.inputs
-    if set(a) - WS_INPUTS or a["q"].dtype == E4M3 or a["q"].shape[-1] not in ws_launch.CONFIGS:
-        return None
-    return [(cfg.name, _ws_fn(cfg), None) for cfg in ws_launch.CONFIGS[a["q"].shape[-1]]]
+    """The warp-specialized configs, the Triton kernel's first config and the default rule's choice, for a
+    prefill-class row the warp-specialized kernel serves (else None)."""
+    D, G, max_q, _, fp8 = _shape(case)
+    if set(case.inputs) - WS_INPUTS or fp8 or D not in ws_launch.CONFIGS or max_q < ws_launch.BLOCK_M // 2:
+        return None  # (a 128-row tile per query head: requests of fewer query tokens are not its calls)
+    triton_cfg = fwd.configs_for(D, max_q * G)[0]
+    return [(cfg.name, functools.partial(fwd.forced, config=cfg)) for cfg in ws_launch.CONFIGS[D]] + [
+        (f"triton-{triton_cfg.name}", functools.partial(fwd.forced, config=triton_cfg)), ("default", None)]
 
 
 def main():
@@ -84,17 +83,17 @@ def main():
     args = parser.parse_args()
     flush = L2Flusher()
     results = []
-    for spec, w, case, expected in seed_cases(SPECS, args.filter, ("GQAVarlenFwd",) if args.ws else OPS):
+    for spec, w, case, expected in seed_cases(SPECS, args.filter, OPS):
         if args.ws:
-            variants = _ws_variants(case)
-            if variants is None:
+            pins = _ws_variants(case)
+            if pins is None:
                 continue
-            variants.append(("default", spec.fn, None))
-            timed, failed = check_and_time(spec, case, expected, variants, args.iters, flush)
+            timed, failed = check_and_time(spec, case, expected, [(n, spec.fn, pin) for n, pin in pins],
+                                           args.iters, flush)
             best = min(timed, key=timed.get) if timed else None
             record(args.out, results, {"id": w.id, "default_ms": timed.get("default"), "best": best,
                                        "best_ms": timed.get(best), "all": timed, "failed": failed})
-            print(f"{w.id:58s} " + "  ".join(f"{k} {v * 1e3:.1f}" for k, v in timed.items()) +
+            print(f"{w.id:46s} " + "  ".join(f"{k} {v * 1e3:.1f}" for k, v in timed.items()) +
                   f" us; failed {len(failed)}", flush=True)
             for key, why in failed.items():
                 print(f"    FAILED {key}: {why}", flush=True)

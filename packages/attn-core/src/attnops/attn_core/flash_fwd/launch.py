@@ -18,6 +18,7 @@ from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.attention_fns import LOG2E
 from attnops.kernel_utils.fp8 import E4M3
 
+from . import ws_launch
 from .kernel import gqa_fwd_combine_kernel, gqa_fwd_kernel, rope_keys_kernel
 
 
@@ -142,11 +143,12 @@ def choose_splits(programs: int, max_kv: int, sms: int) -> int:
 _FORCED: dict[str, object] = {}
 
 
-def forced(config: FwdConfig | None = None, num_splits: int | None = None, fused_combine: bool | None = None,
-           rope_key_prepass: bool | None = None):
+def forced(config: FwdConfig | ws_launch.WsConfig | None = None, num_splits: int | None = None,
+           fused_combine: bool | None = None, rope_key_prepass: bool | None = None):
     """Pin the tile config, the split count, where splits are merged (in the kernel or by a combine launch)
     and/or where RoPE keys are rotated (pre-pass or key loop) for every launch inside the block (tests,
-    sweeps). ``rope_key_prepass=True`` applies to every 16-bit RoPE call, decode shapes included."""
+    sweeps). ``rope_key_prepass=True`` applies to every 16-bit RoPE call, decode shapes included. A
+    ``WsConfig`` runs the warp-specialized kernel (``ws_launch``; ValueError where it does not apply)."""
     return runtime.pinned(_FORCED, config=config, num_splits=num_splits, fused_combine=fused_combine,
                           rope_key_prepass=rope_key_prepass)
 
@@ -200,8 +202,17 @@ def launch(p: Problem) -> None:
     D, G = q.shape[-1], q.shape[-2] // k.shape[-2]
     fp8 = q.dtype == E4M3
     rows = max(p.max_q, 0) * G
-    if _FORCED.get("config") is not None:
-        _launch(p, _FORCED["config"])
+    pinned = _FORCED.get("config")
+    if isinstance(pinned, ws_launch.WsConfig):
+        if not ws_launch.applies(p):
+            raise ValueError(f"{pinned.name}: the warp-specialized kernel does not serve this call")
+        ws_launch.launch(p, pinned)
+        return
+    if pinned is not None:
+        _launch(p, pinned)
+        return
+    if not is_decode(rows) and ws_launch.applies(p) and (ws := ws_launch.default_config(p)) is not None:
+        ws_launch.launch(p, ws)
         return
     cands = configs_for(D, rows, fp8)
     key = (_dim_class(D), is_decode(rows), fp8)

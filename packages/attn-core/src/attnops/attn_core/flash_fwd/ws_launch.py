@@ -1,21 +1,24 @@
-"""Host side of the experimental Gluon warp-specialized flash forward (``ws_kernel.py``): tile configs, TMA
-descriptors over 2-D views of the packed tensors, the launch. Hopper only; no default path calls it (the GPU
-tests and ``benchmarks/tune_attn_core.py --ws`` do)."""
+"""Host side of the Gluon warp-specialized flash forward (``ws_kernel.py``): tile configs, which calls it
+serves, TMA descriptors over 2-D views of the packed tensors, the launch. ``launch.launch`` sends a call here
+when ``default_config`` names a config (or a test / sweep forces one with ``launch.forced(config=WsConfig(...))``)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import triton
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from attnops.kernel_utils import checks
+from attnops.kernel_utils import runtime
 from attnops.kernel_utils.attention_fns import LOG2E
 
 from .ws_kernel import ROWS_PER_CONSUMER, gqa_fwd_ws_kernel
+
+if TYPE_CHECKING:
+    from .launch import Problem
 
 BLOCK_M = 2 * ROWS_PER_CONSUMER.value  # two consumer warpgroups of 64 rows
 
@@ -25,17 +28,45 @@ class WsConfig:
     block_n: int
     stages: int
     overlap: bool = False  # S of the next tile and P·V in flight during the softmax (ws_kernel._consumer)
+    persistent: bool = True  # one program per SM walking the work tiles; False: one program per tile
 
     @property
     def name(self) -> str:
-        return f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}"
+        return f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}{'' if self.persistent else '-np'}"
 
 
-# per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, Q 32 KB at D = 128
+# per head dim: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, Q 32 KB at D = 128
 CONFIGS: dict[int, tuple[WsConfig, ...]] = {
-    64: (WsConfig(128, 3), WsConfig(128, 2), WsConfig(64, 4), WsConfig(128, 3, True)),
-    128: (WsConfig(128, 2), WsConfig(64, 3), WsConfig(128, 3), WsConfig(128, 2, True), WsConfig(64, 3, True)),
+    64: (WsConfig(128, 3), WsConfig(128, 3, persistent=False), WsConfig(128, 2), WsConfig(64, 4),
+         WsConfig(128, 3, True)),
+    128: (WsConfig(128, 2), WsConfig(128, 2, persistent=False), WsConfig(64, 3), WsConfig(128, 3),
+          WsConfig(128, 2, True), WsConfig(64, 3, True)),
 }
+
+
+def applies(p: Problem) -> bool:
+    """Whether the kernel can serve the call: a Hopper GPU (not the interpreter), 16-bit q / k / v, D in
+    ``CONFIGS``, no RoPE / sinks / softcap / lse output, q / k / v contiguous and out with one token stride
+    (the 2-D TMA views), 16-byte aligned bases."""
+    q, k, v, o = p.q, p.k, p.v, p.out
+    if runtime.interpreting() or not runtime.is_hopper():
+        return False
+    if q.dtype not in (torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
+        return False
+    if q.shape[-1] not in CONFIGS or o.dtype != q.dtype:
+        return False
+    if p.rope_cos is not None or p.sinks is not None or p.softcap or p.lse is not None:
+        return False
+    if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()) or o.stride(-1) != 1:
+        return False
+    if not p.varlen and o.stride(0) != o.shape[1] * o.stride(1):
+        return False
+    return all(t.data_ptr() % 16 == 0 for t in (q, k, v))
+
+
+def default_config(p: Problem) -> WsConfig | None:
+    """The config the call runs by default, or None (the Triton kernel)."""
+    return None
 
 
 def smem_layout(block: list[int], dtype: torch.dtype):
@@ -46,40 +77,27 @@ def _desc(t2d: torch.Tensor, rows: int, d: int):
     return TensorDescriptor.from_tensor(t2d, [rows, d], smem_layout([rows, d], t2d.dtype))
 
 
-def gqa_fwd_ws(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
-               cu_seqlens_kv: torch.Tensor, max_seqlen_q: int, *, is_causal: bool = True,
-               sm_scale: float | None = None, config: WsConfig | None = None,
-               out: torch.Tensor | None = None) -> torch.Tensor:
-    """``q`` [T_q, H, D], ``k`` / ``v`` [T_kv, H_kv, D] (contiguous, fp16 / bf16, D in 64 / 128), int32
-    cu_seqlens; bottom-right causal or no mask. Returns ``out`` [T_q, H, D]."""
-    _16bit = (torch.float16, torch.bfloat16)
-    checks.check_tensor("q", q, dtype=_16bit, ndim=3, device=torch.device("cuda"), inner_contiguous=3)
-    t_q, h, d = q.shape
-    if d not in CONFIGS:
-        raise ValueError(f"q: head dim {d} not supported by the warp-specialized kernel (64 or 128)")
-    checks.check_tensor("k", k, dtype=q.dtype, shape=(None, None, d), device=q.device, inner_contiguous=3)
-    checks.check_tensor("v", v, dtype=q.dtype, shape=tuple(k.shape), device=q.device, inner_contiguous=3)
-    h_kv = k.shape[1]
-    if h_kv == 0 or h % h_kv:
-        raise ValueError(f"q: {h} heads is not a multiple of k's {h_kv}")
-    checks.check_tensor("cu_seqlens_q", cu_seqlens_q, dtype=torch.int32, ndim=1, device=q.device)
-    checks.check_tensor("cu_seqlens_kv", cu_seqlens_kv, dtype=torch.int32, shape=tuple(cu_seqlens_q.shape),
-                        device=q.device)
-    if out is not None:
-        checks.check_tensor("out", out, dtype=q.dtype, shape=tuple(q.shape), device=q.device, inner_contiguous=1)
-    cfg = config or CONFIGS[d][0]
-    out = torch.empty_like(q) if out is None else out
-    scale = (1.0 / math.sqrt(d) if sm_scale is None else sm_scale) * LOG2E
-    batch = cu_seqlens_q.shape[0] - 1
-    if t_q == 0 or batch == 0:
-        return out
-    if k.shape[0] == 0:  # no keys anywhere (a TMA descriptor needs a non-empty tensor): every row is 0
-        return out.zero_()
-    grid = (triton.cdiv(max(max_seqlen_q, 1), BLOCK_M), h, batch)
+def launch(p: Problem, cfg: WsConfig) -> None:
+    """Run the call (``applies(p)`` holds) with ``cfg``."""
+    q, k, v, o = p.q, p.k, p.v, p.out
+    h, d = q.shape[-2], q.shape[-1]
+    h_kv = k.shape[-2]
+    rows_q = q.numel() // (h * d)
+    if rows_q == 0 or p.batch == 0:
+        return
+    if k.numel() == 0:  # no keys anywhere (a TMA descriptor needs a non-empty tensor): every row is 0
+        o.zero_()
+        return
+    n_m_blocks = triton.cdiv(max(p.max_q, 1), BLOCK_M)
+    tiles = n_m_blocks * p.batch * h
+    grid = (min(tiles, runtime.num_sms()) if cfg.persistent else tiles,)
+    s_q, s_kv = (0, 0) if p.varlen else (q.shape[1], k.shape[1])
+    stride_ot, stride_oh = (o.stride(0), o.stride(1)) if p.varlen else (o.stride(1), o.stride(2))
+    dummy = q
     gqa_fwd_ws_kernel[grid](
-        _desc(q.view(t_q, h * d), ROWS_PER_CONSUMER.value, d), _desc(k.view(-1, h_kv * d), cfg.block_n, d),
-        _desc(v.view(-1, h_kv * d), cfg.block_n, d), out, cu_seqlens_q, cu_seqlens_kv, scale, h // h_kv,
-        out.stride(0), out.stride(1),
-        CAUSAL=is_causal, BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
+        _desc(q.view(rows_q, h * d), ROWS_PER_CONSUMER.value, d), _desc(k.view(-1, h_kv * d), cfg.block_n, d),
+        _desc(v.view(-1, h_kv * d), cfg.block_n, d), o, p.cu_q if p.varlen else dummy,
+        p.cu_kv if p.varlen else dummy, s_q, s_kv, h, p.batch, n_m_blocks, h // h_kv, p.wl, p.wr,
+        p.sm_scale * LOG2E, stride_ot, stride_oh,
+        VARLEN=p.varlen, BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
         num_warps=4)
-    return out
