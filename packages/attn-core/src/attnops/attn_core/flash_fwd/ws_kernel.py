@@ -5,8 +5,9 @@ Why: the Triton flash kernel (``kernel.py``) tops out at ~320-410 TF/s on the co
 specialization computed wrong results on our loops (docs/perf/attn-core.md, tenth session); Gluon states the
 partitions, barriers and wgmma waits by hand, as FA3 does:
 
-* a 1-warp loader partition issues the TMA copies: a work tile's two 64-row Q tiles (once the previous tile's
-  consumers released Q on ``q_free``), then K and V tiles into a ring of ``STAGES`` shared-memory slots
+* a 1-warp loader partition issues the TMA copies: a work tile's two 64-row Q tiles into one of two Q buffers
+  (double-buffered: the next tile's Q loads while the current tile computes; a buffer is refilled after both
+  consumers released it on ``q_free``), then K and V tiles into a ring of ``STAGES`` shared-memory slots
   (``k_ready`` / ``v_ready`` count the bytes; a slot is refilled after both consumers released it on
   ``kv_free``);
 * two 4-warp consumer partitions (the default partition and one worker) own 64 query rows each: S = Q·Kᵀ by
@@ -14,17 +15,19 @@ partitions, barriers and wgmma waits by hand, as FA3 does:
   then O += P·V with P in registers. While one consumer runs its softmax the other's wgmma keeps the tensor
   cores busy.
 
-Work tiles are (query block of 128 rows, query head, request), the most expensive query blocks first (the last
-blocks of a causal request see the most keys). A program walks tiles ``pid, pid + grid, ...``: with a grid of
-one program per tile it is a plain launch; with one per SM it is persistent, and the next tile's Q and first K/V
-load while the current tile's last P·V and store run. The ring's slot counter and the Q phase run on across
-tiles (every partition skips the same empty tiles).
+Work tiles are (query block of 128 rows, query head, request): request by request, within one the most
+expensive query blocks first (the last blocks of a causal request see the most keys), the heads of a block
+consecutive (the G heads of a KV head read the same K/V: L2 hits). A program walks tiles ``pid, pid + grid,
+...``: with a grid of one program per tile it is a plain launch (the hardware hands out tiles as SMs free up);
+with one per SM it is persistent, and the next tile's Q and first K/V load while the current tile computes
+and stores. The ring's slot counter and the Q buffer index run on across tiles (every partition skips the same
+empty tiles).
 
 Layouts: varlen (``q`` ``[T_q, H·D]``, ``k`` / ``v`` ``[T_kv, H_kv·D]`` as 2-D views, request offsets from
 ``cu_seqlens``) or dense (``[B·S, H·D]``, request ``b`` at row ``b·S``). Masks: keys ``P − WL <= j <= P + WR``
 (bottom-right positions P; causal is WR = 0; ``attention_fns.window_bounds``). Keys past a request's end (the
 next request's rows, or TMA zero fill past the tensor) are masked; query rows past it are not stored. One query
-head per program (the G heads of a KV head are consecutive tiles: their K/V reads hit L2). D in {64, 128},
+head per program. D in {64, 128},
 fp16 / bf16; no softcap / sinks / RoPE / fp8 / splits / lse (the Triton kernel serves those calls).
 """
 
@@ -45,11 +48,11 @@ ROWS_PER_CONSUMER = gl.constexpr(64)  # one warpgroup's wgmma M (a constexpr: ke
 def _tile(tile, cu_q_ptr, cu_kv_ptr, s_q, s_kv, n_heads, batch, n_m_blocks, BLOCK_M: gl.constexpr,
           VARLEN: gl.constexpr):
     """Work tile -> (head, first query row m0, request's q_start, q_len, kv_start, kv_len). Head fastest, then
-    request, then query block from the last (heaviest under a causal mask) to the first."""
+    query block from the last (heaviest under a causal mask) to the first, then request."""
     head = tile % n_heads
     rest = tile // n_heads
-    b = rest % batch
-    m0 = (n_m_blocks - 1 - rest // batch) * BLOCK_M
+    b = rest // n_m_blocks
+    m0 = (n_m_blocks - 1 - rest % n_m_blocks) * BLOCK_M
     if VARLEN:
         q_start = gl.load(cu_q_ptr + b)
         q_len = gl.load(cu_q_ptr + b + 1) - q_start
@@ -141,10 +144,9 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free
                                                        instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     dtype: gl.constexpr = q_smem.dtype
-    q_tile = q_smem.index(WG)
     zero_s = gl.zeros([R, BLOCK_N], gl.float32, layout=s_layout)
     pid = gl.program_id(0)
-    done = pid * 0  # work tiles this program has run (the Q barrier's phase)
+    done = pid * 0  # work tiles this program has run (Q buffer done % 2, its barriers' phase (done // 2) % 2)
     ring = pid * 0  # key tiles through the K/V ring so far (slot and phase of the next)
     for tile in range(pid, n_m_blocks * batch * n_heads, gl.num_programs(0)):
         head, m0, q_start, q_len, kv_start, kv_len = _tile(tile, cu_q_ptr, cu_kv_ptr, s_q, s_kv, n_heads, batch,
@@ -159,7 +161,9 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free
             l_i = gl.full([R], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
             acc = gl.zeros([R, HEAD_DIM], gl.float32, layout=o_layout)
             n_tiles = gl.cdiv(n_hi - n_lo, BLOCK_N)
-            mbarrier.wait(q_ready, done & 1)
+            q_buf = done % 2
+            q_tile = q_smem.index(2 * q_buf + WG)
+            mbarrier.wait(q_ready.index(q_buf), (done // 2) & 1)
             if OVERLAP:
                 if n_tiles > 0:
                     s = warpgroup_mma_wait(num_outstanding=0,
@@ -178,12 +182,12 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free
                         mbarrier.arrive(kv_free.index((ring + j - 1) % STAGES), count=1)
                         acc = acc * alpha[:, None]
                         p_op = p_next
-                    mbarrier.arrive(q_free, count=1)  # every S of this tile is done: Q may be overwritten
+                    mbarrier.arrive(q_free.index(q_buf), count=1)  # every S of this tile is done: Q may be overwritten
                     acc = _pv(p_op, acc, v_smem, v_ready, ring + n_tiles - 1, STAGES)
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
                     mbarrier.arrive(kv_free.index((ring + n_tiles - 1) % STAGES), count=1)
                 else:
-                    mbarrier.arrive(q_free, count=1)
+                    mbarrier.arrive(q_free.index(q_buf), count=1)
             else:
                 for j in range(n_tiles):
                     s = warpgroup_mma_wait(num_outstanding=0,
@@ -194,7 +198,7 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free
                     acc = _pv(p_op, acc * alpha[:, None], v_smem, v_ready, ring + j, STAGES)
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
                     mbarrier.arrive(kv_free.index((ring + j) % STAGES), count=1)
-                mbarrier.arrive(q_free, count=1)
+                mbarrier.arrive(q_free.index(q_buf), count=1)
 
             l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
             out = acc / gl.where(l_o == 0.0, 1.0, l_o)[:, None]  # rows that saw no key: 0
@@ -222,10 +226,14 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_r
                                                            n_m_blocks, BLOCK_M, VARLEN)
         if m0 < q_len:
             n_lo, n_hi = _block_keys(m0, q_len, kv_len, wl, wr, BLOCK_M, BLOCK_N)
-            mbarrier.wait(q_free, (done & 1) ^ 1)  # a fresh barrier passes parity 1: the first tile's Q is free
-            mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [q_start + m0, head * HEAD_DIM], q_ready, q_smem.index(0))
-            tma.async_copy_global_to_shared(q_desc, [q_start + m0 + R, head * HEAD_DIM], q_ready, q_smem.index(1))
+            q_buf = done % 2
+            # a fresh barrier passes parity 1: each buffer's first tile finds it free
+            mbarrier.wait(q_free.index(q_buf), ((done // 2) & 1) ^ 1)
+            ready = q_ready.index(q_buf)
+            mbarrier.expect(ready, 2 * q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [q_start + m0, head * HEAD_DIM], ready, q_smem.index(2 * q_buf))
+            tma.async_copy_global_to_shared(q_desc, [q_start + m0 + R, head * HEAD_DIM], ready,
+                                            q_smem.index(2 * q_buf + 1))
             n_tiles = gl.cdiv(n_hi - n_lo, BLOCK_N)
             kv_col = (head // group) * HEAD_DIM
             for j in range(n_tiles):
@@ -249,16 +257,17 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, cu_kv_ptr, s_q, s
     plus the worker partitions (second consumer: 4 warps, loader: 1 warp)."""
     gl.static_assert(BLOCK_M == 2 * ROWS_PER_CONSUMER)
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [2, ROWS_PER_CONSUMER, HEAD_DIM], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [4, ROWS_PER_CONSUMER, HEAD_DIM], q_desc.layout)  # [buffer, WG]
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
-    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_ready, count=1)
-    mbarrier.init(q_free, count=2)  # both consumers release Q
+    for i in gl.static_range(2):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(q_free.index(i), count=2)  # both consumers release a Q buffer
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
@@ -275,8 +284,9 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, cu_kv_ptr, s_q, s
                    cu_q_ptr, cu_kv_ptr, s_q, s_kv, n_heads, batch, n_m_blocks, group, wl, wr,
                    VARLEN, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)),
     ], [4, 1], [240, 24])  # FA3's split: 240 + 240 + 24 registers x 128 threads = 168 x 384
-    mbarrier.invalidate(q_ready)
-    mbarrier.invalidate(q_free)
+    for i in gl.static_range(2):
+        mbarrier.invalidate(q_ready.index(i))
+        mbarrier.invalidate(q_free.index(i))
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(k_ready.index(i))
         mbarrier.invalidate(v_ready.index(i))

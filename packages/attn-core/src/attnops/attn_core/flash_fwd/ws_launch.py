@@ -35,13 +35,17 @@ class WsConfig:
         return f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}{'' if self.persistent else '-np'}"
 
 
-# per head dim: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, Q 32 KB at D = 128
+# per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
+# D = 128. On the H200 (2026-12-02, benchmarks/results/h200/20261202-0140-tune-ws.json, the persistent loop with
+# one Q buffer) the 64-key tile with the overlap was the fastest on 9 of the 12 D = 128 rows, the Triton kernel on
+# 3 (within 3 %); at D = 64 the Triton kernel was 9-12 % faster on all four rows: no D = 64 default.
 CONFIGS: dict[int, tuple[WsConfig, ...]] = {
     64: (WsConfig(128, 3), WsConfig(128, 3, persistent=False), WsConfig(128, 2), WsConfig(64, 4),
          WsConfig(128, 3, True)),
-    128: (WsConfig(128, 2), WsConfig(128, 2, persistent=False), WsConfig(64, 3), WsConfig(128, 3),
-          WsConfig(128, 2, True), WsConfig(64, 3, True)),
+    128: (WsConfig(64, 3, True), WsConfig(64, 3, True, persistent=False), WsConfig(128, 2), WsConfig(128, 2, True),
+          WsConfig(64, 3), WsConfig(64, 4, True)),
 }
+DEFAULT_HEAD_DIMS = (128,)
 
 
 def applies(p: Problem) -> bool:
@@ -65,8 +69,15 @@ def applies(p: Problem) -> bool:
 
 
 def default_config(p: Problem) -> WsConfig | None:
-    """The config the call runs by default, or None (the Triton kernel)."""
-    return None
+    """The config the call runs by default (``applies(p)`` holds), or None (the Triton kernel): D = 128 calls
+    whose requests hold at least half a 128-row tile of queries and whose work tiles fill the GPU once. Fewer
+    tiles than SMs (qwen3-8b-chunked-prefill: 32) left most SMs idle: 33.9 us against the Triton kernel's 20.4."""
+    d, h = p.q.shape[-1], p.q.shape[-2]
+    if d not in DEFAULT_HEAD_DIMS or p.max_q < BLOCK_M // 2:
+        return None
+    if triton.cdiv(p.max_q, BLOCK_M) * p.batch * h < runtime.num_sms():
+        return None
+    return CONFIGS[d][0]
 
 
 def smem_layout(block: list[int], dtype: torch.dtype):
