@@ -36,16 +36,21 @@ class WsConfig:
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
-# D = 128. On the H200 (2026-12-02, benchmarks/results/h200/20261202-0140-tune-ws.json, the persistent loop with
-# one Q buffer) the 64-key tile with the overlap was the fastest on 9 of the 12 D = 128 rows, the Triton kernel on
-# 3 (within 3 %); at D = 64 the Triton kernel was 9-12 % faster on all four rows: no D = 64 default.
+# D = 128. On the H200 (2026-12-02 02:03, benchmarks/results/h200/20261202-0203-tune-ws.json) the 64-key tile with
+# 4 slots and the overlap was the fastest or within 1.3 % of it on the 5 rows the default rule sends here (q-lt-kv,
+# long-w1024, chunked-b8: 10-19 % under the Triton kernel); at D = 64 the Triton kernel was 9-12 % faster on all
+# four rows (20261202-0140-tune-ws.json): no D = 64 default.
 CONFIGS: dict[int, tuple[WsConfig, ...]] = {
     64: (WsConfig(128, 3), WsConfig(128, 3, persistent=False), WsConfig(128, 2), WsConfig(64, 4),
          WsConfig(128, 3, True)),
-    128: (WsConfig(64, 3, True), WsConfig(64, 3, True, persistent=False), WsConfig(128, 2), WsConfig(128, 2, True),
-          WsConfig(64, 3), WsConfig(64, 4, True)),
+    128: (WsConfig(64, 4, True), WsConfig(64, 4, True, persistent=False), WsConfig(64, 3, True), WsConfig(128, 2),
+          WsConfig(128, 2, True), WsConfig(64, 3)),
 }
 DEFAULT_HEAD_DIMS = (128,)
+# a query block must visit at least this many keys: with fewer, the per-tile cost (Q load, pipeline fill, store)
+# outweighs the overlap (2026-12-02: llama-8b-uniform and -short-w256, 512 keys, 9-10 % slower than the Triton
+# kernel; every row of >= 1024 keys 10-19 % faster)
+MIN_BLOCK_KEYS = 1024
 
 
 def applies(p: Problem) -> bool:
@@ -70,10 +75,13 @@ def applies(p: Problem) -> bool:
 
 def default_config(p: Problem) -> WsConfig | None:
     """The config the call runs by default (``applies(p)`` holds), or None (the Triton kernel): D = 128 calls
-    whose requests hold at least half a 128-row tile of queries and whose work tiles fill the GPU once. Fewer
-    tiles than SMs (qwen3-8b-chunked-prefill: 32) left most SMs idle: 33.9 us against the Triton kernel's 20.4."""
+    whose requests hold at least half a 128-row tile of queries, whose query blocks visit ``MIN_BLOCK_KEYS``
+    keys or more, and whose work tiles fill the GPU once. Fewer tiles than SMs (qwen3-8b-chunked-prefill: 32)
+    left most SMs idle: 33.9 us against the Triton kernel's 20.4."""
     d, h = p.q.shape[-1], p.q.shape[-2]
     if d not in DEFAULT_HEAD_DIMS or p.max_q < BLOCK_M // 2:
+        return None
+    if min(p.max_kv, p.wl + p.wr + BLOCK_M) < MIN_BLOCK_KEYS:  # the keys one query block visits at most
         return None
     if triton.cdiv(p.max_q, BLOCK_M) * p.batch * h < runtime.num_sms():
         return None
