@@ -36,10 +36,10 @@ class WsConfig:
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
-# D = 128. On the H200 (2026-12-02 02:03, benchmarks/results/h200/20261202-0203-tune-ws.json) the 64-key tile with
+# D = 128. On the H200 (2026-12-02 01:39, benchmarks/results/h200/20261202-0139-tune-ws.json) the 64-key tile with
 # 4 slots and the overlap was the fastest or within 1.3 % of it on the 5 rows the default rule sends here (q-lt-kv,
 # long-w1024, chunked-b8: 10-19 % under the Triton kernel); at D = 64 the Triton kernel was 9-12 % faster on all
-# four rows (20261202-0140-tune-ws.json): no D = 64 default.
+# four rows (20261202-0129-tune-ws.json): no D = 64 default.
 CONFIGS: dict[int, tuple[WsConfig, ...]] = {
     64: (WsConfig(128, 3), WsConfig(128, 3, persistent=False), WsConfig(128, 2), WsConfig(64, 4),
          WsConfig(128, 3, True)),
