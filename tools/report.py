@@ -187,14 +187,19 @@ def floor_gap(op: str, name: str) -> str:
     where it is written up. Rows without an analysis say so."""
     core, mla = "docs/perf/attn-core.md", "docs/perf/attn-mla.md"
     serial = "no working warp specialization in Triton 3.6 (FA3 overlaps softmax with the MMA)"
-    no_ws = f"{serial}; a Gluon warp-specialized forward (attn-core 0.3.6) is written, not yet measured"
+    no_ws = (f"{serial}; the Gluon warp-specialized forward (attn-core 0.3.6: 10-19 % under the Triton loop on "
+             "dense / varlen rows of >= 1024 keys) reads no pages yet")
     if op == "GQABwd":
         return f"7 MMA products per tile pair issued serially, {serial}; atomic dQ measured slower ({core})"
     if "sink-mixed" in name:
         return ("window-128 rows: each query tile meets 2–3 key tiles, so its q load, epilogue and the launch "
                 f"dominate (hypothesis; FA3 13–24 µs) ({core})")
     if op in ("GQADenseFwd", "GQAVarlenFwd"):
-        return f"prefill at 320-410 TF/s: {no_ws}; TMA tiles measured 0.93–0.97× ({core})"
+        if "uniform" in name or "short" in name:
+            return ("512-key prefill on the Triton loop (320-410 TF/s, serial softmax and MMA): the warp-specialized "
+                    f"kernel was 9-10 % slower there (per-tile Q load, pipeline fill, store; 2026-12-02) ({core})")
+        return ("warp-specialized Gluon forward at 0.79-0.87x FA3: one query head per program (K/V re-read from L2 "
+                f"per head), static persistent tile order, register-store epilogue (hypotheses) ({core})")
     if op == "GQAPagedFwd":
         if "32k" in name:
             return ("long decode at 69 % of the HBM roof (FlashInfer ~94 %): bytes in flight per SM; programs_per_sm "

@@ -36,14 +36,16 @@ class WsConfig:
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
-# D = 128. On the H200 (2026-12-02 01:39, benchmarks/results/h200/20261202-0139-tune-ws.json) the 64-key tile with
-# 4 slots and the overlap was the fastest or within 1.3 % of it on the 5 rows the default rule sends here (q-lt-kv,
-# long-w1024, chunked-b8: 10-19 % under the Triton kernel); at D = 64 the Triton kernel was 9-12 % faster on all
-# four rows (20261202-0129-tune-ws.json): no D = 64 default.
+# D = 128. D = 128 default: the 64-key tile with 3 slots and the overlap, the config benchmarked beside the peers
+# on the H200 (2026-12-02 01:41, benchmarks/results/h200/20261202-0141-attn-core-ws.jsonl: 10-19 % under the
+# Triton kernel on the q-lt-kv, long-w1024 and chunked-b8 rows). Next candidate: 4 slots (second), in the same
+# call's sweep (20261202-0139-tune-ws.json) 1-4 % faster on 4 of those 5 rows and 1.3 % slower on one; not the
+# default until a benchmark run has it. D = 64: the Triton kernel was 9-12 % faster on all four rows
+# (20261202-0129-tune-ws.json): no default.
 CONFIGS: dict[int, tuple[WsConfig, ...]] = {
     64: (WsConfig(128, 3), WsConfig(128, 3, persistent=False), WsConfig(128, 2), WsConfig(64, 4),
          WsConfig(128, 3, True)),
-    128: (WsConfig(64, 4, True), WsConfig(64, 4, True, persistent=False), WsConfig(64, 3, True), WsConfig(128, 2),
+    128: (WsConfig(64, 3, True), WsConfig(64, 4, True), WsConfig(64, 3, True, persistent=False), WsConfig(128, 2),
           WsConfig(128, 2, True), WsConfig(64, 3)),
 }
 DEFAULT_HEAD_DIMS = (128,)
