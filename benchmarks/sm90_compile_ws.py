@@ -22,6 +22,8 @@ from triton.runtime.jit import mangle_type  # noqa: E402
 from attnops.attn_core.flash_fwd import ws_launch  # noqa: E402
 from attnops.attn_core.flash_fwd.ws_kernel import gqa_fwd_ws_kernel  # noqa: E402
 
+DENSE, VARLEN, PAGED = 0, 1, 2  # ws_kernel's LAYOUT values
+
 from .sm90_compile import SM90_SMEM, compile_sm90, ptxas_report  # noqa: E402
 
 
@@ -31,12 +33,14 @@ def _desc_type(dtype, block, d: int) -> str:
     return mangle_type(TensorDescriptor.from_tensor(t, block, ws_launch.smem_layout(block, dtype)))
 
 
-def compile_ws(cfg: ws_launch.WsConfig, d: int, varlen: bool, dtype=torch.float16):
+def compile_ws(cfg: ws_launch.WsConfig, d: int, layout: int, dtype=torch.float16):
     types = {"q_desc": _desc_type(dtype, [64, d], d), "k_desc": _desc_type(dtype, [cfg.block_n, d], d),
              "v_desc": _desc_type(dtype, [cfg.block_n, d], d),
-             "o_ptr": "*fp16" if dtype == torch.float16 else "*bf16", "cu_q_ptr": "*i32", "cu_kv_ptr": "*i32"}
-    consts = {"VARLEN": varlen, "BLOCK_M": ws_launch.BLOCK_M, "BLOCK_N": cfg.block_n, "HEAD_DIM": d,
-              "STAGES": cfg.stages, "OVERLAP": cfg.overlap, "_float_args": ("qk_scale",)}
+             "o_ptr": "*fp16" if dtype == torch.float16 else "*bf16", "cu_q_ptr": "*i32", "kv_ptr": "*i32",
+             "items_ptr": "*i32", "table_ptr": "*i32"}
+    consts = {"LAYOUT": layout, "KV_PLUS_Q": False, "PAGE_SIZE": 64 if layout == PAGED else 1,
+              "BLOCK_M": ws_launch.BLOCK_M, "BLOCK_N": cfg.block_n, "HEAD_DIM": d, "STAGES": cfg.stages,
+              "OVERLAP": cfg.overlap, "_float_args": ("qk_scale",)}
     return compile_sm90(gqa_fwd_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
 
@@ -46,11 +50,13 @@ def main() -> int:
         for cfg in ws_launch.CONFIGS[d]:
             if not cfg.persistent:  # the same kernel as its persistent twin (only the grid differs)
                 continue
-            for varlen in (True, False):
+            for layout, layout_name in ((VARLEN, "varlen"), (DENSE, "dense"), (PAGED, "paged")):
+                if layout == PAGED and cfg not in ws_launch.paged_configs(d):
+                    continue
                 t0 = time.time()
-                name = f"D{d} {'varlen' if varlen else 'dense':6s} {cfg.name:13s}"
+                name = f"D{d} {layout_name:6s} {cfg.name:13s}"
                 try:
-                    k = compile_ws(cfg, d, varlen)
+                    k = compile_ws(cfg, d, layout)
                 except Exception as e:  # noqa: BLE001 - report every failing variant, then exit 1
                     print(f"{name} COMPILE ERROR {type(e).__name__}: {str(e).splitlines()[0][:300]}")
                     bad += 1

@@ -7,6 +7,11 @@ with the default configs.
 
     python -m benchmarks.tune_attn_core_paged --filter GQAPaged --out /tmp/tune-paged.json
     python -m benchmarks.tune_attn_core_paged --filter llama-8b-p64/ --iters 20
+    python -m benchmarks.tune_attn_core_paged --ws --filter GQAPagedFwd/llama-8b/,starcoder --iters 20
+
+``--ws``: instead, the large class on the warp-specialized kernel (``ws=`` of the plan: every config
+``ws_launch.paged_applies`` may take) beside the Triton kernel (``ws=False``) and the default plan, on the rows
+with a large class.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import functools
 
 from attnops.attn_core import gqa_paged_plan, gqa_prefill_paged_plan, mha_decode_paged_plan
+from attnops.attn_core.flash_fwd import ws_launch
 from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, TileConfig, config_key
 from attnops.attn_core.specs import SPECS
 
@@ -67,8 +73,17 @@ def _launches(plan):
     return plan.attn.launches if hasattr(plan, "attn") else plan.launches
 
 
+def _ws_variants(d: int, default_plan) -> list[tuple[str, dict]]:
+    """The warp-specialized configs of head dim d beside ``ws=False``, for plans with a large class (else [])."""
+    if not ws_launch.paged_configs(d) or not any(ln.kind == "large" for ln in _launches(default_plan)):
+        return []
+    return [("ws=False", {"ws": False})] + [(cfg.name, {"ws": cfg}) for cfg in ws_launch.paged_configs(d)]
+
+
 def main():
-    args = sweep_arguments(__doc__.splitlines()[0], "tune-attn-core-paged.json").parse_args()
+    parser = sweep_arguments(__doc__.splitlines()[0], "tune-attn-core-paged.json")
+    parser.add_argument("--ws", action="store_true", help="time the warp-specialized kernel's configs")
+    args = parser.parse_args()
     flush = L2Flusher()
     results = []
     for spec, w, case, expected in seed_cases(SPECS, args.filter, OPS):
@@ -76,11 +91,17 @@ def main():
         default_plan = make_plan()
         d = case.inputs["q"].shape[-1]
         variants = [("default", {})]
-        for ln in _launches(default_plan):
-            key = config_key(ln.kind, d)
-            variants += [(f"{ln.kind}:{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}s{cfg.num_stages}",
-                          {"configs": {key: cfg}}) for cfg in CANDIDATES.get(key, []) if cfg != CONFIGS[key]]
-        variants += [("".join(f"{k}={v}" for k, v in knob.items()), knob) for knob in SPLIT_KNOBS]
+        if args.ws:
+            ws = _ws_variants(d, default_plan)
+            if not ws:
+                continue
+            variants += ws
+        else:
+            for ln in _launches(default_plan):
+                key = config_key(ln.kind, d)
+                variants += [(f"{ln.kind}:{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}s{cfg.num_stages}",
+                              {"configs": {key: cfg}}) for cfg in CANDIDATES.get(key, []) if cfg != CONFIGS[key]]
+            variants += [("".join(f"{k}={v}" for k, v in knob.items()), knob) for knob in SPLIT_KNOBS]
         timed, failed = check_and_time(spec, case, expected, (
             (name, functools.partial(_with_plan, spec.fn, make_plan(**kw)), None) for name, kw in variants),
             args.iters, flush)

@@ -1,21 +1,26 @@
 """The Gluon warp-specialized flash forward (``flash_fwd/ws_kernel.py``) through the public ops, every config
-forced (``launch.forced(config=WsConfig)``), against the fp32 reference: D 64 / 128, fp16 / bf16, causal, full,
-sliding windows (left, and both sides without the causal mask), GQA ratios 1 / 4 / 8, varlen (ragged lengths,
-empty requests, q_len > kv_len, tails that are not a multiple of any tile) and dense layouts, persistent and
-one-program-per-tile grids. Hopper only (TMA, wgmma, warp specialization: neither the interpreter nor the CPU
-runs it); outputs start NaN-filled (``ATTNOPS_POISON``)."""
+forced (``launch.forced(config=WsConfig)``; paged ops: ``ws=`` of their plans), against the fp32 reference: D 64 /
+128, fp16 / bf16, causal, full, sliding windows (left, and both sides without the causal mask), GQA ratios 1 /
+4 / 8, varlen (ragged lengths, empty requests, q_len > kv_len, tails that are not a multiple of any tile), dense
+and paged layouts (GQAPagedFwd, GQAPrefillPagedWithKVCacheFwd: shuffled pages, NaN-poisoned page tails),
+persistent and one-program-per-tile grids. Hopper only (TMA, wgmma, warp specialization: neither the
+interpreter nor the CPU runs it); outputs start NaN-filled (``ATTNOPS_POISON``). On CPU: the launches bind
+every kernel argument (a recording stand-in for the kernel), the plans' ws work, the refusals."""
 
 import dataclasses
 
 import pytest
 import torch
 
-from attnops.attn_core import gqa_dense_fwd, gqa_varlen_fwd
+from attnops.attn_core import gqa_dense_fwd, gqa_paged_plan, gqa_prefill_paged_plan, gqa_varlen_fwd
 from attnops.attn_core.flash_fwd import launch as fwd
-from attnops.attn_core.flash_fwd import ws_launch
+from attnops.attn_core.flash_fwd import ws_kernel, ws_launch
 from attnops.attn_core.gqa_dense_fwd.reference import gqa_dense_fwd_ref
+from attnops.attn_core.gqa_paged_fwd import plan as paged_plan
+from attnops.attn_core.gqa_paged_fwd import spec as paged_spec
+from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd import spec as prefill_spec
 from attnops.attn_core.gqa_varlen_fwd.reference import gqa_varlen_fwd_ref
-from attnops.kernel_utils import testing
+from attnops.kernel_utils import runtime, testing
 
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                             reason="needs a Hopper GPU")
@@ -124,3 +129,119 @@ def test_refused_off_hopper():
     cu = torch.tensor([0, 4], dtype=torch.int32)
     with fwd.forced(config=ws_launch.CONFIGS[64][0]), pytest.raises(ValueError, match="does not serve"):
         gqa_varlen_fwd(q, q, q, cu, cu)
+
+
+def _plan_case(spec, case, plan):
+    ours = case.fresh()
+    ours.inputs["plan"] = plan
+    spec.compare(ours.run(spec.fn), case.fresh().run(spec.reference), case)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("page_size", [64, 128])
+@pytest.mark.parametrize("mask", ["causal", "full", "causal-w100", "full-w64-w200"])
+def test_paged(d, page_size, mask):
+    """GQAPagedFwd's large class: ragged keys whose last page ends inside a key tile (the rest of the page is
+    NaN: the tail copy must zero it), a 1-token request beside (the Triton small class), shuffled pages."""
+    causal, wl, wr = MASKS[mask]
+    case = paged_spec.build_case([300, 1, 77, 130], [3000, 1500, 777, 130], 8, 2, d, page_size, torch.float16,
+                                 torch.float16, "cuda", seed=d + page_size, is_causal=causal, window_size_left=wl,
+                                 window_size_right=wr)
+    a = case.inputs
+    for cfg in ws_launch.paged_configs(d):
+        plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d, is_causal=causal,
+                              window_size_left=wl, window_size_right=wr, ws=cfg)
+        assert [ln.ws for ln in plan.launches if ln.kind == "large"] == [cfg]
+        _plan_case(paged_spec.SPEC, case, plan)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_prefill_paged(dtype, causal):
+    """GQAPrefillPagedWithKVCacheFwd's attention from the pool after the append (keys = cache + new tokens):
+    cached lengths that end inside a page, an empty cache, a request with no new tokens."""
+    d = 128
+    case = prefill_spec.build_case([300, 77, 0, 130], [1000, 64, 50, 0], 8, 2, d, 64, dtype, dtype, "cuda",
+                                   seed=3, is_causal=causal)
+    a = case.inputs
+    for cfg in ws_launch.paged_configs(d):
+        plan = gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d, is_causal=causal, ws=cfg)
+        assert [ln.ws for ln in plan.attn.launches if ln.kind == "large"] == [cfg]
+        _plan_case(prefill_spec.SPEC, case, plan)
+
+
+class _Recorder:
+    """Stands in for the kernel: records each launch's grid and arguments."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append((grid, args, kwargs))
+
+
+def _bound(call) -> set[str]:
+    _, args, kwargs = call
+    names = ws_kernel.gqa_fwd_ws_kernel.arg_names
+    assert not set(names[:len(args)]) & set(kwargs), "an argument passed twice"
+    return set(names[:len(args)]) | set(kwargs) - {"num_warps"}
+
+
+def test_launches_bind_every_kernel_argument(monkeypatch):
+    """Runs everywhere: dense, varlen and paged launches pass exactly the kernel's parameters, persistent grids
+    of at most one program per SM (TMA descriptors of host tensors; the kernel is a recording stand-in)."""
+    rec = _Recorder()
+    monkeypatch.setattr(ws_launch, "gqa_fwd_ws_kernel", rec)
+    cfg = ws_launch.CONFIGS[128][0]
+    q = torch.zeros(2, 300, 8, 128, dtype=torch.float16)
+    k = torch.zeros(2, 500, 2, 128, dtype=torch.float16)
+    out = torch.empty_like(q)
+    ws_launch.launch(fwd.Problem(q, k, k, out, varlen=False, batch=2, max_q=300, max_kv=500, wr=0), cfg)
+    ws_launch.launch(fwd.Problem(q[0], k[0], k[0], out[0], varlen=True, batch=1, max_q=300, max_kv=500,
+                                 cu_q=torch.tensor([0, 300], dtype=torch.int32),
+                                 cu_kv=torch.tensor([0, 500], dtype=torch.int32)), cfg)
+    pool = torch.zeros(10, 64, 2, 128, dtype=torch.float16)
+    items = torch.tensor([[0, 2], [0, 1], [0, 0]], dtype=torch.int32)
+    table = torch.arange(10, dtype=torch.int32)[None]
+    ws_launch.launch_paged(cfg, q[0], pool, pool, out[0], torch.tensor([0, 300], dtype=torch.int32),
+                           torch.tensor([600], dtype=torch.int32), table, items, 64, 0.1, 1 << 30, 0,
+                           kv_plus_q=False)
+    assert len(rec.calls) == 3
+    for call in rec.calls:
+        assert _bound(call) == set(ws_kernel.gqa_fwd_ws_kernel.arg_names)
+    grids = [grid for grid, _, _ in rec.calls]
+    sms = runtime.num_sms()
+    assert grids == [(min(3 * 2 * 8, sms),), (min(3 * 8, sms),), (min(3 * 8, sms),)]
+    assert [c[2]["LAYOUT"] for c in rec.calls] == [ws_kernel.DENSE.value, ws_kernel.VARLEN.value,
+                                                   ws_kernel.PAGED.value]
+
+
+def test_plan_ws_work_heaviest_first():
+    """Runs everywhere: a plan's ws items are (request, 128-token block) of the large class, heaviest first;
+    the small class and 16-row requests get none; without ``ws`` the default (off) leaves them out."""
+    cfg = ws_launch.CONFIGS[128][0]
+    plan = paged_plan.plan_paged_attention([300, 1, 130], [3000, 1500, 130], num_heads=8, num_kv_heads=2,
+                                           head_dim=128, ws=cfg, device="cpu")
+    large = [ln for ln in plan.launches if ln.kind == "large"][0]
+    assert large.ws == cfg
+    # costs (keys x rows): (0, 1) 2956·128, (0, 0) 2828·128, (0, 2) 3000·44, (2, 0) 128·128, (2, 1) 130·2
+    assert large.ws_items.tolist() == [[0, 1], [0, 0], [0, 2], [2, 0], [2, 1]]
+    assert all(ln.ws is None for ln in plan.launches if ln.kind == "small")
+    default = paged_plan.plan_paged_attention([300, 1, 130], [3000, 1500, 130], num_heads=8, num_kv_heads=2,
+                                              head_dim=128, device="cpu")
+    assert paged_plan.WS_DEFAULT or all(ln.ws is None for ln in default.launches)
+
+
+def test_paged_ws_falls_back_off_hopper():
+    """Runs everywhere: a plan with ws work on a call the kernel cannot take (here: the interpreter) runs the
+    Triton kernels and matches the reference."""
+    case = paged_spec.build_case([70, 1], [200, 90], 4, 1, 64, 64, torch.float16, torch.float16, runtime.device(),
+                                 seed=4)
+    a = case.inputs
+    plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 4, 1, 64, ws=ws_launch.CONFIGS[64][-1])
+    assert [ln.ws for ln in plan.launches if ln.kind == "large"] == [ws_launch.CONFIGS[64][-1]]
+    _plan_case(paged_spec.SPEC, case, plan)

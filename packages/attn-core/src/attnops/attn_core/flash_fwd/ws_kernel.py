@@ -23,12 +23,16 @@ with one per SM it is persistent, and the next tile's Q and first K/V load while
 and stores. The ring's slot counter and the Q buffer index run on across tiles (every partition skips the same
 empty tiles).
 
-Layouts: varlen (``q`` ``[T_q, H·D]``, ``k`` / ``v`` ``[T_kv, H_kv·D]`` as 2-D views, request offsets from
-``cu_seqlens``) or dense (``[B·S, H·D]``, request ``b`` at row ``b·S``). Masks: keys ``P − WL <= j <= P + WR``
-(bottom-right positions P; causal is WR = 0; ``attention_fns.window_bounds``). Keys past a request's end (the
-next request's rows, or TMA zero fill past the tensor) are masked; query rows past it are not stored. One query
-head per program. D in {64, 128},
-fp16 / bf16; no softcap / sinks / RoPE / fp8 / splits / lse (the Triton kernel serves those calls).
+Layouts (``LAYOUT``): dense (``q`` ``[B·S, H·D]``, ``k`` / ``v`` ``[B·S_kv, H_kv·D]`` as 2-D views, request ``b``
+at row ``b·S``), varlen (request offsets from ``cu_seqlens``) or paged (K / V pools ``[pages·PAGE_SIZE, H_kv·D]``,
+key tile n of request b at row ``table[b, n // PAGE_SIZE]·PAGE_SIZE + n % PAGE_SIZE``: PAGE_SIZE a multiple of
+BLOCK_N, so a key tile lies in one page; the work tiles are a host plan's (request, query block) items,
+heaviest first; ``kv_len`` = ``cache_lens[b]``, plus the request's query tokens with ``KV_PLUS_Q``).
+Masks: keys ``P − WL <= j <= P + WR`` (bottom-right positions P; causal is WR = 0;
+``attention_fns.window_bounds``). Keys past a request's end (the next request's rows, the rest of its last
+page, or TMA zero fill past the tensor) are masked; query rows past it are not stored. One query head per
+program. D in {64, 128}, fp16 / bf16; no softcap / sinks / RoPE / fp8 / splits / lse (the Triton kernels serve
+those calls).
 """
 
 from triton.experimental import gluon
@@ -44,26 +48,43 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 ROWS_PER_CONSUMER = gl.constexpr(64)  # one warpgroup's wgmma M (a constexpr: kernels read it)
 
 
+DENSE = gl.constexpr(0)
+VARLEN = gl.constexpr(1)
+PAGED = gl.constexpr(2)
+
+
 @gluon.jit
-def _tile(tile, cu_q_ptr, cu_kv_ptr, s_q, s_kv, n_heads, batch, n_m_blocks, BLOCK_M: gl.constexpr,
-          VARLEN: gl.constexpr):
-    """Work tile -> (head, first query row m0, request's q_start, q_len, kv_start, kv_len). Head fastest, then
-    query block from the last (heaviest under a causal mask) to the first, then request."""
+def _tile(tile, cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads, n_m_blocks, BLOCK_M: gl.constexpr,
+          LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr):
+    """Work tile -> (request b, head, first query row m0, q_start, q_len, kv_start, kv_len). Head fastest; then
+    dense / varlen: query block from the last (heaviest under a causal mask) to the first, then request; paged:
+    the plan's items in order (``items[i] = (b, query block)``). ``kv_ptr``: varlen cu_seqlens_kv, paged the
+    per-request key counts."""
     head = tile % n_heads
     rest = tile // n_heads
-    b = rest // n_m_blocks
-    m0 = (n_m_blocks - 1 - rest % n_m_blocks) * BLOCK_M
-    if VARLEN:
-        q_start = gl.load(cu_q_ptr + b)
-        q_len = gl.load(cu_q_ptr + b + 1) - q_start
-        kv_start = gl.load(cu_kv_ptr + b)
-        kv_len = gl.load(cu_kv_ptr + b + 1) - kv_start
+    if LAYOUT == PAGED:
+        b = gl.load(items_ptr + 2 * rest)
+        m0 = gl.load(items_ptr + 2 * rest + 1) * BLOCK_M
     else:
+        b = rest // n_m_blocks
+        m0 = (n_m_blocks - 1 - rest % n_m_blocks) * BLOCK_M
+    if LAYOUT == DENSE:
         q_start = b * s_q
         q_len = s_q
         kv_start = b * s_kv
         kv_len = s_kv
-    return head, m0, q_start, q_len, kv_start, kv_len
+    else:
+        q_start = gl.load(cu_q_ptr + b)
+        q_len = gl.load(cu_q_ptr + b + 1) - q_start
+        if LAYOUT == VARLEN:
+            kv_start = gl.load(kv_ptr + b)
+            kv_len = gl.load(kv_ptr + b + 1) - kv_start
+        else:
+            kv_start = q_start * 0
+            kv_len = gl.load(kv_ptr + b)
+            if KV_PLUS_Q:
+                kv_len += q_len
+    return b, head, m0, q_start, q_len, kv_start, kv_len
 
 
 @gluon.jit
@@ -109,6 +130,22 @@ def _pv(p_op, acc, v_smem, v_ready, i, STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _pv_tail(p_op, acc, v_smem, v_ready, i, v_own, valid, STAGES: gl.constexpr, BLOCK_N: gl.constexpr):
+    """O += P·V of the ring's i-th key tile, the last of a paged work tile: its rows from ``valid`` on are the
+    rest of a page (anything, NaN included), and P's zeros there would still meet them in the MMA. The
+    warpgroup copies the tile into its own buffer ``v_own`` with those rows zeroed and multiplies from there."""
+    slot = i % STAGES
+    mbarrier.wait(v_ready.index(slot), (i // STAGES) & 1)
+    rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # 16-byte pieces, 4 warps
+    v = v_smem.index(slot).load(rows_layout)
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, rows_layout))
+    v_own.store(gl.where((rows < valid)[:, None], v, gl.zeros_like(v)))
+    fence_async_shared()  # this thread's stores visible to the async proxy (wgmma) ...
+    gl.thread_barrier()  # ... and every thread of the warpgroup done before the wgmma reads the buffer
+    return warpgroup_mma(p_op, v_own, acc, is_async=True)
+
+
+@gluon.jit
 def _softmax(s, n0, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr, qk_scale, BLOCK_N: gl.constexpr,
              p_layout: gl.constexpr, o_layout: gl.constexpr, s_layout: gl.constexpr, dtype: gl.constexpr):
     """Online-softmax step of the scores of key tile [n0, n0 + BLOCK_N): (P as the next wgmma's register
@@ -130,13 +167,16 @@ def _softmax(s, n0, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr, qk_scale,
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free, o_ptr, cu_q_ptr, cu_kv_ptr,
-              s_q, s_kv, n_heads, batch, n_m_blocks, wl, wr, qk_scale, stride_ot, stride_oh,
-              WG: gl.constexpr, VARLEN: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr):
+def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, o_ptr, cu_q_ptr, kv_ptr,
+              items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale, stride_ot, stride_oh,
+              WG: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr):
     """Rows [m0 + 64·WG, +64) of each of the program's work tiles: every key tile of the block's range, then
     the store. ``OVERLAP`` (FA3's intra-warpgroup pipelining): S of tile j + 1 and P·V of tile j are in flight
-    while the softmax of tile j + 1 runs; else each tile's two wgmmas are waited for in turn."""
+    while the softmax of tile j + 1 runs; else each tile's two wgmmas are waited for in turn. Paged layouts
+    (overlap configs only) take the last key tile's V through ``_pv_tail`` and ``v_scratch[WG]``."""
+    if LAYOUT == PAGED:
+        gl.static_assert(OVERLAP, "the paged layout runs the overlap configs")
     R: gl.constexpr = ROWS_PER_CONSUMER
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -148,9 +188,9 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free
     pid = gl.program_id(0)
     done = pid * 0  # work tiles this program has run (Q buffer done % 2, its barriers' phase (done // 2) % 2)
     ring = pid * 0  # key tiles through the K/V ring so far (slot and phase of the next)
-    for tile in range(pid, n_m_blocks * batch * n_heads, gl.num_programs(0)):
-        head, m0, q_start, q_len, kv_start, kv_len = _tile(tile, cu_q_ptr, cu_kv_ptr, s_q, s_kv, n_heads, batch,
-                                                           n_m_blocks, BLOCK_M, VARLEN)
+    for tile in range(pid, n_work * n_heads, gl.num_programs(0)):
+        b, head, m0, q_start, q_len, kv_start, kv_len = _tile(tile, cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads,
+                                                              n_m_blocks, BLOCK_M, LAYOUT, KV_PLUS_Q)
         if m0 < q_len:
             n_lo, n_hi = _block_keys(m0, q_len, kv_len, wl, wr, BLOCK_M, BLOCK_N)
             r0 = m0 + WG * R
@@ -183,7 +223,12 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free
                         acc = acc * alpha[:, None]
                         p_op = p_next
                     mbarrier.arrive(q_free.index(q_buf), count=1)  # every S of this tile is done: Q may be overwritten
-                    acc = _pv(p_op, acc, v_smem, v_ready, ring + n_tiles - 1, STAGES)
+                    if LAYOUT == PAGED:
+                        n_last = n_lo + (n_tiles - 1) * BLOCK_N
+                        acc = _pv_tail(p_op, acc, v_smem, v_ready, ring + n_tiles - 1, v_scratch.index(WG),
+                                       kv_len - n_last, STAGES, BLOCK_N)
+                    else:
+                        acc = _pv(p_op, acc, v_smem, v_ready, ring + n_tiles - 1, STAGES)
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
                     mbarrier.arrive(kv_free.index((ring + n_tiles - 1) % STAGES), count=1)
                 else:
@@ -213,17 +258,18 @@ def _consumer(q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free
 
 @gluon.jit
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
-            cu_q_ptr, cu_kv_ptr, s_q, s_kv, n_heads, batch, n_m_blocks, group, wl, wr,
-            VARLEN: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-            STAGES: gl.constexpr):
-    """TMA producer: per work tile both Q tiles, then K / V of every key tile of the block's range."""
+            cu_q_ptr, kv_ptr, items_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr,
+            LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr,
+            BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr):
+    """TMA producer: per work tile both Q tiles, then K / V of every key tile of the block's range (paged: the
+    tile's page from the table, read only for tiles inside the request's keys)."""
     R: gl.constexpr = ROWS_PER_CONSUMER
     pid = gl.program_id(0)
     done = pid * 0
     ring = pid * 0
-    for tile in range(pid, n_m_blocks * batch * n_heads, gl.num_programs(0)):
-        head, m0, q_start, q_len, kv_start, kv_len = _tile(tile, cu_q_ptr, cu_kv_ptr, s_q, s_kv, n_heads, batch,
-                                                           n_m_blocks, BLOCK_M, VARLEN)
+    for tile in range(pid, n_work * n_heads, gl.num_programs(0)):
+        b, head, m0, q_start, q_len, kv_start, kv_len = _tile(tile, cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads,
+                                                              n_m_blocks, BLOCK_M, LAYOUT, KV_PLUS_Q)
         if m0 < q_len:
             n_lo, n_hi = _block_keys(m0, q_len, kv_len, wl, wr, BLOCK_M, BLOCK_N)
             q_buf = done % 2
@@ -239,7 +285,12 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_r
             for j in range(n_tiles):
                 slot = (ring + j) % STAGES
                 mbarrier.wait(kv_free.index(slot), (((ring + j) // STAGES) & 1) ^ 1)
-                row = kv_start + n_lo + j * BLOCK_N
+                n = n_lo + j * BLOCK_N
+                if LAYOUT == PAGED:
+                    page = gl.load(table_ptr + b.to(gl.int64) * stride_tb + n // PAGE_SIZE)
+                    row = page * PAGE_SIZE + n % PAGE_SIZE
+                else:
+                    row = kv_start + n
                 mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
                 tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready.index(slot), k_smem.index(slot))
                 mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
@@ -249,17 +300,23 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_r
 
 
 @gluon.jit
-def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, cu_kv_ptr, s_q, s_kv, n_heads, batch, n_m_blocks,
-                      group, wl, wr, qk_scale, stride_ot, stride_oh,
-                      VARLEN: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr, table_ptr, s_q, s_kv, n_heads,
+                      n_work, n_m_blocks, group, wl, wr, qk_scale, stride_ot, stride_oh, stride_tb,
+                      LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       STAGES: gl.constexpr, OVERLAP: gl.constexpr):
-    """Grid: (programs,), at most n_m_blocks · batch · n_heads work tiles; num_warps = 4 (the first consumer),
-    plus the worker partitions (second consumer: 4 warps, loader: 1 warp)."""
+    """Grid: (programs,), at most n_work · n_heads work tiles (n_work: dense / varlen n_m_blocks · batch, paged
+    the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
+    loader: 1 warp)."""
     gl.static_assert(BLOCK_M == 2 * ROWS_PER_CONSUMER)
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [4, ROWS_PER_CONSUMER, HEAD_DIM], q_desc.layout)  # [buffer, WG]
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    if LAYOUT == PAGED:  # each consumer's copy of its last V tile with the rows past the keys zeroed
+        v_scratch = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_DIM], v_desc.layout)
+    else:
+        v_scratch = v_smem  # not used: the rows past a dense / varlen request are other requests' or TMA's zeros
     q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     q_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -274,15 +331,15 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, cu_kv_ptr, s_q, s
         mbarrier.init(kv_free.index(i), count=2)  # both consumers release a slot
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
     gl.warp_specialize([
-        (_consumer, (q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free, o_ptr, cu_q_ptr, cu_kv_ptr,
-                     s_q, s_kv, n_heads, batch, n_m_blocks, wl, wr, qk_scale, stride_ot, stride_oh,
-                     0, VARLEN, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP)),
-        (_consumer, (q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free, o_ptr, cu_q_ptr, cu_kv_ptr,
-                     s_q, s_kv, n_heads, batch, n_m_blocks, wl, wr, qk_scale, stride_ot, stride_oh,
-                     1, VARLEN, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP)),
+        (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, o_ptr,
+                     cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale,
+                     stride_ot, stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP)),
+        (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, o_ptr,
+                     cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale,
+                     stride_ot, stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
-                   cu_q_ptr, cu_kv_ptr, s_q, s_kv, n_heads, batch, n_m_blocks, group, wl, wr,
-                   VARLEN, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)),
+                   cu_q_ptr, kv_ptr, items_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work, n_m_blocks, group,
+                   wl, wr, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)),
     ], [4, 1], [240, 24])  # FA3's split: 240 + 240 + 24 registers x 128 threads = 168 x 384
     for i in gl.static_range(2):
         mbarrier.invalidate(q_ready.index(i))

@@ -15,6 +15,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from attnops.kernel_utils import runtime
 from attnops.kernel_utils.attention_fns import LOG2E
 
+from . import ws_kernel
 from .ws_kernel import ROWS_PER_CONSUMER, gqa_fwd_ws_kernel
 
 if TYPE_CHECKING:
@@ -55,39 +56,65 @@ DEFAULT_HEAD_DIMS = (128,)
 MIN_BLOCK_KEYS = 1024
 
 
-def applies(p: Problem) -> bool:
-    """Whether the kernel can serve the call: a Hopper GPU (not the interpreter), 16-bit q / k / v, D in
-    ``CONFIGS``, no RoPE / sinks / softcap / lse output, q / k / v contiguous and out with one token stride
-    (the 2-D TMA views), 16-byte aligned bases."""
-    q, k, v, o = p.q, p.k, p.v, p.out
+def _tensors_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> bool:
+    """A Hopper GPU (not the interpreter), 16-bit q / k / v / out of one dtype, D in ``CONFIGS``, q / k / v
+    contiguous (the 2-D TMA views), out's last dim contiguous, 16-byte aligned bases."""
     if runtime.interpreting() or not runtime.is_hopper():
         return False
-    if q.dtype not in (torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
+    if q.dtype not in (torch.float16, torch.bfloat16) or any(t.dtype != q.dtype for t in (k, v, o)):
         return False
-    if q.shape[-1] not in CONFIGS or o.dtype != q.dtype:
+    if q.shape[-1] not in CONFIGS or not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+        return False
+    return o.stride(-1) == 1 and all(t.data_ptr() % 16 == 0 for t in (q, k, v))
+
+
+def applies(p: Problem) -> bool:
+    """Whether the kernel can serve a dense / varlen call: ``_tensors_ok``, no RoPE / sinks / softcap / lse
+    output, dense out with one token stride."""
+    if not _tensors_ok(p.q, p.k, p.v, p.out):
         return False
     if p.rope_cos is not None or p.sinks is not None or p.softcap or p.lse is not None:
         return False
-    if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()) or o.stride(-1) != 1:
+    return p.varlen or p.out.stride(0) == p.out.shape[1] * p.out.stride(1)
+
+
+SMEM_LIMIT = 227 * 1024  # shared memory one program may use on sm_90
+
+
+def smem_bytes(cfg: WsConfig, head_dim: int, paged: bool) -> int:
+    """Two Q buffers of two 64-row tiles, the K / V ring, and with ``paged`` each consumer's last-V copy."""
+    row = head_dim * 2
+    return (4 * ROWS_PER_CONSUMER.value + 2 * cfg.stages * cfg.block_n + (2 * cfg.block_n if paged else 0)) * row
+
+
+def paged_configs(head_dim: int) -> tuple[WsConfig, ...]:
+    """The configs ``launch_paged`` takes at this head dim: overlap configs whose buffers fit."""
+    return tuple(c for c in CONFIGS.get(head_dim, ()) if c.overlap and smem_bytes(c, head_dim, True) <= SMEM_LIMIT)
+
+
+def paged_applies(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,
+                  page_size: int, plain: bool) -> bool:
+    """Whether ``launch_paged`` can serve a paged call with ``cfg``: one of ``paged_configs``, ``_tensors_ok`` on
+    the pools, pages of a whole number of key tiles, and ``plain``: no softcap / sinks / RoPE / fp8 scales."""
+    if not (plain and page_size % cfg.block_n == 0 and cfg in paged_configs(q.shape[-1])):
         return False
-    if not p.varlen and o.stride(0) != o.shape[1] * o.stride(1):
-        return False
-    return all(t.data_ptr() % 16 == 0 for t in (q, k, v))
+    return _tensors_ok(q, k_pool, v_pool, o)
+
+
+def worth_it(head_dim: int, max_q: int, block_keys: int, tiles: int) -> bool:
+    """The default rule (shapes only): D = 128, requests of at least half a 128-row tile of queries, query
+    blocks visiting ``MIN_BLOCK_KEYS`` keys or more (``block_keys``: at most), work tiles filling the GPU once.
+    Fewer tiles than SMs (qwen3-8b-chunked-prefill: 32) left most SMs idle: 33.9 us against the Triton
+    kernel's 20.4."""
+    return (head_dim in DEFAULT_HEAD_DIMS and max_q >= BLOCK_M // 2 and block_keys >= MIN_BLOCK_KEYS
+            and tiles >= runtime.num_sms())
 
 
 def default_config(p: Problem) -> WsConfig | None:
-    """The config the call runs by default (``applies(p)`` holds), or None (the Triton kernel): D = 128 calls
-    whose requests hold at least half a 128-row tile of queries, whose query blocks visit ``MIN_BLOCK_KEYS``
-    keys or more, and whose work tiles fill the GPU once. Fewer tiles than SMs (qwen3-8b-chunked-prefill: 32)
-    left most SMs idle: 33.9 us against the Triton kernel's 20.4."""
+    """The config a dense / varlen call (``applies(p)`` holds) runs by default, or None (the Triton kernel)."""
     d, h = p.q.shape[-1], p.q.shape[-2]
-    if d not in DEFAULT_HEAD_DIMS or p.max_q < BLOCK_M // 2:
-        return None
-    if min(p.max_kv, p.wl + p.wr + BLOCK_M) < MIN_BLOCK_KEYS:  # the keys one query block visits at most
-        return None
-    if triton.cdiv(p.max_q, BLOCK_M) * p.batch * h < runtime.num_sms():
-        return None
-    return CONFIGS[d][0]
+    tiles = triton.cdiv(p.max_q, BLOCK_M) * p.batch * h
+    return CONFIGS[d][0] if worth_it(d, p.max_q, min(p.max_kv, p.wl + p.wr + BLOCK_M), tiles) else None
 
 
 def smem_layout(block: list[int], dtype: torch.dtype):
@@ -98,27 +125,49 @@ def _desc(t2d: torch.Tensor, rows: int, d: int):
     return TensorDescriptor.from_tensor(t2d, [rows, d], smem_layout([rows, d], t2d.dtype))
 
 
-def launch(p: Problem, cfg: WsConfig) -> None:
-    """Run the call (``applies(p)`` holds) with ``cfg``."""
-    q, k, v, o = p.q, p.k, p.v, p.out
+def _run(cfg: WsConfig, q: torch.Tensor, k2d: torch.Tensor, v2d: torch.Tensor, o: torch.Tensor, n_work: int,
+         sm_scale: float, wl: int, wr: int, **layout) -> None:
+    """One launch over ``n_work`` (request, query block) units of every query head; ``layout``: the kernel's
+    layout arguments (pointers, sizes, strides, LAYOUT / KV_PLUS_Q / PAGE_SIZE)."""
     h, d = q.shape[-2], q.shape[-1]
-    h_kv = k.shape[-2]
-    rows_q = q.numel() // (h * d)
-    if rows_q == 0 or p.batch == 0:
+    tiles = n_work * h
+    gqa_fwd_ws_kernel[(min(tiles, runtime.num_sms()) if cfg.persistent else tiles,)](
+        _desc(q.view(-1, h * d), ROWS_PER_CONSUMER.value, d), _desc(k2d, cfg.block_n, d), _desc(v2d, cfg.block_n, d),
+        o, n_heads=h, n_work=n_work, group=h // (k2d.shape[1] // d), wl=wl, wr=wr, qk_scale=sm_scale * LOG2E,
+        BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap, num_warps=4,
+        **layout)
+
+
+def launch(p: Problem, cfg: WsConfig) -> None:
+    """Run a dense / varlen call (``applies(p)`` holds) with ``cfg``."""
+    q, k, o = p.q, p.k, p.out
+    d = q.shape[-1]
+    if q.numel() == 0 or p.batch == 0:
         return
     if k.numel() == 0:  # no keys anywhere (a TMA descriptor needs a non-empty tensor): every row is 0
         o.zero_()
         return
     n_m_blocks = triton.cdiv(max(p.max_q, 1), BLOCK_M)
-    tiles = n_m_blocks * p.batch * h
-    grid = (min(tiles, runtime.num_sms()) if cfg.persistent else tiles,)
-    s_q, s_kv = (0, 0) if p.varlen else (q.shape[1], k.shape[1])
-    stride_ot, stride_oh = (o.stride(0), o.stride(1)) if p.varlen else (o.stride(1), o.stride(2))
-    dummy = q
-    gqa_fwd_ws_kernel[grid](
-        _desc(q.view(rows_q, h * d), ROWS_PER_CONSUMER.value, d), _desc(k.view(-1, h_kv * d), cfg.block_n, d),
-        _desc(v.view(-1, h_kv * d), cfg.block_n, d), o, p.cu_q if p.varlen else dummy,
-        p.cu_kv if p.varlen else dummy, s_q, s_kv, h, p.batch, n_m_blocks, h // h_kv, p.wl, p.wr,
-        p.sm_scale * LOG2E, stride_ot, stride_oh,
-        VARLEN=p.varlen, BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
-        num_warps=4)
+    dense = not p.varlen
+    _run(cfg, q, k.view(-1, k.shape[-2] * d), p.v.view(-1, k.shape[-2] * d), o, n_m_blocks * p.batch, p.sm_scale,
+         p.wl, p.wr, cu_q_ptr=q if dense else p.cu_q, kv_ptr=q if dense else p.cu_kv, items_ptr=q, table_ptr=q,
+         s_q=q.shape[1] if dense else 0, s_kv=k.shape[1] if dense else 0, n_m_blocks=n_m_blocks,
+         stride_ot=o.stride(1) if dense else o.stride(0), stride_oh=o.stride(-2), stride_tb=0,
+         LAYOUT=ws_kernel.DENSE.value if dense else ws_kernel.VARLEN.value, KV_PLUS_Q=False, PAGE_SIZE=1)
+
+
+def launch_paged(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,
+                 cu_q: torch.Tensor, kv_lens: torch.Tensor, table: torch.Tensor, items: torch.Tensor, page_size: int,
+                 sm_scale: float, wl: int, wr: int, kv_plus_q: bool) -> None:
+    """Run the (request, query block) ``items`` ([n, 2] int32, blocks of ``BLOCK_M`` query tokens) of a paged
+    call (``paged_applies`` holds) over every query head. ``k_pool`` / ``v_pool``: contiguous pools whose rows
+    are tokens (``[pages, page_size, H_kv, D]`` or ``[pages · page_size, H_kv, D]``); request b's keys are its
+    first ``kv_lens[b]`` tokens (plus its query tokens with ``kv_plus_q``) through ``table[b]``."""
+    if items.shape[0] == 0 or q.numel() == 0:
+        return
+    d = q.shape[-1]
+    h_kv = k_pool.shape[-2]
+    _run(cfg, q, k_pool.view(-1, h_kv * d), v_pool.view(-1, h_kv * d), o, items.shape[0], sm_scale, wl, wr,
+         cu_q_ptr=cu_q, kv_ptr=kv_lens, items_ptr=items, table_ptr=table, s_q=0, s_kv=0, n_m_blocks=0,
+         stride_ot=o.stride(0), stride_oh=o.stride(1), stride_tb=table.stride(0),
+         LAYOUT=ws_kernel.PAGED.value, KV_PLUS_Q=kv_plus_q, PAGE_SIZE=page_size)

@@ -12,6 +12,7 @@ import math
 import torch
 import triton
 
+from attnops.attn_core.flash_fwd import ws_launch
 from attnops.kernel_utils import checks, runtime, testing
 from attnops.kernel_utils.attention_fns import LOG2E, window_bounds
 from attnops.kernel_utils.fp8 import E4M3
@@ -117,8 +118,16 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
         SOFTCAP=bool(cap), HAS_SINKS=sinks is not None, BLOCK_D=d,
         EXACT_DOT=runtime.interpreting(),  # fp32 dots on the interpreter: same products, BLAS speed
     )
+    # the warp-specialized kernel reads keys from the pool only (the prefill op appended the new rows first) and
+    # takes packed 16-bit queries without softcap / sinks / RoPE / scales
+    plain = (cu_q is not None and not q_uniform and not cap and sinks is None and q_scale is None
+             and k_scale is None and not (rope_q or rope_pool_k or rope_new_k))
     for ln in plan.launches:
         if ln.n_items == 0:
+            continue
+        if ln.ws is not None and ws_launch.paged_applies(ln.ws, q, k_pool, v_pool, o, page_size, plain):
+            ws_launch.launch_paged(ln.ws, q, k_pool, v_pool, o, cu_q, cache_lens, table, ln.ws_items, page_size,
+                                   sm_scale, wl, wr, kv_plus_q=k_new is not None)
             continue
 
         def launch(cfg, ln=ln):

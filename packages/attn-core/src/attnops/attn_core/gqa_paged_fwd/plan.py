@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 import triton
 
+from attnops.attn_core.flash_fwd import ws_launch
 from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.attention_fns import window_bounds
 
@@ -42,6 +43,10 @@ TILE_IN_PAGE_DEFAULT = frozenset({"small", "large"})
 # page size (the tiles ``tile_in_page`` does not cover: pages smaller than the tile, the prefill kind). Off
 # until timed (``pow2_pages=True`` per plan); offline sm_90 it removes the per-key division code.
 POW2_PAGES_DEFAULT = False
+# The large class on the warp-specialized kernel (flash_fwd/ws_kernel.py, paged layout) where ws_launch.worth_it
+# says so: off until an H200 run has checked and timed it (written 2026-12-02 without device time; on the dense /
+# varlen ops the same kernel was 10-19 % faster than the Triton loop on rows of >= 1024 keys).
+WS_DEFAULT = False
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,10 @@ class Launch:
     part_lse: torch.Tensor  # [n_slots, H_kv, BLOCK_M] f32
     counters: torch.Tensor | None = None  # >= n_slots · H_kv int32 zeros (shared): merged in the kernel
     tile_in_page: bool = False  # one table entry per pool tile where page_size allows (TILE_IN_PAGE_DEFAULT)
+    # the warp-specialized kernel's config and work ([n, 2] int32: b, block of ws_launch.BLOCK_M query tokens;
+    # heaviest first): run_plan launches it instead of the Triton kernel where ws_launch.paged_applies holds
+    ws: ws_launch.WsConfig | None = None
+    ws_items: torch.Tensor | None = None
 
     @property
     def n_items(self) -> int:
@@ -141,7 +150,8 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
                          new_keys: bool = False, device=None, num_splits: int | None = None,
                          configs: dict | None = None, programs_per_sm: int | None = None,
                          fused_combine: bool | None = None, tile_in_page: bool | None = None,
-                         min_split_keys: int | None = None, pow2_pages: bool | None = None) -> PagedAttentionPlan:
+                         min_split_keys: int | None = None, pow2_pages: bool | None = None,
+                         ws: ws_launch.WsConfig | bool | None = None) -> PagedAttentionPlan:
     """Schedule one batch layout. ``q_lens`` / ``kv_lens``: per-request host ints (``kv_lens`` = pool keys;
     with ``new_keys`` the request also has its q_len new keys). Tuning / test knobs: ``num_splits`` forces
     the KV split count of every item; ``configs`` overrides ``CONFIGS`` entries; ``programs_per_sm``
@@ -152,7 +162,9 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     ``tile_in_page`` (default: ``TILE_IN_PAGE_DEFAULT``'s launch kinds) reads one table entry per pool tile
     when the page size is a multiple of the key tile; ``min_split_keys`` replaces ``MIN_SPLIT_KEYS`` (both
     classes) in the split heuristic (latency rows: more, shorter splits); ``pow2_pages`` (default
-    ``POW2_PAGES_DEFAULT``) addresses power-of-two pages by shift and mask."""
+    ``POW2_PAGES_DEFAULT``) addresses power-of-two pages by shift and mask; ``ws``: the large class on the
+    warp-specialized kernel when the call allows it (``run_plan``): a ``WsConfig`` forces that config, True
+    the default config where ``ws_launch.worth_it`` says so, False never (default ``WS_DEFAULT``)."""
     device = torch.device(device) if device is not None else runtime.device()
     group = num_heads // num_kv_heads
     wl, wr = window_bounds(is_causal, window_size_left, window_size_right)
@@ -210,5 +222,39 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
         # run, so a plan built per call adds no fill kernel to the call
         counters = runtime.arrival_counters(device, slot * num_kv_heads) if fused and slot else None
         tile = kind in TILE_IN_PAGE_DEFAULT if tile_in_page is None else tile_in_page
-        plan.launches.append(Launch(kind, cfg, item_t, comb_t, part_o, part_lse, counters, tile))
+        ln = Launch(kind, cfg, item_t, comb_t, part_o, part_lse, counters, tile)
+        if kind == "large":
+            ln.ws, ln.ws_items = _ws_work(q_lens, kv_lens, num_heads, head_dim, wl, wr, new_keys, group, ws, device)
+        plan.launches.append(ln)
     return plan
+
+
+def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, new_keys: bool, group: int, ws,
+             device) -> tuple[ws_launch.WsConfig | None, torch.Tensor | None]:
+    """The large class's work for the warp-specialized kernel: (config, items heaviest first), or (None, None)
+    when ``ws`` (see ``plan_paged_attention``) or its default rule says no."""
+    if ws is None:
+        ws = WS_DEFAULT
+    if ws is False or head_dim not in ws_launch.CONFIGS:
+        return None, None
+    bm = ws_launch.BLOCK_M
+    blocks = []  # (cost, b, query block)
+    for b, (q, c) in enumerate(zip(q_lens, kv_lens)):
+        if q == 0 or q * group <= SMALL_ROWS:
+            continue
+        total = c + q if new_keys else c
+        for m in range(math.ceil(q / bm)):
+            rows = min(bm, q - m * bm)
+            blocks.append((_key_span(q, total, m * bm, m * bm + rows - 1, wl, wr) * rows, b, m))
+    if not blocks:
+        return None, None
+    if isinstance(ws, ws_launch.WsConfig):
+        cfg = ws
+    else:
+        large = [(q, c + q if new_keys else c) for q, c in zip(q_lens, kv_lens) if q * group > SMALL_ROWS]
+        block_keys = max(_key_span(q, total, max(q - bm, 0), q - 1, wl, wr) for q, total in large)
+        if not ws_launch.worth_it(head_dim, min(q for q, _ in large), block_keys, len(blocks) * num_heads):
+            return None, None
+        cfg = ws_launch.CONFIGS[head_dim][0]
+    blocks.sort(key=lambda x: -x[0])
+    return cfg, torch.tensor([(b, m) for _, b, m in blocks], dtype=torch.int32).reshape(-1, 2).to(device)
