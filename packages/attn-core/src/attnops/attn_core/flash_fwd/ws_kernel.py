@@ -130,6 +130,22 @@ def _pv(p_op, acc, v_smem, v_ready, i, STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _turn_begin(sched, turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    """FA3's warp-scheduler barrier (``PINGPONG``): the two consumers issue their wgmmas in turns, warpgroup 0
+    first, so that one's softmax runs while the other's products hold the tensor cores. ``turn``: this
+    consumer's issue rounds so far (both run the same number)."""
+    if PINGPONG:
+        mbarrier.wait(sched.index(WG), (turn & 1) ^ (1 - WG))  # warpgroup 0's first wait passes (parity 1)
+
+
+@gluon.jit
+def _turn_end(sched, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    """Hand the issue turn to the other consumer."""
+    if PINGPONG:
+        mbarrier.arrive(sched.index(1 - WG), count=1)
+
+
+@gluon.jit
 def _pv_tail(p_op, acc, v_smem, v_ready, i, v_own, valid, STAGES: gl.constexpr, BLOCK_N: gl.constexpr):
     """O += P·V of the ring's i-th key tile, the last of a paged work tile: its rows from ``valid`` on are the
     rest of a page (anything, NaN included), and P's zeros there would still meet them in the MMA. The
@@ -167,16 +183,19 @@ def _softmax(s, n0, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr, qk_scale,
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, o_ptr, cu_q_ptr, kv_ptr,
-              items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale, stride_ot, stride_oh,
+def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr, cu_q_ptr,
+              kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale, stride_ot, stride_oh,
               WG: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr):
+              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
+              PINGPONG: gl.constexpr):
     """Rows [m0 + 64·WG, +64) of each of the program's work tiles: every key tile of the block's range, then
     the store. ``OVERLAP`` (FA3's intra-warpgroup pipelining): S of tile j + 1 and P·V of tile j are in flight
     while the softmax of tile j + 1 runs; else each tile's two wgmmas are waited for in turn. Paged layouts
-    (overlap configs only) take the last key tile's V through ``_pv_tail`` and ``v_scratch[WG]``."""
-    if LAYOUT == PAGED:
-        gl.static_assert(OVERLAP, "the paged layout runs the overlap configs")
+    (overlap configs only) take the last key tile's V through ``_pv_tail`` and ``v_scratch[WG]``. ``PINGPONG``
+    (overlap configs only): each round of wgmma issues (a tile's first S; S of j + 1 with P·V of j; the last
+    P·V) waits for this consumer's turn."""
+    if LAYOUT == PAGED or PINGPONG:
+        gl.static_assert(OVERLAP, "the paged layout and the pingpong turns run the overlap configs")
     R: gl.constexpr = ROWS_PER_CONSUMER
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -188,6 +207,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     pid = gl.program_id(0)
     done = pid * 0  # work tiles this program has run (Q buffer done % 2, its barriers' phase (done // 2) % 2)
     ring = pid * 0  # key tiles through the K/V ring so far (slot and phase of the next)
+    turn = pid * 0  # rounds of wgmma issues so far (PINGPONG)
     for tile in range(pid, n_work * n_heads, gl.num_programs(0)):
         b, head, m0, q_start, q_len, kv_start, kv_len = _tile(tile, cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads,
                                                               n_m_blocks, BLOCK_M, LAYOUT, KV_PLUS_Q)
@@ -206,13 +226,19 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
             mbarrier.wait(q_ready.index(q_buf), (done // 2) & 1)
             if OVERLAP:
                 if n_tiles > 0:
-                    s = warpgroup_mma_wait(num_outstanding=0,
-                                           deps=(_scores(q_tile, k_smem, k_ready, ring, zero_s, STAGES), ))
+                    _turn_begin(sched, turn, WG, PINGPONG)
+                    s = _scores(q_tile, k_smem, k_ready, ring, zero_s, STAGES)
+                    _turn_end(sched, WG, PINGPONG)
+                    turn += 1
+                    s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
                     p_op, alpha, m_i, l_i = _softmax(s, n_lo, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr,
                                                      qk_scale, BLOCK_N, p_layout, o_layout, s_layout, dtype)
                     for j in range(1, n_tiles):
+                        _turn_begin(sched, turn, WG, PINGPONG)
                         s_next = _scores(q_tile, k_smem, k_ready, ring + j, zero_s, STAGES)
                         acc = _pv(p_op, acc, v_smem, v_ready, ring + j - 1, STAGES)
+                        _turn_end(sched, WG, PINGPONG)
+                        turn += 1
                         s_next = warpgroup_mma_wait(num_outstanding=1, deps=(s_next, ))  # S of j; P·V may run
                         p_next, alpha, m_i, l_i = _softmax(s_next, n_lo + j * BLOCK_N, m_i, l_i, q_pos, full_lo,
                                                            full_hi, kv_len, wl, wr, qk_scale, BLOCK_N, p_layout,
@@ -223,12 +249,15 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                         acc = acc * alpha[:, None]
                         p_op = p_next
                     mbarrier.arrive(q_free.index(q_buf), count=1)  # every S of this tile is done: Q may be overwritten
+                    _turn_begin(sched, turn, WG, PINGPONG)
                     if LAYOUT == PAGED:
                         n_last = n_lo + (n_tiles - 1) * BLOCK_N
                         acc = _pv_tail(p_op, acc, v_smem, v_ready, ring + n_tiles - 1, v_scratch.index(WG),
                                        kv_len - n_last, STAGES, BLOCK_N)
                     else:
                         acc = _pv(p_op, acc, v_smem, v_ready, ring + n_tiles - 1, STAGES)
+                    _turn_end(sched, WG, PINGPONG)
+                    turn += 1
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
                     mbarrier.arrive(kv_free.index((ring + n_tiles - 1) % STAGES), count=1)
                 else:
@@ -304,7 +333,7 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                       n_work, n_m_blocks, group, wl, wr, qk_scale, stride_ot, stride_oh, stride_tb,
                       LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, PAGE_SIZE: gl.constexpr,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                      STAGES: gl.constexpr, OVERLAP: gl.constexpr):
+                      STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr):
     """Grid: (programs,), at most n_work · n_heads work tiles (n_work: dense / varlen n_m_blocks · batch, paged
     the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
     loader: 1 warp)."""
@@ -322,21 +351,25 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    sched = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # issue turns (PINGPONG)
     for i in gl.static_range(2):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(q_free.index(i), count=2)  # both consumers release a Q buffer
+        mbarrier.init(sched.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
         mbarrier.init(kv_free.index(i), count=2)  # both consumers release a slot
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
     gl.warp_specialize([
-        (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, o_ptr,
+        (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
                      cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale,
-                     stride_ot, stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP)),
-        (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, o_ptr,
+                     stride_ot, stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP,
+                     PINGPONG)),
+        (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
                      cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale,
-                     stride_ot, stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP)),
+                     stride_ot, stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP,
+                     PINGPONG)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
                    cu_q_ptr, kv_ptr, items_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work, n_m_blocks, group,
                    wl, wr, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)),
@@ -344,6 +377,7 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
     for i in gl.static_range(2):
         mbarrier.invalidate(q_ready.index(i))
         mbarrier.invalidate(q_free.index(i))
+        mbarrier.invalidate(sched.index(i))
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(k_ready.index(i))
         mbarrier.invalidate(v_ready.index(i))

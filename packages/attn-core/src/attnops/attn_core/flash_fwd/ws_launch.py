@@ -30,10 +30,12 @@ class WsConfig:
     stages: int
     overlap: bool = False  # S of the next tile and P·V in flight during the softmax (ws_kernel._consumer)
     persistent: bool = True  # one program per SM walking the work tiles; False: one program per tile
+    pingpong: bool = False  # (overlap configs) the consumers issue their wgmmas in turns (FA3's scheduler barrier)
 
     @property
     def name(self) -> str:
-        return f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}{'' if self.persistent else '-np'}"
+        return (f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}{'' if self.persistent else '-np'}"
+                f"{'-pp' if self.pingpong else ''}")
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
@@ -45,9 +47,10 @@ class WsConfig:
 # (20261202-0129-tune-ws.json): no default.
 CONFIGS: dict[int, tuple[WsConfig, ...]] = {
     64: (WsConfig(128, 3), WsConfig(128, 3, persistent=False), WsConfig(128, 2), WsConfig(64, 4),
-         WsConfig(128, 3, True)),
+         WsConfig(128, 3, True), WsConfig(128, 3, True, pingpong=True)),
     128: (WsConfig(64, 3, True), WsConfig(64, 4, True), WsConfig(64, 3, True, persistent=False), WsConfig(128, 2),
-          WsConfig(128, 2, True), WsConfig(64, 3)),
+          WsConfig(128, 2, True), WsConfig(64, 3), WsConfig(64, 3, True, pingpong=True),
+          WsConfig(64, 4, True, pingpong=True)),
 }
 DEFAULT_HEAD_DIMS = (128,)
 # a query block must visit at least this many keys: with fewer, the per-tile cost (Q load, pipeline fill, store)
@@ -134,7 +137,8 @@ def _run(cfg: WsConfig, q: torch.Tensor, k2d: torch.Tensor, v2d: torch.Tensor, o
     gqa_fwd_ws_kernel[(min(tiles, runtime.num_sms()) if cfg.persistent else tiles,)](
         _desc(q.view(-1, h * d), ROWS_PER_CONSUMER.value, d), _desc(k2d, cfg.block_n, d), _desc(v2d, cfg.block_n, d),
         o, n_heads=h, n_work=n_work, group=h // (k2d.shape[1] // d), wl=wl, wr=wr, qk_scale=sm_scale * LOG2E,
-        BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap, num_warps=4,
+        BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
+        PINGPONG=cfg.pingpong, num_warps=4,
         **layout)
 
 
