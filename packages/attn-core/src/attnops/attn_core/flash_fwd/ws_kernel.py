@@ -20,8 +20,8 @@ expensive query blocks first (the last blocks of a causal request see the most k
 consecutive (the G heads of a KV head read the same K/V: L2 hits). A program walks tiles ``pid, pid + grid,
 ...``: with a grid of one program per tile it is a plain launch (the hardware hands out tiles as SMs free up);
 with one per SM it is persistent, and the next tile's Q and first K/V load while the current tile computes
-and stores. The ring's slot counter and the Q buffer index run on across tiles (every partition skips the same
-empty tiles).
+and stores (paged: rounds of the plan's heaviest-first items in alternate directions, ``_round_tile``). The
+ring's slot counter and the Q buffer index run on across tiles (every partition skips the same empty tiles).
 
 Layouts (``LAYOUT``): dense (``q`` ``[B·S, H·D]``, ``k`` / ``v`` ``[B·S_kv, H_kv·D]`` as 2-D views, request ``b``
 at row ``b·S``), varlen (request offsets from ``cu_seqlens``) or paged (K / V pools ``[pages·PAGE_SIZE, H_kv·D]``,
@@ -85,6 +85,17 @@ def _tile(tile, cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads, n_m_blocks, BLO
             if KV_PLUS_Q:
                 kv_len += q_len
     return b, head, m0, q_start, q_len, kv_start, kv_len
+
+
+@gluon.jit
+def _round_tile(r, pid, n_prog, LAYOUT: gl.constexpr):
+    """The work tile of program ``pid`` in round ``r`` (``n_prog`` tiles a round): ``r·n_prog + pid``; paged, in
+    alternate directions, since the plan's items are sorted heaviest first: a program that took one of the
+    heavier items of a round takes one of the lighter of the next."""
+    if LAYOUT == PAGED:
+        return r * n_prog + pid + (r % 2) * (n_prog - 1 - 2 * pid)
+    else:
+        return r * n_prog + pid
 
 
 @gluon.jit
@@ -208,10 +219,14 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     done = pid * 0  # work tiles this program has run (Q buffer done % 2, its barriers' phase (done // 2) % 2)
     ring = pid * 0  # key tiles through the K/V ring so far (slot and phase of the next)
     turn = pid * 0  # rounds of wgmma issues so far (PINGPONG)
-    for tile in range(pid, n_work * n_heads, gl.num_programs(0)):
-        b, head, m0, q_start, q_len, kv_start, kv_len = _tile(tile, cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads,
-                                                              n_m_blocks, BLOCK_M, LAYOUT, KV_PLUS_Q)
-        if m0 < q_len:
+    n_total = n_work * n_heads
+    n_prog = gl.num_programs(0)
+    for r in range(gl.cdiv(n_total, n_prog)):
+        tile = _round_tile(r, pid, n_prog, LAYOUT)
+        b, head, m0, q_start, q_len, kv_start, kv_len = _tile(gl.minimum(tile, n_total - 1), cu_q_ptr, kv_ptr,
+                                                              items_ptr, s_q, s_kv, n_heads, n_m_blocks, BLOCK_M,
+                                                              LAYOUT, KV_PLUS_Q)
+        if (tile < n_total) & (m0 < q_len):  # (a round's last tiles may not exist: the clamp keeps reads inside)
             n_lo, n_hi = _block_keys(m0, q_len, kv_len, wl, wr, BLOCK_M, BLOCK_N)
             r0 = m0 + WG * R
             p0 = kv_len - q_len + r0  # key position of this warpgroup's first row (bottom-right)
@@ -296,10 +311,14 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_r
     pid = gl.program_id(0)
     done = pid * 0
     ring = pid * 0
-    for tile in range(pid, n_work * n_heads, gl.num_programs(0)):
-        b, head, m0, q_start, q_len, kv_start, kv_len = _tile(tile, cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads,
-                                                              n_m_blocks, BLOCK_M, LAYOUT, KV_PLUS_Q)
-        if m0 < q_len:
+    n_total = n_work * n_heads
+    n_prog = gl.num_programs(0)
+    for r in range(gl.cdiv(n_total, n_prog)):
+        tile = _round_tile(r, pid, n_prog, LAYOUT)
+        b, head, m0, q_start, q_len, kv_start, kv_len = _tile(gl.minimum(tile, n_total - 1), cu_q_ptr, kv_ptr,
+                                                              items_ptr, s_q, s_kv, n_heads, n_m_blocks, BLOCK_M,
+                                                              LAYOUT, KV_PLUS_Q)
+        if (tile < n_total) & (m0 < q_len):  # (a round's last tiles may not exist: the clamp keeps reads inside)
             n_lo, n_hi = _block_keys(m0, q_len, kv_len, wl, wr, BLOCK_M, BLOCK_N)
             q_buf = done % 2
             # a fresh barrier passes parity 1: each buffer's first tile finds it free
