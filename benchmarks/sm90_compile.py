@@ -31,7 +31,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from attnops.attn_core.flash_fwd import launch as fwd  # noqa: E402
-from attnops.attn_core.flash_fwd.kernel import gqa_fwd_combine_kernel, gqa_fwd_kernel, rope_keys_kernel  # noqa: E402
+from attnops.attn_core.flash_fwd.kernel import gqa_fwd_combine_kernel, gqa_fwd_kernel, rope_rows_kernel  # noqa: E402
 
 SM90_SMEM = 232448  # bytes of shared memory one block may use on an H100/H200
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
@@ -137,12 +137,12 @@ def compile_fwd(head_dim: int, cfg, dtype: str = "fp16", out: str = "fp16", spli
 
 
 def compile_rope_keys(head_dim: int, interleaved: bool, dtype: str = "fp16"):
-    ptrs = {"k_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", "cu_kv_ptr": "*i32", "cos_ptr": f"*{dtype}",
-            "sin_ptr": f"*{dtype}"}
+    ptrs = {"k_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", "cu_kv_ptr": "*i32", "pos_off_ptr": "*i32",
+            "cos_ptr": f"*{dtype}", "sin_ptr": f"*{dtype}"}
     block_d = triton.next_power_of_2(head_dim)
     consts = {"HEAD_DIM": head_dim, "BLOCK_D": block_d, "BLOCK_T": fwd.ROPE_KEY_ELEMS // block_d,
-              "VARLEN": True, "ROTARY_DIM": head_dim, "INTERLEAVED": interleaved}
-    return compile_sm90(rope_keys_kernel, ptrs, consts, 4, 1)
+              "VARLEN": True, "ROTARY_DIM": head_dim, "INTERLEAVED": interleaved, "POS_OFFSET": False}
+    return compile_sm90(rope_rows_kernel, ptrs, consts, 4, 1)
 
 
 def compile_combine(head_dim: int, out: str = "bf16", varlen: bool = True, sink: bool = True):

@@ -40,13 +40,14 @@ def compile_ws(cfg: ws_launch.WsConfig, d: int, layout: int, dtype=torch.float16
              "items_ptr": "*i32", "table_ptr": "*i32"}
     consts = {"LAYOUT": layout, "KV_PLUS_Q": False, "PAGE_SIZE": 64 if layout == PAGED else 1,
               "BLOCK_M": ws_launch.BLOCK_M, "BLOCK_N": cfg.block_n, "HEAD_DIM": d, "STAGES": cfg.stages,
-              "OVERLAP": cfg.overlap, "PINGPONG": cfg.pingpong, "_float_args": ("qk_scale",)}
+              "OVERLAP": cfg.overlap, "PINGPONG": cfg.pingpong, "Q_BUFS": ws_launch.q_buffers(d),
+              "_float_args": ("qk_scale",)}
     return compile_sm90(gqa_fwd_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
 
 def main() -> int:
     bad = 0
-    for d in (64, 128):
+    for d in sorted(ws_launch.CONFIGS):
         for cfg in ws_launch.CONFIGS[d]:
             if not cfg.persistent:  # the same kernel as its persistent twin (only the grid differs)
                 continue

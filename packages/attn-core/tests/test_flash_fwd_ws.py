@@ -1,6 +1,6 @@
 """The Gluon warp-specialized flash forward (``flash_fwd/ws_kernel.py``) through the public ops, every config
 forced (``launch.forced(config=WsConfig)``; paged ops: ``ws=`` of their plans), against the fp32 reference: D 64 /
-128, fp16 / bf16, causal, full, sliding windows (left, and both sides without the causal mask), GQA ratios 1 /
+128 / 256, fp16 / bf16, causal, full, sliding windows (left, and both sides without the causal mask), GQA ratios 1 /
 4 / 8, varlen (ragged lengths, empty requests, q_len > kv_len, tails that are not a multiple of any tile), dense
 and paged layouts (GQAPagedFwd, GQAPrefillPagedWithKVCacheFwd: shuffled pages, NaN-poisoned page tails),
 persistent and one-program-per-tile grids. Hopper only (TMA, wgmma, warp specialization: neither the
@@ -60,7 +60,7 @@ def _varlen(layout, d, group, mask, dtype, cfg, seed=0):
 
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
 @pytest.mark.parametrize("mask", list(MASKS))
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_every_config(d, mask, layout):
@@ -78,7 +78,7 @@ def test_group_and_dtype(group, dtype):
 
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
 @pytest.mark.parametrize("s_q,s_kv,mask", [(300, 300, "causal"), (300, 300, "full"), (130, 517, "causal"),
                                            (130, 517, "causal-w100"), (200, 260, "full-w64-w200"), (257, 64, "full")])
 def test_dense(d, s_q, s_kv, mask):  # (the op allows S_q > S_kv only without the causal mask)
@@ -139,7 +139,7 @@ def _plan_case(spec, case, plan):
 
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
 @pytest.mark.parametrize("page_size", [64, 128])
 @pytest.mark.parametrize("mask", ["causal", "full", "causal-w100", "full-w64-w200"])
 def test_paged(d, page_size, mask):
@@ -159,12 +159,12 @@ def test_paged(d, page_size, mask):
 
 @pytest.mark.gpu
 @hopper
+@pytest.mark.parametrize("d", [128, 256])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
-def test_prefill_paged(dtype, causal):
+def test_prefill_paged(d, dtype, causal):
     """GQAPrefillPagedWithKVCacheFwd's attention from the pool after the append (keys = cache + new tokens):
     cached lengths that end inside a page, an empty cache, a request with no new tokens."""
-    d = 128
     case = prefill_spec.build_case([300, 77, 0, 130], [1000, 64, 50, 0], 8, 2, d, 64, dtype, dtype, "cuda",
                                    seed=3, is_causal=causal)
     a = case.inputs
@@ -172,6 +172,31 @@ def test_prefill_paged(dtype, causal):
         plan = gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d, is_causal=causal, ws=cfg)
         assert [ln.ws for ln in plan.attn.launches if ln.kind == "large"] == [cfg]
         _plan_case(prefill_spec.SPEC, case, plan)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("d,rotary_dim", [(128, 128), (256, 64)])
+def test_prefill_paged_rope(d, rotary_dim):
+    """With ``fuse_rope`` the queries are rotated once before the launch (the kernel reads keys the append
+    rotated into the pool): full and partial rotary dims."""
+    case = prefill_spec.build_case([300, 77, 130], [1000, 64, 0], 8, 2, d, 64, torch.float16, torch.float16, "cuda",
+                                   seed=5, fuse_rope=True, rotary_dim=rotary_dim)
+    a = case.inputs
+    for cfg in ws_launch.paged_configs(d):
+        _plan_case(prefill_spec.SPEC, case, gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d,
+                                                                   ws=cfg))
+
+
+def test_prefill_rope_queries_rotated_before_the_launch():
+    """Runs everywhere: a plan with ws work and ``fuse_rope`` rotates the queries in a pre-pass (positions after
+    each request's cached tokens) and the kernels that run (here the Triton ones) take them as rotated."""
+    case = prefill_spec.build_case([20, 0, 9], [40, 7, 0], 4, 2, 64, 16, torch.float16, torch.float16,
+                                   runtime.device(), seed=6, fuse_rope=True, rotary_dim=32)
+    a = case.inputs
+    plan = gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 4, 2, 64, ws=ws_launch.CONFIGS[64][-1])
+    assert any(ln.ws is not None for ln in plan.attn.launches)
+    _plan_case(prefill_spec.SPEC, case, plan)
 
 
 class _Recorder:

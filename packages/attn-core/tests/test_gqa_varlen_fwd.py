@@ -96,7 +96,7 @@ def test_rope_ragged(layout, rotary_dim):
 @pytest.mark.parametrize("layout,rotary_dim", [("neox", 64), ("interleaved", 32), ("interleaved", None),
                                                ("neox", None)])
 def test_rope_keys_rotated_in_a_prepass(layout, rotary_dim):
-    """``rope_key_prepass``: the keys rotated once by ``rope_keys_kernel`` (positions 0 .. kv_len − 1 per
+    """``rope_key_prepass``: the keys rotated once by ``rope_rows_kernel`` (positions 0 .. kv_len − 1 per
     request), q in the kernel; ragged requests, an empty one, q_len > kv_len, a key-less request."""
     with fwd.forced(rope_key_prepass=True):
         SPEC.check(make_case(ROPE, DEV, shrink=True, seed=20, rope_layout=layout, rotary_dim=rotary_dim,

@@ -136,7 +136,7 @@ def gqa_fwd_kernel(
     ``[num_splits, T_total, H]``, and ``o_ptr`` is written only with ``FUSED_COMBINE`` (``counter_ptr``:
     ``B·H_kv·num_m_blocks`` int32 zeros).
     ``ROPE``: rotate q here; ``ROPE_K``: rotate each key tile in the key loop (without it, with ``ROPE``, the
-    keys come rotated by ``rope_keys_kernel``: once per key instead of once per query block).
+    keys come rotated by ``rope_rows_kernel``: once per key instead of once per query block).
     ``EXACT_DOT``: interpreter only (fp32 operands, same products, BLAS speed). ``TMA``: see the module
     docstring (needs Triton's scratch allocator; ``NUM_STAGES`` is the key loop's pipeline depth either
     way). ``WRITE_LSE`` (not with
@@ -280,16 +280,17 @@ def _write_rows(acc, m_i, l_i, v_scale, o_ptr, lse_ptr, sink_ptr, b64, t, head, 
 
 
 @triton.jit
-def rope_keys_kernel(
-    k_ptr, out_ptr, cu_kv_ptr, cos_ptr, sin_ptr,
+def rope_rows_kernel(
+    k_ptr, out_ptr, cu_kv_ptr, pos_off_ptr, cos_ptr, sin_ptr,
     S_kv,
     stride_kb, stride_kt, stride_kh, stride_ob, stride_ot, stride_oh, stride_rope,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr, VARLEN: tl.constexpr,
-    ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr,
+    ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr, POS_OFFSET: tl.constexpr,
 ):
-    """Grid ``(cdiv(max_kv, BLOCK_T), H_kv, B)``: RoPE of every key row at its position in its request
-    (``0 .. kv_len − 1``, spec README §5), written to ``out`` in out's dtype, for prefill shapes where the
-    key loop would otherwise rotate each key once per query block."""
+    """Grid ``(cdiv(max rows, BLOCK_T), heads, B)``: RoPE of every row of a request at its position, written to
+    ``out`` in out's dtype. Keys: row i at position i (``0 .. kv_len − 1``, spec README §5), for prefill shapes
+    where the key loop would otherwise rotate each key once per query block; with ``POS_OFFSET``, row i of
+    request b at ``pos_off[b] + i`` (GQAPrefillPagedWithKVCacheFwd's queries, after the cached tokens)."""
     b = tl.program_id(2)
     h = tl.program_id(1).to(tl.int64)
     if VARLEN:
@@ -307,7 +308,8 @@ def rope_keys_kernel(
         rows = (start + pos).to(tl.int64)
         src = k_ptr + b64 * stride_kb + rows * stride_kt + h * stride_kh
         x = tl.load(src[:, None] + offs_d[None, :], mask=mask, other=0.0)
-        y = rope_tile(x, src, mask, cos_ptr, sin_ptr, pos, rows_ok, stride_rope, ROTARY_DIM, INTERLEAVED)
+        at = pos + tl.load(pos_off_ptr + b) if POS_OFFSET else pos
+        y = rope_tile(x, src, mask, cos_ptr, sin_ptr, at, rows_ok, stride_rope, ROTARY_DIM, INTERLEAVED)
         dst = out_ptr + b64 * stride_ob + rows * stride_ot + h * stride_oh
         tl.store(dst[:, None] + offs_d[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
 

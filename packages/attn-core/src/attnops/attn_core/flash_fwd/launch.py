@@ -19,7 +19,7 @@ from attnops.kernel_utils.attention_fns import LOG2E
 from attnops.kernel_utils.fp8 import E4M3
 
 from . import ws_launch
-from .kernel import gqa_fwd_combine_kernel, gqa_fwd_kernel, rope_keys_kernel
+from .kernel import gqa_fwd_combine_kernel, gqa_fwd_kernel, rope_rows_kernel
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ MAX_SPLITS = 128
 # Split calls merge in the kernel (the last split of each block, ``FUSED_COMBINE``) instead of a combine
 # launch. Off until the H200 has checked and timed it (``forced(fused_combine=True)`` in tests / sweeps).
 FUSED_COMBINE_DEFAULT = False
-# RoPE on prefill shapes: rotate the keys once in a pre-pass (rope_keys_kernel) when several query blocks of a
+# RoPE on prefill shapes: rotate the keys once in a pre-pass (rope_rows_kernel) when several query blocks of a
 # request read each key, instead of in every block's key loop. On the H200 (2026-12-01 21:20, tune-rope / tune-d64
 # JSON) faster on every RoPE prefill row timed: gpt-oss-rope-interleaved 79.8 -> 56.4 us (f16; bf16 alike),
 # prefill-rope 20.5 -> 20.4 with the default tile (19.2 at m64n64 / 3 splits). ``forced(rope_key_prepass=False)``
@@ -238,19 +238,28 @@ def rope_keys_in_prepass(p: Problem, rows_per_request: int, block_m: int) -> boo
     return ROPE_KEY_PREPASS_DEFAULT and rows_per_request > block_m
 
 
-def rotated_keys(p: Problem) -> torch.Tensor:
-    """``p.k`` rotated at its positions in each request (``rope_keys_kernel``), contiguous."""
-    k = p.k
-    out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    H_kv, D = k.shape[-2], k.shape[-1]
+def rotate_rows(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int, interleaved: bool, *,
+                batch: int, max_rows: int, cu: torch.Tensor | None = None,
+                pos_off: torch.Tensor | None = None) -> torch.Tensor:
+    """A contiguous copy of ``x`` (varlen ``[T, heads, D]`` packed by ``cu``, or dense ``[B, S, heads, D]``) with
+    row i of each request rotated at position i (plus ``pos_off[b]``, int32 ``[B]``) (``rope_rows_kernel``)."""
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    heads, D = x.shape[-2], x.shape[-1]
+    varlen = cu is not None
     rows = ROPE_KEY_ELEMS // triton.next_power_of_2(D)
-    rope_keys_kernel[(triton.cdiv(max(p.max_kv, 1), rows), H_kv, p.batch)](
-        k, out, p.cu_kv if p.varlen else k, p.rope_cos, p.rope_sin, 0 if p.varlen else k.shape[1],
-        *_bsh_strides(k, p.varlen), *_bsh_strides(out, p.varlen), p.rope_cos.stride(0),
-        HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D), BLOCK_T=rows, VARLEN=p.varlen,
-        ROTARY_DIM=p.rotary_dim or D, INTERLEAVED=p.interleaved, num_warps=4,
+    rope_rows_kernel[(triton.cdiv(max(max_rows, 1), rows), heads, batch)](
+        x, out, cu if varlen else x, pos_off if pos_off is not None else x, cos, sin, 0 if varlen else x.shape[1],
+        *_bsh_strides(x, varlen), *_bsh_strides(out, varlen), cos.stride(0),
+        HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D), BLOCK_T=rows, VARLEN=varlen,
+        ROTARY_DIM=rotary_dim or D, INTERLEAVED=interleaved, POS_OFFSET=pos_off is not None, num_warps=4,
     )
     return out
+
+
+def rotated_keys(p: Problem) -> torch.Tensor:
+    """``p.k`` rotated at its positions in each request, contiguous."""
+    return rotate_rows(p.k, p.rope_cos, p.rope_sin, p.rotary_dim, p.interleaved, batch=p.batch, max_rows=p.max_kv,
+                       cu=p.cu_kv if p.varlen else None)
 
 
 def tma_applies(p: Problem) -> bool:

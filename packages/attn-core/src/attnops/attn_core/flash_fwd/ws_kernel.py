@@ -5,11 +5,11 @@ Why: the Triton flash kernel (``kernel.py``) tops out at ~320-410 TF/s on the co
 specialization computed wrong results on our loops (docs/perf/attn-core.md, tenth session); Gluon states the
 partitions, barriers and wgmma waits by hand, as FA3 does:
 
-* a 1-warp loader partition issues the TMA copies: a work tile's two 64-row Q tiles into one of two Q buffers
-  (double-buffered: the next tile's Q loads while the current tile computes; a buffer is refilled after both
-  consumers released it on ``q_free``), then K and V tiles into a ring of ``STAGES`` shared-memory slots
-  (``k_ready`` / ``v_ready`` count the bytes; a slot is refilled after both consumers released it on
-  ``kv_free``);
+* a 1-warp loader partition issues the TMA copies: a work tile's two 64-row Q tiles into one of ``Q_BUFS`` Q
+  buffers (two up to D = 128: the next tile's Q loads while the current tile computes; one at D = 256, for
+  shared memory; a buffer is refilled after both consumers released it on ``q_free``), then K and V tiles into
+  a ring of ``STAGES`` shared-memory slots (``k_ready`` / ``v_ready`` count the bytes; a slot is refilled after
+  both consumers released it on ``kv_free``);
 * two 4-warp consumer partitions (the default partition and one worker) own 64 query rows each: S = Q·Kᵀ by
   wgmma from shared memory, the online softmax in registers (base 2, ``sm_scale·log2 e`` folded into exp2),
   then O += P·V with P in registers. While one consumer runs its softmax the other's wgmma keeps the tensor
@@ -31,7 +31,7 @@ heaviest first; ``kv_len`` = ``cache_lens[b]``, plus the request's query tokens 
 Masks: keys ``P − WL <= j <= P + WR`` (bottom-right positions P; causal is WR = 0;
 ``attention_fns.window_bounds``). Keys past a request's end (the next request's rows, the rest of its last
 page, or TMA zero fill past the tensor) are masked; query rows past it are not stored. One query head per
-program. D in {64, 128}, fp16 / bf16; no softcap / sinks / RoPE / fp8 / splits / lse (the Triton kernels serve
+program. D in {64, 128, 256}, fp16 / bf16; no softcap / sinks / RoPE / fp8 / splits / lse (the Triton kernels serve
 those calls).
 """
 
@@ -198,7 +198,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
               kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale, stride_ot, stride_oh,
               WG: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
-              PINGPONG: gl.constexpr):
+              PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr):
     """Rows [m0 + 64·WG, +64) of each of the program's work tiles: every key tile of the block's range, then
     the store. ``OVERLAP`` (FA3's intra-warpgroup pipelining): S of tile j + 1 and P·V of tile j are in flight
     while the softmax of tile j + 1 runs; else each tile's two wgmmas are waited for in turn. Paged layouts
@@ -216,7 +216,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     dtype: gl.constexpr = q_smem.dtype
     zero_s = gl.zeros([R, BLOCK_N], gl.float32, layout=s_layout)
     pid = gl.program_id(0)
-    done = pid * 0  # work tiles this program has run (Q buffer done % 2, its barriers' phase (done // 2) % 2)
+    done = pid * 0  # work tiles this program has run (Q buffer done % Q_BUFS, its barriers' phase from done // Q_BUFS)
     ring = pid * 0  # key tiles through the K/V ring so far (slot and phase of the next)
     turn = pid * 0  # rounds of wgmma issues so far (PINGPONG)
     n_total = n_work * n_heads
@@ -236,9 +236,9 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
             l_i = gl.full([R], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
             acc = gl.zeros([R, HEAD_DIM], gl.float32, layout=o_layout)
             n_tiles = gl.cdiv(n_hi - n_lo, BLOCK_N)
-            q_buf = done % 2
+            q_buf = done % Q_BUFS
             q_tile = q_smem.index(2 * q_buf + WG)
-            mbarrier.wait(q_ready.index(q_buf), (done // 2) & 1)
+            mbarrier.wait(q_ready.index(q_buf), (done // Q_BUFS) & 1)
             if OVERLAP:
                 if n_tiles > 0:
                     _turn_begin(sched, turn, WG, PINGPONG)
@@ -304,7 +304,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
             cu_q_ptr, kv_ptr, items_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr,
             LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr,
-            BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr):
+            BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, Q_BUFS: gl.constexpr):
     """TMA producer: per work tile both Q tiles, then K / V of every key tile of the block's range (paged: the
     tile's page from the table, read only for tiles inside the request's keys)."""
     R: gl.constexpr = ROWS_PER_CONSUMER
@@ -320,9 +320,9 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_r
                                                               LAYOUT, KV_PLUS_Q)
         if (tile < n_total) & (m0 < q_len):  # (a round's last tiles may not exist: the clamp keeps reads inside)
             n_lo, n_hi = _block_keys(m0, q_len, kv_len, wl, wr, BLOCK_M, BLOCK_N)
-            q_buf = done % 2
+            q_buf = done % Q_BUFS
             # a fresh barrier passes parity 1: each buffer's first tile finds it free
-            mbarrier.wait(q_free.index(q_buf), ((done // 2) & 1) ^ 1)
+            mbarrier.wait(q_free.index(q_buf), ((done // Q_BUFS) & 1) ^ 1)
             ready = q_ready.index(q_buf)
             mbarrier.expect(ready, 2 * q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [q_start + m0, head * HEAD_DIM], ready, q_smem.index(2 * q_buf))
@@ -352,28 +352,29 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                       n_work, n_m_blocks, group, wl, wr, qk_scale, stride_ot, stride_oh, stride_tb,
                       LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, PAGE_SIZE: gl.constexpr,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                      STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr):
+                      STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr):
     """Grid: (programs,), at most n_work · n_heads work tiles (n_work: dense / varlen n_m_blocks · batch, paged
     the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
     loader: 1 warp)."""
     gl.static_assert(BLOCK_M == 2 * ROWS_PER_CONSUMER)
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [4, ROWS_PER_CONSUMER, HEAD_DIM], q_desc.layout)  # [buffer, WG]
+    q_smem = gl.allocate_shared_memory(dtype, [2 * Q_BUFS, ROWS_PER_CONSUMER, HEAD_DIM], q_desc.layout)  # [buf, WG]
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     if LAYOUT == PAGED:  # each consumer's copy of its last V tile with the rows past the keys zeroed
         v_scratch = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_DIM], v_desc.layout)
     else:
         v_scratch = v_smem  # not used: the rows past a dense / varlen request are other requests' or TMA's zeros
-    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    q_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
+    q_free = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     sched = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # issue turns (PINGPONG)
-    for i in gl.static_range(2):
+    for i in gl.static_range(Q_BUFS):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(q_free.index(i), count=2)  # both consumers release a Q buffer
+    for i in gl.static_range(2):
         mbarrier.init(sched.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
@@ -384,18 +385,19 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
                      cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale,
                      stride_ot, stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP,
-                     PINGPONG)),
+                     PINGPONG, Q_BUFS)),
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
                      cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale,
                      stride_ot, stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP,
-                     PINGPONG)),
+                     PINGPONG, Q_BUFS)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
                    cu_q_ptr, kv_ptr, items_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work, n_m_blocks, group,
-                   wl, wr, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)),
+                   wl, wr, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, Q_BUFS)),
     ], [4, 1], [240, 24])  # FA3's split: 240 + 240 + 24 registers x 128 threads = 168 x 384
-    for i in gl.static_range(2):
+    for i in gl.static_range(Q_BUFS):
         mbarrier.invalidate(q_ready.index(i))
         mbarrier.invalidate(q_free.index(i))
+    for i in gl.static_range(2):
         mbarrier.invalidate(sched.index(i))
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(k_ready.index(i))

@@ -51,6 +51,9 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
     128: (WsConfig(64, 3, True), WsConfig(64, 4, True), WsConfig(64, 3, True, persistent=False), WsConfig(128, 2),
           WsConfig(128, 2, True), WsConfig(64, 3), WsConfig(64, 3, True, pingpong=True),
           WsConfig(64, 4, True, pingpong=True)),
+    # D = 256 (one Q buffer; written 2026-12-02 without device time: candidates for the prefill op's D 256 rows)
+    256: (WsConfig(32, 3, True), WsConfig(32, 4, True), WsConfig(64, 2, True), WsConfig(64, 2),
+          WsConfig(32, 3, True, pingpong=True)),
 }
 DEFAULT_HEAD_DIMS = (128,)
 # a query block must visit at least this many keys: with fewer, the per-tile cost (Q load, pipeline fill, store)
@@ -84,10 +87,15 @@ def applies(p: Problem) -> bool:
 SMEM_LIMIT = 227 * 1024  # shared memory one program may use on sm_90
 
 
+def q_buffers(head_dim: int) -> int:
+    """Q buffers of two 64-row tiles: two (the next tile's Q loads during this one) up to D = 128, one at 256."""
+    return 2 if head_dim <= 128 else 1
+
+
 def smem_bytes(cfg: WsConfig, head_dim: int, paged: bool) -> int:
-    """Two Q buffers of two 64-row tiles, the K / V ring, and with ``paged`` each consumer's last-V copy."""
-    row = head_dim * 2
-    return (4 * ROWS_PER_CONSUMER.value + 2 * cfg.stages * cfg.block_n + (2 * cfg.block_n if paged else 0)) * row
+    """The Q buffers, the K / V ring, and with ``paged`` each consumer's last-V copy."""
+    rows = 2 * ROWS_PER_CONSUMER.value * q_buffers(head_dim) + 2 * cfg.stages * cfg.block_n
+    return (rows + (2 * cfg.block_n if paged else 0)) * head_dim * 2
 
 
 def paged_configs(head_dim: int) -> tuple[WsConfig, ...]:
@@ -138,7 +146,7 @@ def _run(cfg: WsConfig, q: torch.Tensor, k2d: torch.Tensor, v2d: torch.Tensor, o
         _desc(q.view(-1, h * d), ROWS_PER_CONSUMER.value, d), _desc(k2d, cfg.block_n, d), _desc(v2d, cfg.block_n, d),
         o, n_heads=h, n_work=n_work, group=h // (k2d.shape[1] // d), wl=wl, wr=wr, qk_scale=sm_scale * LOG2E,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
-        PINGPONG=cfg.pingpong, num_warps=4,
+        PINGPONG=cfg.pingpong, Q_BUFS=q_buffers(d), num_warps=4,
         **layout)
 
 

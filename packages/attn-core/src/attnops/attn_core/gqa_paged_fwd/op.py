@@ -118,10 +118,11 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
         SOFTCAP=bool(cap), HAS_SINKS=sinks is not None, BLOCK_D=d,
         EXACT_DOT=runtime.interpreting(),  # fp32 dots on the interpreter: same products, BLAS speed
     )
-    # the warp-specialized kernel reads keys from the pool only (the prefill op appended the new rows first) and
-    # takes packed 16-bit queries without softcap / sinks / RoPE / scales
+    # the warp-specialized kernel takes packed 16-bit queries without softcap / sinks / scales / RoPE of queries
+    # or cached keys; it reads every key from the pool (the prefill op appended the new rows first, rotated when
+    # rope_new_k)
     plain = (cu_q is not None and not q_uniform and not cap and sinks is None and q_scale is None
-             and k_scale is None and not (rope_q or rope_pool_k or rope_new_k))
+             and k_scale is None and not (rope_q or rope_pool_k))
     for ln in plan.launches:
         if ln.n_items == 0:
             continue

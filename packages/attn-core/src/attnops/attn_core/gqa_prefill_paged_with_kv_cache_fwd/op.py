@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from attnops.attn_core.flash_fwd.launch import rotate_rows
 from attnops.attn_core.gqa_paged_fwd.op import check_head_dim, check_softcap, check_table_values, run_plan
 from attnops.attn_core.gqa_paged_fwd.plan import PagedAttentionPlan, plan_paged_attention
 from attnops.kernel_utils import checks, runtime, testing
@@ -176,13 +177,19 @@ def _run(plan: PrefillPagedPlan, q, k_new, v_new, k_pages, v_pages, k_scale, v_s
             ROPE=fuse_rope, ROTARY_DIM=rotary_dim, QUANT=fp8,
             BLOCK_T=APPEND_TOKENS, BLOCK_D=triton.next_power_of_2(d), num_warps=4,
         )
+    rope_q = fuse_rope
+    if fuse_rope and any(ln.ws is not None for ln in plan.attn.launches):
+        # the warp-specialized kernel does not rotate queries: rotate them once here (at c + i), for every launch
+        q = rotate_rows(q, cos, sin, rotary_dim, False, batch=cache_seqlens.shape[0], max_rows=max(plan.attn.q_lens),
+                        cu=cu_seqlens_q, pos_off=cache_seqlens)
+        rope_q = False
     run_plan(plan.attn, q=q, k_pool=k_pages, v_pool=v_pages, o=out, table=block_table, cache_lens=cache_seqlens,
              cu_q=cu_seqlens_q,
              pool_strides=(page_size * k_pages.stride(0), k_pages.stride(0), k_pages.stride(1),
                            page_size * v_pages.stride(0), v_pages.stride(0), v_pages.stride(1)),
              page_size=page_size, num_pages=k_pages.shape[0] // page_size, sm_scale=sm_scale, softcap=softcap,
              k_new=k_new, v_new=v_new, k_scale=k_scale if fp8 else None, v_scale=v_scale if fp8 else None,
-             cos=cos, sin=sin, rope_q=fuse_rope, rope_new_k=fuse_rope, rotary_dim=rotary_dim)
+             cos=cos, sin=sin, rope_q=rope_q, rope_new_k=fuse_rope, rotary_dim=rotary_dim)
 
 
 def gqa_prefill_paged_with_kv_cache_fwd(
