@@ -41,7 +41,7 @@ def compile_ws(cfg: ws_launch.WsConfig, d: int, layout: int, dtype=torch.float16
     consts = {"LAYOUT": layout, "KV_PLUS_Q": False, "PAGE_SIZE": 64 if layout == PAGED else 1,
               "BLOCK_M": ws_launch.BLOCK_M, "BLOCK_N": cfg.block_n, "HEAD_DIM": d, "STAGES": cfg.stages,
               "OVERLAP": cfg.overlap, "PINGPONG": cfg.pingpong, "Q_BUFS": ws_launch.q_buffers(d),
-              "_float_args": ("qk_scale",)}
+              "BLOCK_MAJOR": layout == DENSE, "_float_args": ("qk_scale",)}
     return compile_sm90(gqa_fwd_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
 

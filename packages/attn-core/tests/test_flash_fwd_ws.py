@@ -226,23 +226,34 @@ def test_launches_bind_every_kernel_argument(monkeypatch):
     k = torch.zeros(2, 500, 2, 128, dtype=torch.float16)
     out = torch.empty_like(q)
     ws_launch.launch(fwd.Problem(q, k, k, out, varlen=False, batch=2, max_q=300, max_kv=500, wr=0), cfg)
-    ws_launch.launch(fwd.Problem(q[0], k[0], k[0], out[0], varlen=True, batch=1, max_q=300, max_kv=500,
-                                 cu_q=torch.tensor([0, 300], dtype=torch.int32),
-                                 cu_kv=torch.tensor([0, 500], dtype=torch.int32)), cfg)
+    varlen = fwd.Problem(q[0], k[0], k[0], out[0], varlen=True, batch=1, max_q=300, max_kv=500,
+                         cu_q=torch.tensor([0, 300], dtype=torch.int32),
+                         cu_kv=torch.tensor([0, 500], dtype=torch.int32))
+    ws_launch.launch(varlen, cfg)
+    ragged = fwd.Problem(q[0], k[0], k[0], out[0], varlen=True, batch=2, max_q=200, max_kv=400,
+                         cu_q=torch.tensor([0, 100, 300], dtype=torch.int32),
+                         cu_kv=torch.tensor([0, 100, 500], dtype=torch.int32))
+    ws_launch.launch(ragged, cfg)
     pool = torch.zeros(10, 64, 2, 128, dtype=torch.float16)
     items = torch.tensor([[0, 2], [0, 1], [0, 0]], dtype=torch.int32)
     table = torch.arange(10, dtype=torch.int32)[None]
     ws_launch.launch_paged(cfg, q[0], pool, pool, out[0], torch.tensor([0, 300], dtype=torch.int32),
                            torch.tensor([600], dtype=torch.int32), table, items, 64, 0.1, 1 << 30, 0,
                            kv_plus_q=False)
-    assert len(rec.calls) == 3
+    assert len(rec.calls) == 4
     for call in rec.calls:
         assert _bound(call) == set(ws_kernel.gqa_fwd_ws_kernel.arg_names)
     grids = [grid for grid, _, _ in rec.calls]
     sms = runtime.num_sms()
-    assert grids == [(min(3 * 2 * 8, sms),), (min(3 * 8, sms),), (min(3 * 8, sms),)]
+    assert grids == [(min(3 * 2 * 8, sms),), (min(3 * 8, sms),), (min(2 * 2 * 8, sms),), (min(3 * 8, sms),)]
     assert [c[2]["LAYOUT"] for c in rec.calls] == [ws_kernel.DENSE.value, ws_kernel.VARLEN.value,
-                                                   ws_kernel.PAGED.value]
+                                                   ws_kernel.VARLEN.value, ws_kernel.PAGED.value]
+    assert [c[2]["BLOCK_MAJOR"] for c in rec.calls] == [False] * 4  # the default config: request-major
+    # block-major configs: where every request is as long as the longest (dense; varlen whose totals say so)
+    bm = dataclasses.replace(cfg, block_major=True)
+    for p in (fwd.Problem(q, k, k, out, varlen=False, batch=2, max_q=300, max_kv=500), varlen, ragged):
+        ws_launch.launch(p, bm)
+    assert [c[2]["BLOCK_MAJOR"] for c in rec.calls[4:]] == [True, True, False]
 
 
 def test_plan_ws_work_heaviest_first():

@@ -15,9 +15,10 @@ partitions, barriers and wgmma waits by hand, as FA3 does:
   then O += P·V with P in registers. While one consumer runs its softmax the other's wgmma keeps the tensor
   cores busy.
 
-Work tiles are (query block of 128 rows, query head, request): request by request, within one the most
-expensive query blocks first (the last blocks of a causal request see the most keys), the heads of a block
-consecutive (the G heads of a KV head read the same K/V: L2 hits). A program walks tiles ``pid, pid + grid,
+Work tiles are (query block of 128 rows, query head, request), the heads of a block consecutive (the G heads
+of a KV head read the same K/V: L2 hits), the most expensive query blocks first (the last blocks of a causal
+request see the most keys): block-major over all requests when they are equally long, else request by request
+(``_tile``). A program walks tiles ``pid, pid + grid,
 ...``: with a grid of one program per tile it is a plain launch (the hardware hands out tiles as SMs free up);
 with one per SM it is persistent, and the next tile's Q and first K/V load while the current tile computes
 and stores (paged: rounds of the plan's heaviest-first items in alternate directions, ``_round_tile``). The
@@ -54,17 +55,23 @@ PAGED = gl.constexpr(2)
 
 
 @gluon.jit
-def _tile(tile, cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads, n_m_blocks, BLOCK_M: gl.constexpr,
-          LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr):
+def _tile(tile, cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, BLOCK_M: gl.constexpr,
+          LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_MAJOR: gl.constexpr):
     """Work tile -> (request b, head, first query row m0, q_start, q_len, kv_start, kv_len). Head fastest; then
-    dense / varlen: query block from the last (heaviest under a causal mask) to the first, then request; paged:
-    the plan's items in order (``items[i] = (b, query block)``). ``kv_ptr``: varlen cu_seqlens_kv, paged the
-    per-request key counts."""
+    paged: the plan's items in order (``items[i] = (b, query block)``); dense / varlen with ``BLOCK_MAJOR`` (every
+    request as long as the longest): query block from the last (the heaviest under a causal mask) to the first,
+    each over every request, so a round of one tile per program holds blocks of one weight; else request by
+    request, within one its blocks from the last (requests of unequal lengths: the block index alone does not
+    order the work). ``kv_ptr``: varlen cu_seqlens_kv, paged the per-request key counts."""
     head = tile % n_heads
     rest = tile // n_heads
     if LAYOUT == PAGED:
         b = gl.load(items_ptr + 2 * rest)
         m0 = gl.load(items_ptr + 2 * rest + 1) * BLOCK_M
+    elif BLOCK_MAJOR:
+        batch = n_work // n_m_blocks
+        b = rest % batch
+        m0 = (n_m_blocks - 1 - rest // batch) * BLOCK_M
     else:
         b = rest // n_m_blocks
         m0 = (n_m_blocks - 1 - rest % n_m_blocks) * BLOCK_M
@@ -198,7 +205,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
               kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale, stride_ot, stride_oh,
               WG: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
-              PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr):
+              PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr, BLOCK_MAJOR: gl.constexpr):
     """Rows [m0 + 64·WG, +64) of each of the program's work tiles: every key tile of the block's range, then
     the store. ``OVERLAP`` (FA3's intra-warpgroup pipelining): S of tile j + 1 and P·V of tile j are in flight
     while the softmax of tile j + 1 runs; else each tile's two wgmmas are waited for in turn. Paged layouts
@@ -224,8 +231,8 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     for r in range(gl.cdiv(n_total, n_prog)):
         tile = _round_tile(r, pid, n_prog, LAYOUT)
         b, head, m0, q_start, q_len, kv_start, kv_len = _tile(gl.minimum(tile, n_total - 1), cu_q_ptr, kv_ptr,
-                                                              items_ptr, s_q, s_kv, n_heads, n_m_blocks, BLOCK_M,
-                                                              LAYOUT, KV_PLUS_Q)
+                                                              items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks,
+                                                              BLOCK_M, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR)
         if (tile < n_total) & (m0 < q_len):  # (a round's last tiles may not exist: the clamp keeps reads inside)
             n_lo, n_hi = _block_keys(m0, q_len, kv_len, wl, wr, BLOCK_M, BLOCK_N)
             r0 = m0 + WG * R
@@ -304,7 +311,8 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
             cu_q_ptr, kv_ptr, items_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr,
             LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr,
-            BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, Q_BUFS: gl.constexpr):
+            BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, Q_BUFS: gl.constexpr,
+            BLOCK_MAJOR: gl.constexpr):
     """TMA producer: per work tile both Q tiles, then K / V of every key tile of the block's range (paged: the
     tile's page from the table, read only for tiles inside the request's keys)."""
     R: gl.constexpr = ROWS_PER_CONSUMER
@@ -316,8 +324,8 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_r
     for r in range(gl.cdiv(n_total, n_prog)):
         tile = _round_tile(r, pid, n_prog, LAYOUT)
         b, head, m0, q_start, q_len, kv_start, kv_len = _tile(gl.minimum(tile, n_total - 1), cu_q_ptr, kv_ptr,
-                                                              items_ptr, s_q, s_kv, n_heads, n_m_blocks, BLOCK_M,
-                                                              LAYOUT, KV_PLUS_Q)
+                                                              items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks,
+                                                              BLOCK_M, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR)
         if (tile < n_total) & (m0 < q_len):  # (a round's last tiles may not exist: the clamp keeps reads inside)
             n_lo, n_hi = _block_keys(m0, q_len, kv_len, wl, wr, BLOCK_M, BLOCK_N)
             q_buf = done % Q_BUFS
@@ -352,7 +360,8 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                       n_work, n_m_blocks, group, wl, wr, qk_scale, stride_ot, stride_oh, stride_tb,
                       LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, PAGE_SIZE: gl.constexpr,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                      STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr):
+                      STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr,
+                      BLOCK_MAJOR: gl.constexpr):
     """Grid: (programs,), at most n_work · n_heads work tiles (n_work: dense / varlen n_m_blocks · batch, paged
     the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
     loader: 1 warp)."""
@@ -385,14 +394,14 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
                      cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale,
                      stride_ot, stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP,
-                     PINGPONG, Q_BUFS)),
+                     PINGPONG, Q_BUFS, BLOCK_MAJOR)),
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
                      cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale,
                      stride_ot, stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP,
-                     PINGPONG, Q_BUFS)),
+                     PINGPONG, Q_BUFS, BLOCK_MAJOR)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
                    cu_q_ptr, kv_ptr, items_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work, n_m_blocks, group,
-                   wl, wr, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, Q_BUFS)),
+                   wl, wr, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, Q_BUFS, BLOCK_MAJOR)),
     ], [4, 1], [240, 24])  # FA3's split: 240 + 240 + 24 registers x 128 threads = 168 x 384
     for i in gl.static_range(Q_BUFS):
         mbarrier.invalidate(q_ready.index(i))

@@ -31,11 +31,15 @@ class WsConfig:
     overlap: bool = False  # S of the next tile and P·V in flight during the softmax (ws_kernel._consumer)
     persistent: bool = True  # one program per SM walking the work tiles; False: one program per tile
     pingpong: bool = False  # (overlap configs) the consumers issue their wgmmas in turns (FA3's scheduler barrier)
+    # dense / varlen tile order (ws_kernel._tile): request-major (the order the 01:41 benchmark ran); True:
+    # block-major where every request is as long as the longest (faster there in the 01:29 sweep of the one-Q-buffer
+    # kernel: llama-8b-uniform 41.5 against 48.5 us, long-w1024 270 against 281)
+    block_major: bool = False
 
     @property
     def name(self) -> str:
         return (f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}{'' if self.persistent else '-np'}"
-                f"{'-pp' if self.pingpong else ''}")
+                f"{'-pp' if self.pingpong else ''}{'-bm' if self.block_major else ''}")
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
@@ -50,7 +54,7 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
          WsConfig(128, 3, True), WsConfig(128, 3, True, pingpong=True)),
     128: (WsConfig(64, 3, True), WsConfig(64, 4, True), WsConfig(64, 3, True, persistent=False), WsConfig(128, 2),
           WsConfig(128, 2, True), WsConfig(64, 3), WsConfig(64, 3, True, pingpong=True),
-          WsConfig(64, 4, True, pingpong=True)),
+          WsConfig(64, 4, True, pingpong=True), WsConfig(64, 3, True, block_major=True)),
     # D = 256 (one Q buffer; written 2026-12-02 without device time: candidates for the prefill op's D 256 rows)
     256: (WsConfig(32, 3, True), WsConfig(32, 4, True), WsConfig(64, 2, True), WsConfig(64, 2),
           WsConfig(32, 3, True, pingpong=True)),
@@ -161,11 +165,14 @@ def launch(p: Problem, cfg: WsConfig) -> None:
         return
     n_m_blocks = triton.cdiv(max(p.max_q, 1), BLOCK_M)
     dense = not p.varlen
+    # every request as long as the longest (known without reading the lengths: the totals are B times the maxima)
+    uniform = dense or (q.shape[0] == p.batch * p.max_q and k.shape[0] == p.batch * p.max_kv)
     _run(cfg, q, k.view(-1, k.shape[-2] * d), p.v.view(-1, k.shape[-2] * d), o, n_m_blocks * p.batch, p.sm_scale,
          p.wl, p.wr, cu_q_ptr=q if dense else p.cu_q, kv_ptr=q if dense else p.cu_kv, items_ptr=q, table_ptr=q,
          s_q=q.shape[1] if dense else 0, s_kv=k.shape[1] if dense else 0, n_m_blocks=n_m_blocks,
          stride_ot=o.stride(1) if dense else o.stride(0), stride_oh=o.stride(-2), stride_tb=0,
-         LAYOUT=ws_kernel.DENSE.value if dense else ws_kernel.VARLEN.value, KV_PLUS_Q=False, PAGE_SIZE=1)
+         LAYOUT=ws_kernel.DENSE.value if dense else ws_kernel.VARLEN.value, KV_PLUS_Q=False, PAGE_SIZE=1,
+         BLOCK_MAJOR=cfg.block_major and uniform)
 
 
 def launch_paged(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,
@@ -182,4 +189,4 @@ def launch_paged(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: t
     _run(cfg, q, k_pool.view(-1, h_kv * d), v_pool.view(-1, h_kv * d), o, items.shape[0], sm_scale, wl, wr,
          cu_q_ptr=cu_q, kv_ptr=kv_lens, items_ptr=items, table_ptr=table, s_q=0, s_kv=0, n_m_blocks=0,
          stride_ot=o.stride(0), stride_oh=o.stride(1), stride_tb=table.stride(0),
-         LAYOUT=ws_kernel.PAGED.value, KV_PLUS_Q=kv_plus_q, PAGE_SIZE=page_size)
+         LAYOUT=ws_kernel.PAGED.value, KV_PLUS_Q=kv_plus_q, PAGE_SIZE=page_size, BLOCK_MAJOR=False)
