@@ -140,11 +140,12 @@ def _plan_case(spec, case, plan):
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
-@pytest.mark.parametrize("page_size", [64, 128])
+@pytest.mark.parametrize("page_size", [16, 48, 64, 128])
 @pytest.mark.parametrize("mask", ["causal", "full", "causal-w100", "full-w64-w200"])
 def test_paged(d, page_size, mask):
     """GQAPagedFwd's large class: ragged keys whose last page ends inside a key tile (the rest of the page is
-    NaN: the tail copy must zero it), a 1-token request beside (the Triton small class), shuffled pages."""
+    NaN: the tail copy must zero it), a 1-token request beside (the Triton small class), shuffled pages; pages
+    smaller than or not dividing the key tile (16, 48: copies of gcd(page, tile) rows, none past the keys)."""
     causal, wl, wr = MASKS[mask]
     case = paged_spec.build_case([300, 1, 77, 130], [3000, 1500, 777, 130], 8, 2, d, page_size, torch.float16,
                                  torch.float16, "cuda", seed=d + page_size, is_causal=causal, window_size_left=wl,

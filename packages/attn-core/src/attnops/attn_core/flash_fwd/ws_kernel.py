@@ -26,9 +26,10 @@ ring's slot counter and the Q buffer index run on across tiles (every partition 
 
 Layouts (``LAYOUT``): dense (``q`` ``[B·S, H·D]``, ``k`` / ``v`` ``[B·S_kv, H_kv·D]`` as 2-D views, request ``b``
 at row ``b·S``), varlen (request offsets from ``cu_seqlens``) or paged (K / V pools ``[pages·PAGE_SIZE, H_kv·D]``,
-key tile n of request b at row ``table[b, n // PAGE_SIZE]·PAGE_SIZE + n % PAGE_SIZE``: PAGE_SIZE a multiple of
-BLOCK_N, so a key tile lies in one page; the work tiles are a host plan's (request, query block) items,
-heaviest first; ``kv_len`` = ``cache_lens[b]``, plus the request's query tokens with ``KV_PLUS_Q``).
+key n of request b at row ``table[b, n // PAGE_SIZE]·PAGE_SIZE + n % PAGE_SIZE``, a key tile loaded in chunks of
+``gcd(PAGE_SIZE, BLOCK_N)`` rows (one chunk when the page size is a multiple of the tile); the work tiles are a
+host plan's (request, query block) items, heaviest first; ``kv_len`` = ``cache_lens[b]``, plus the request's
+query tokens with ``KV_PLUS_Q``).
 Masks: keys ``P − WL <= j <= P + WR`` (bottom-right positions P; causal is WR = 0;
 ``attention_fns.window_bounds``). Keys past a request's end (the next request's rows, the rest of its last
 page, or TMA zero fill past the tensor) are masked; query rows past it are not stored. One query head per
@@ -343,16 +344,40 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_r
                 mbarrier.wait(kv_free.index(slot), (((ring + j) // STAGES) & 1) ^ 1)
                 n = n_lo + j * BLOCK_N
                 if LAYOUT == PAGED:
-                    page = gl.load(table_ptr + b.to(gl.int64) * stride_tb + n // PAGE_SIZE)
-                    row = page * PAGE_SIZE + n % PAGE_SIZE
+                    _load_paged_tile(k_desc, v_desc, k_smem.index(slot), v_smem.index(slot), k_ready.index(slot),
+                                     v_ready.index(slot), table_ptr + b.to(gl.int64) * stride_tb, n, kv_len, kv_col,
+                                     PAGE_SIZE, BLOCK_N)
                 else:
                     row = kv_start + n
-                mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready.index(slot), k_smem.index(slot))
-                mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready.index(slot), v_smem.index(slot))
+                    mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+                    tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready.index(slot), k_smem.index(slot))
+                    mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+                    tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready.index(slot), v_smem.index(slot))
             done += 1
             ring += n_tiles
+
+
+@gluon.jit
+def _load_paged_tile(k_desc, v_desc, k_slot, v_slot, k_ready, v_ready, table_row, n, kv_len, kv_col,
+                     PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr):
+    """K / V of keys [n, n + BLOCK_N) of one request into a ring slot, in chunks of the descriptors' box rows
+    (``gcd(PAGE_SIZE, BLOCK_N)``: each chunk lies in one page, ``table_row[key // PAGE_SIZE]``). Each chunk
+    arrives once on the slot's barriers (they count ``BLOCK_N // CHUNK``): with its bytes, or, past the request's
+    keys, with none and no copy (its table entry need not exist). Rows not loaded keep older data: scores there
+    are masked, and the consumers copy the last V tile with those rows zeroed (``_pv_tail``)."""
+    CHUNK: gl.constexpr = k_desc.block_type.shape[0]
+    gl.static_assert(PAGE_SIZE % CHUNK == 0 and BLOCK_N % CHUNK == 0)
+    for c in gl.static_range(BLOCK_N // CHUNK):
+        key = n + c * CHUNK
+        live = key < kv_len
+        # (a clamped index: a chunk past the keys reads the request's last entry, then copies nothing)
+        row = gl.load(table_row + gl.minimum(key, kv_len - 1) // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
+        mbarrier.expect(k_ready, k_desc.block_type.nbytes, pred=live)
+        mbarrier.expect(k_ready, 0, pred=key >= kv_len)
+        tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready, k_slot.slice(c * CHUNK, CHUNK), pred=live)
+        mbarrier.expect(v_ready, v_desc.block_type.nbytes, pred=live)
+        mbarrier.expect(v_ready, 0, pred=key >= kv_len)
+        tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready, v_slot.slice(c * CHUNK, CHUNK), pred=live)
 
 
 @gluon.jit
@@ -385,9 +410,9 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
         mbarrier.init(q_free.index(i), count=2)  # both consumers release a Q buffer
     for i in gl.static_range(2):
         mbarrier.init(sched.index(i), count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
+    for i in gl.static_range(STAGES):  # (paged: one arrival per chunk of a key tile, _load_paged_tile)
+        mbarrier.init(k_ready.index(i), count=BLOCK_N // k_desc.block_type.shape[0])
+        mbarrier.init(v_ready.index(i), count=BLOCK_N // v_desc.block_type.shape[0])
         mbarrier.init(kv_free.index(i), count=2)  # both consumers release a slot
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
     gl.warp_specialize([

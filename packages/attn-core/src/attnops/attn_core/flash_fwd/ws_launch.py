@@ -4,6 +4,7 @@ when ``default_config`` names a config (or a test / sweep forces one with ``laun
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -89,6 +90,7 @@ def applies(p: Problem) -> bool:
 
 
 SMEM_LIMIT = 227 * 1024  # shared memory one program may use on sm_90
+MIN_KV_BOX = 8  # rows of the smallest paged K / V copy: 8 rows of >= 128 B fill a 1 KB 128-byte-swizzle atom
 
 
 def q_buffers(head_dim: int) -> int:
@@ -110,8 +112,9 @@ def paged_configs(head_dim: int) -> tuple[WsConfig, ...]:
 def paged_applies(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,
                   page_size: int, plain: bool) -> bool:
     """Whether ``launch_paged`` can serve a paged call with ``cfg``: one of ``paged_configs``, ``_tensors_ok`` on
-    the pools, pages of a whole number of key tiles, and ``plain``: no softcap / sinks / RoPE / fp8 scales."""
-    if not (plain and page_size % cfg.block_n == 0 and cfg in paged_configs(q.shape[-1])):
+    the pools, ``plain`` (no softcap / sinks / RoPE / fp8 scales), and key tiles that split into page-aligned
+    copies of at least ``MIN_KV_BOX`` rows (whole 1 KB swizzle atoms)."""
+    if not (plain and math.gcd(page_size, cfg.block_n) >= MIN_KV_BOX and cfg in paged_configs(q.shape[-1])):
         return False
     return _tensors_ok(q, k_pool, v_pool, o)
 
@@ -136,18 +139,21 @@ def smem_layout(block: list[int], dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for(block, gl.float16 if dtype == torch.float16 else gl.bfloat16)
 
 
-def _desc(t2d: torch.Tensor, rows: int, d: int):
-    return TensorDescriptor.from_tensor(t2d, [rows, d], smem_layout([rows, d], t2d.dtype))
+def _desc(t2d: torch.Tensor, rows: int, d: int, box_rows: int | None = None):
+    """A TMA descriptor of ``[box_rows, d]`` boxes (default ``rows``) into shared tiles of ``[rows, d]``."""
+    return TensorDescriptor.from_tensor(t2d, [box_rows or rows, d], smem_layout([rows, d], t2d.dtype))
 
 
 def _run(cfg: WsConfig, q: torch.Tensor, k2d: torch.Tensor, v2d: torch.Tensor, o: torch.Tensor, n_work: int,
-         sm_scale: float, wl: int, wr: int, **layout) -> None:
-    """One launch over ``n_work`` (request, query block) units of every query head; ``layout``: the kernel's
-    layout arguments (pointers, sizes, strides, LAYOUT / KV_PLUS_Q / PAGE_SIZE)."""
+         sm_scale: float, wl: int, wr: int, kv_box: int | None = None, **layout) -> None:
+    """One launch over ``n_work`` (request, query block) units of every query head; ``kv_box``: rows of a K / V
+    copy (default a whole key tile); ``layout``: the kernel's layout arguments (pointers, sizes, strides, LAYOUT /
+    KV_PLUS_Q / PAGE_SIZE / BLOCK_MAJOR)."""
     h, d = q.shape[-2], q.shape[-1]
     tiles = n_work * h
     gqa_fwd_ws_kernel[(min(tiles, runtime.num_sms()) if cfg.persistent else tiles,)](
-        _desc(q.view(-1, h * d), ROWS_PER_CONSUMER.value, d), _desc(k2d, cfg.block_n, d), _desc(v2d, cfg.block_n, d),
+        _desc(q.view(-1, h * d), ROWS_PER_CONSUMER.value, d), _desc(k2d, cfg.block_n, d, kv_box),
+        _desc(v2d, cfg.block_n, d, kv_box),
         o, n_heads=h, n_work=n_work, group=h // (k2d.shape[1] // d), wl=wl, wr=wr, qk_scale=sm_scale * LOG2E,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
         PINGPONG=cfg.pingpong, Q_BUFS=q_buffers(d), num_warps=4,
@@ -187,6 +193,7 @@ def launch_paged(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: t
     d = q.shape[-1]
     h_kv = k_pool.shape[-2]
     _run(cfg, q, k_pool.view(-1, h_kv * d), v_pool.view(-1, h_kv * d), o, items.shape[0], sm_scale, wl, wr,
-         cu_q_ptr=cu_q, kv_ptr=kv_lens, items_ptr=items, table_ptr=table, s_q=0, s_kv=0, n_m_blocks=0,
+         kv_box=math.gcd(page_size, cfg.block_n), cu_q_ptr=cu_q, kv_ptr=kv_lens, items_ptr=items, table_ptr=table,
+         s_q=0, s_kv=0, n_m_blocks=0,
          stride_ot=o.stride(0), stride_oh=o.stride(1), stride_tb=table.stride(0),
          LAYOUT=ws_kernel.PAGED.value, KV_PLUS_Q=kv_plus_q, PAGE_SIZE=page_size, BLOCK_MAJOR=False)
