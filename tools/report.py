@@ -188,7 +188,7 @@ def floor_gap(op: str, name: str) -> str:
     core, mla = "docs/perf/attn-core.md", "docs/perf/attn-mla.md"
     serial = "no working warp specialization in Triton 3.6 (FA3 overlaps softmax with the MMA)"
     no_ws = (f"{serial}; the Gluon warp-specialized forward (attn-core 0.3.6: 10-19 % under the Triton loop on "
-             "dense / varlen rows of >= 1024 keys) reads no pages yet")
+             "dense / varlen rows of >= 1024 keys) has a paged layout, written offline, not yet run")
     if op == "GQABwd":
         return f"7 MMA products per tile pair issued serially, {serial}; atomic dQ measured slower ({core})"
     if "sink-mixed" in name:
