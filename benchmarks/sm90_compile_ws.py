@@ -36,21 +36,25 @@ def _desc_type(dtype, block, d: int, box_rows: int | None = None) -> str:
     return mangle_type(TensorDescriptor.from_tensor(t, box, ws_launch.smem_layout(block, dtype)))
 
 
-def compile_ws(cfg: ws_launch.WsConfig, d: int, layout: int, dtype=torch.float16, page_size: int = 64):
+def compile_ws(cfg: ws_launch.WsConfig, d: int, layout: int, dtype=torch.float16, page_size: int = 64,
+               softcap: bool = False):
     kv_box = math.gcd(page_size, cfg.block_n) if layout == PAGED else None
     types = {"q_desc": _desc_type(dtype, [64, d], d), "k_desc": _desc_type(dtype, [cfg.block_n, d], d, kv_box),
              "v_desc": _desc_type(dtype, [cfg.block_n, d], d, kv_box),
              "o_ptr": "*fp16" if dtype == torch.float16 else "*bf16", "cu_q_ptr": "*i32", "kv_ptr": "*i32",
-             "items_ptr": "*i32", "table_ptr": "*i32"}
+             "items_ptr": "*i32", "table_ptr": "*i32", "sink_ptr": "*fp32"}
     consts = {"LAYOUT": layout, "KV_PLUS_Q": False, "PAGE_SIZE": page_size if layout == PAGED else 1,
               "BLOCK_M": ws_launch.BLOCK_M, "BLOCK_N": cfg.block_n, "HEAD_DIM": d, "STAGES": cfg.stages,
               "OVERLAP": cfg.overlap, "PINGPONG": cfg.pingpong, "Q_BUFS": ws_launch.q_buffers(d),
-              "BLOCK_MAJOR": layout == DENSE, "_float_args": ("qk_scale",)}
+              "BLOCK_MAJOR": layout == DENSE, "SOFTCAP": softcap, "HAS_SINK": softcap,
+              "_float_args": ("qk_scale", "cap_scale", "cap_log2")}
     return compile_sm90(gqa_fwd_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
 
-# (layout, name, page size): paged pools of whole-tile pages and of 48-token pages (16-row copies)
-VARIANTS = ((VARLEN, "varlen", 64), (DENSE, "dense", 64), (PAGED, "paged", 64), (PAGED, "pag48", 48))
+# (layout, name, page size, softcap and sinks): paged pools of whole-tile pages and of 48-token pages (16-row
+# copies); the softcap + sinks build on varlen
+VARIANTS = ((VARLEN, "varlen", 64, False), (DENSE, "dense", 64, False), (PAGED, "paged", 64, False),
+            (PAGED, "pag48", 48, False), (VARLEN, "v-cap", 64, True))
 
 
 def main() -> int:
@@ -59,13 +63,13 @@ def main() -> int:
         for cfg in ws_launch.CONFIGS[d]:
             if not cfg.persistent:  # the same kernel as its persistent twin (only the grid differs)
                 continue
-            for layout, layout_name, page_size in VARIANTS:
+            for layout, layout_name, page_size, softcap in VARIANTS:
                 if layout == PAGED and cfg not in ws_launch.paged_configs(d):
                     continue
                 t0 = time.time()
                 name = f"D{d} {layout_name:6s} {cfg.name:13s}"
                 try:
-                    k = compile_ws(cfg, d, layout, page_size=page_size)
+                    k = compile_ws(cfg, d, layout, page_size=page_size, softcap=softcap)
                 except Exception as e:  # noqa: BLE001 - report every failing variant, then exit 1
                     print(f"{name} COMPILE ERROR {type(e).__name__}: {str(e).splitlines()[0][:300]}")
                     bad += 1

@@ -3,8 +3,8 @@ config's output is checked against the reference, then timed like the benchmark 
 Prints, per seed row, the default choice and its time and the best (config, splits, "+fused": split partials
 merged in the kernel, "+keys-pre": RoPE keys rotated in a pre-pass) found, the "-tma" configs included; writes
 JSON. ``--ws``: instead, the Gluon warp-specialized kernel's configs (``flash_fwd/ws_launch.py``) beside the
-Triton kernel's first config and the default rule's choice, on the prefill rows it serves (no softcap / sinks /
-RoPE / fp8; D 64 / 128).
+Triton kernel's first config and the default rule's choice, on the prefill rows it serves (no RoPE / fp8; D 64 /
+128 / 256).
 
     python -m benchmarks.tune_attn_core --filter GQADense --out /tmp/tune-attn-core.json
     python -m benchmarks.tune_attn_core --filter llama-8b-uniform/bf16 --iters 20
@@ -60,10 +60,10 @@ def _split_options(case, cfg) -> tuple[int, list[int]]:
     return default, sorted(opts)
 
 
-# inputs of a case the warp-specialized kernel can take; any other (softcap, sinks, RoPE, fp8 scales) leaves the
-# row out of the --ws sweep
+# inputs of a case the warp-specialized kernel can take; any other (RoPE, fp8 scales) leaves the row out of the
+# --ws sweep
 WS_INPUTS = {"q", "k", "v", "cu_seqlens_q", "cu_seqlens_kv", "is_causal", "max_seqlen_q", "max_seqlen_kv", "sm_scale",
-             "window_size_left", "window_size_right"}
+             "window_size_left", "window_size_right", "softcap", "sinks"}
 
 
 def _ws_variants(case):

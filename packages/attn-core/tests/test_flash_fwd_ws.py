@@ -1,11 +1,12 @@
 """The Gluon warp-specialized flash forward (``flash_fwd/ws_kernel.py``) through the public ops, every config
 forced (``launch.forced(config=WsConfig)``; paged ops: ``ws=`` of their plans), against the fp32 reference: D 64 /
-128 / 256, fp16 / bf16, causal, full, sliding windows (left, and both sides without the causal mask), GQA ratios 1 /
-4 / 8, varlen (ragged lengths, empty requests, q_len > kv_len, tails that are not a multiple of any tile), dense
-and paged layouts (GQAPagedFwd, GQAPrefillPagedWithKVCacheFwd: shuffled pages, NaN-poisoned page tails),
-persistent and one-program-per-tile grids. Hopper only (TMA, wgmma, warp specialization: neither the
-interpreter nor the CPU runs it); outputs start NaN-filled (``ATTNOPS_POISON``). On CPU: the launches bind
-every kernel argument (a recording stand-in for the kernel), the plans' ws work, the refusals."""
+128 / 256, fp16 / bf16, softcap and sinks, causal, full, sliding windows (left, and both sides without the causal
+mask), GQA ratios 1 / 4 / 8, varlen (ragged lengths, empty requests, q_len > kv_len, tails that are not a multiple
+of any tile), dense and paged layouts (GQAPagedFwd, GQAPrefillPagedWithKVCacheFwd: shuffled pages, pages of 16 /
+48 / 64 / 128 tokens, NaN-poisoned page tails, the RoPE query pre-pass), persistent and one-program-per-tile
+grids. Hopper only (TMA, wgmma, warp specialization: neither the interpreter nor the CPU runs it); outputs start
+NaN-filled (``ATTNOPS_POISON``). On CPU: the launches bind every kernel argument (a recording stand-in for the
+kernel), the plans' ws work, the fallbacks and refusals."""
 
 import dataclasses
 
@@ -70,6 +71,29 @@ def test_every_config(d, mask, layout):
 
 @pytest.mark.gpu
 @hopper
+@pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
+@pytest.mark.parametrize("softcap,sinks", [(30.0, False), (0.0, True), (5.0, True)], ids=["cap", "sink", "cap-sink"])
+def test_softcap_and_sinks(d, softcap, sinks):
+    """Softcap (a strong cap: 5, scores of sd ~11) and attention sinks (rows with no visible key: 0) on ragged
+    varlen requests with a window, every config."""
+    q_lens, kv_lens = LAYOUTS["ragged"]
+    gen = testing.generator(d)
+    q = testing.randn((sum(q_lens), 8, d), torch.float16, "cuda", gen)
+    k = testing.randn((sum(kv_lens), 2, d), torch.float16, "cuda", gen)
+    v = testing.randn((sum(kv_lens), 2, d), torch.float16, "cuda", gen)
+    cu_q, cu_kv = testing.cu_seqlens(q_lens, "cuda"), testing.cu_seqlens(kv_lens, "cuda")
+    kw = dict(is_causal=True, window_size_left=200, softcap=softcap or None)
+    sink = testing.randn((8,), torch.float32, "cuda", gen, scale=2.0) if sinks else None
+    ref = gqa_varlen_fwd_ref(q, k, v, cu_q, cu_kv, sinks=sink, **kw)
+    lowp = gqa_varlen_fwd_ref(q, k, v, cu_q, cu_kv, sinks=sink, **kw, compute_dtype=torch.float16)
+    for cfg in ws_launch.CONFIGS[d]:
+        with fwd.forced(config=cfg):
+            out = gqa_varlen_fwd(q, k, v, cu_q, cu_kv, sinks=sink, **kw)
+        testing.assert_close_dual(f"ws D{d} softcap={softcap} sinks={sinks} {cfg.name}", out, ref, lowp)
+
+
+@pytest.mark.gpu
+@hopper
 @pytest.mark.parametrize("group", [1, 8])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 def test_group_and_dtype(group, dtype):
@@ -118,8 +142,9 @@ def test_calls_it_does_not_serve_are_refused():
     """A forced warp-specialized config on a call the kernel does not serve raises instead of running another."""
     q = torch.ones(8, 4, 64, dtype=torch.float16, device="cuda")
     cu = testing.cu_seqlens([8], "cuda")
+    table = torch.ones(8, 32, dtype=torch.float16, device="cuda")
     with fwd.forced(config=ws_launch.CONFIGS[64][0]), pytest.raises(ValueError, match="does not serve"):
-        gqa_varlen_fwd(q, q[:, :1], q[:, :1], cu, cu, softcap=30.0)
+        gqa_varlen_fwd(q, q[:, :1], q[:, :1], cu, cu, rope_cos=table, rope_sin=table, pos_encoding_mode="rope")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal off a GPU (with one, host tensors fail earlier)")
@@ -173,6 +198,18 @@ def test_prefill_paged(d, dtype, causal):
         plan = gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d, is_causal=causal, ws=cfg)
         assert [ln.ws for ln in plan.attn.launches if ln.kind == "large"] == [cfg]
         _plan_case(prefill_spec.SPEC, case, plan)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
+def test_paged_softcap_and_sinks(d):
+    """The paged layout with softcap and sinks together (48-token pages: chunked copies)."""
+    case = paged_spec.build_case([300, 1, 130], [3000, 1500, 130], 8, 2, d, 48, torch.float16, torch.float16, "cuda",
+                                 seed=9, softcap=20.0, sinks=True)
+    a = case.inputs
+    for cfg in ws_launch.paged_configs(d):
+        _plan_case(paged_spec.SPEC, case, gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d, ws=cfg))
 
 
 @pytest.mark.gpu

@@ -33,8 +33,8 @@ query tokens with ``KV_PLUS_Q``).
 Masks: keys ``P − WL <= j <= P + WR`` (bottom-right positions P; causal is WR = 0;
 ``attention_fns.window_bounds``). Keys past a request's end (the next request's rows, the rest of its last
 page, or TMA zero fill past the tensor) are masked; query rows past it are not stored. One query head per
-program. D in {64, 128, 256}, fp16 / bf16; no softcap / sinks / RoPE / fp8 / splits / lse (the Triton kernels serve
-those calls).
+program. D in {64, 128, 256}, fp16 / bf16, softcap (``SOFTCAP``), attention sinks (``HAS_SINK``); no RoPE / fp8 /
+splits / lse (the Triton kernels serve those calls).
 """
 
 from triton.experimental import gluon
@@ -181,12 +181,17 @@ def _pv_tail(p_op, acc, v_smem, v_ready, i, v_own, valid, STAGES: gl.constexpr, 
 
 
 @gluon.jit
-def _softmax(s, n0, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr, qk_scale, BLOCK_N: gl.constexpr,
-             p_layout: gl.constexpr, o_layout: gl.constexpr, s_layout: gl.constexpr, dtype: gl.constexpr):
+def _softmax(s, n0, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr, qk_scale, cap_scale, cap_log2,
+             BLOCK_N: gl.constexpr, p_layout: gl.constexpr, o_layout: gl.constexpr, s_layout: gl.constexpr,
+             dtype: gl.constexpr, SOFTCAP: gl.constexpr):
     """Online-softmax step of the scores of key tile [n0, n0 + BLOCK_N): (P as the next wgmma's register
     operand, the rows' rescale factor in the accumulator's layout, m, l). Only tiles outside the warpgroup's
     all-visible range apply the mask (a uniform branch). The arithmetic is
-    ``kernel_utils.attention_fns.online_softmax_step``'s, restated with the wgmma layouts (see _key_range)."""
+    ``kernel_utils.attention_fns.online_softmax_step``'s (``softcap_scores`` first with ``SOFTCAP``: then the
+    scores are in base-2 units and the mask follows the cap), restated with the wgmma layouts (see _key_range)."""
+    if SOFTCAP:  # cap_log2 · tanh(s · sm_scale / softcap), tanh from exp2 as attention_fns.tanh_f32
+        s = cap_log2 * (1.0 - 2.0 / (gl.exp2(s * cap_scale) + 1.0))
+        qk_scale = 1.0
     if (n0 < full_lo) | (n0 + BLOCK_N > full_hi):
         k_pos = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         ok = ((k_pos[None, :] < kv_len) & (k_pos[None, :] >= q_pos[:, None] - wl)
@@ -203,10 +208,12 @@ def _softmax(s, n0, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr, qk_scale,
 
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr, cu_q_ptr,
-              kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale, stride_ot, stride_oh,
+              kv_ptr, items_ptr, sink_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale, cap_scale,
+              cap_log2, stride_ot, stride_oh,
               WG: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
-              PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr, BLOCK_MAJOR: gl.constexpr):
+              PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr, BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr,
+              HAS_SINK: gl.constexpr):
     """Rows [m0 + 64·WG, +64) of each of the program's work tiles: every key tile of the block's range, then
     the store. ``OVERLAP`` (FA3's intra-warpgroup pipelining): S of tile j + 1 and P·V of tile j are in flight
     while the softmax of tile j + 1 runs; else each tile's two wgmmas are waited for in turn. Paged layouts
@@ -255,7 +262,8 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                     turn += 1
                     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
                     p_op, alpha, m_i, l_i = _softmax(s, n_lo, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr,
-                                                     qk_scale, BLOCK_N, p_layout, o_layout, s_layout, dtype)
+                                                     qk_scale, cap_scale, cap_log2, BLOCK_N, p_layout, o_layout,
+                                                     s_layout, dtype, SOFTCAP)
                     for j in range(1, n_tiles):
                         _turn_begin(sched, turn, WG, PINGPONG)
                         s_next = _scores(q_tile, k_smem, k_ready, ring + j, zero_s, STAGES)
@@ -264,8 +272,8 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                         turn += 1
                         s_next = warpgroup_mma_wait(num_outstanding=1, deps=(s_next, ))  # S of j; P·V may run
                         p_next, alpha, m_i, l_i = _softmax(s_next, n_lo + j * BLOCK_N, m_i, l_i, q_pos, full_lo,
-                                                           full_hi, kv_len, wl, wr, qk_scale, BLOCK_N, p_layout,
-                                                           o_layout, s_layout, dtype)
+                                                           full_hi, kv_len, wl, wr, qk_scale, cap_scale, cap_log2,
+                                                           BLOCK_N, p_layout, o_layout, s_layout, dtype, SOFTCAP)
                         # p_op stays live until its wgmma is waited for: its registers are read asynchronously
                         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
                         mbarrier.arrive(kv_free.index((ring + j - 1) % STAGES), count=1)
@@ -290,13 +298,20 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                     s = warpgroup_mma_wait(num_outstanding=0,
                                            deps=(_scores(q_tile, k_smem, k_ready, ring + j, zero_s, STAGES), ))
                     p_op, alpha, m_i, l_i = _softmax(s, n_lo + j * BLOCK_N, m_i, l_i, q_pos, full_lo, full_hi,
-                                                     kv_len, wl, wr, qk_scale, BLOCK_N, p_layout, o_layout,
-                                                     s_layout, dtype)
+                                                     kv_len, wl, wr, qk_scale, cap_scale, cap_log2, BLOCK_N,
+                                                     p_layout, o_layout, s_layout, dtype, SOFTCAP)
                     acc = _pv(p_op, acc * alpha[:, None], v_smem, v_ready, ring + j, STAGES)
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
                     mbarrier.arrive(kv_free.index((ring + j) % STAGES), count=1)
                 mbarrier.arrive(q_free.index(q_buf), count=1)
 
+            if HAS_SINK:  # attention_fns.add_sink: 2^sink2 joins each row's denominator (no value vector)
+                sink2 = gl.load(sink_ptr + head) * 1.4426950408889634
+                m_sink = gl.maximum(m_i, sink2)
+                m_safe = gl.where(m_sink == float("-inf"), 0.0, m_sink)
+                rescale = gl.exp2(m_i - m_safe)
+                l_i = l_i * rescale + gl.exp2(sink2 - m_safe)
+                acc = acc * gl.convert_layout(rescale, gl.SliceLayout(1, o_layout))[:, None]
             l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
             out = acc / gl.where(l_o == 0.0, 1.0, l_o)[:, None]  # rows that saw no key: 0
             o_rows = r0 + gl.arange(0, R, layout=gl.SliceLayout(1, o_layout))
@@ -381,12 +396,13 @@ def _load_paged_tile(k_desc, v_desc, k_slot, v_slot, k_ready, v_ready, table_row
 
 
 @gluon.jit
-def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr, table_ptr, s_q, s_kv, n_heads,
-                      n_work, n_m_blocks, group, wl, wr, qk_scale, stride_ot, stride_oh, stride_tb,
+def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr, table_ptr, sink_ptr, s_q, s_kv,
+                      n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot, stride_oh,
+                      stride_tb,
                       LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, PAGE_SIZE: gl.constexpr,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr,
-                      BLOCK_MAJOR: gl.constexpr):
+                      BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr):
     """Grid: (programs,), at most n_work · n_heads work tiles (n_work: dense / varlen n_m_blocks · batch, paged
     the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
     loader: 1 warp)."""
@@ -417,13 +433,13 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
     gl.warp_specialize([
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
-                     cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale,
-                     stride_ot, stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP,
-                     PINGPONG, Q_BUFS, BLOCK_MAJOR)),
+                     cu_q_ptr, kv_ptr, items_ptr, sink_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale,
+                     cap_scale, cap_log2, stride_ot, stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM,
+                     STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK)),
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
-                     cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale,
-                     stride_ot, stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP,
-                     PINGPONG, Q_BUFS, BLOCK_MAJOR)),
+                     cu_q_ptr, kv_ptr, items_ptr, sink_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale,
+                     cap_scale, cap_log2, stride_ot, stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM,
+                     STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
                    cu_q_ptr, kv_ptr, items_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work, n_m_blocks, group,
                    wl, wr, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, Q_BUFS, BLOCK_MAJOR)),

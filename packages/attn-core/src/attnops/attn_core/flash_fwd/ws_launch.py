@@ -80,11 +80,11 @@ def _tensors_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
 
 
 def applies(p: Problem) -> bool:
-    """Whether the kernel can serve a dense / varlen call: ``_tensors_ok``, no RoPE / sinks / softcap / lse
-    output, dense out with one token stride."""
+    """Whether the kernel can serve a dense / varlen call: ``_tensors_ok``, no RoPE / lse output, dense out with
+    one token stride (softcap and sinks: yes)."""
     if not _tensors_ok(p.q, p.k, p.v, p.out):
         return False
-    if p.rope_cos is not None or p.sinks is not None or p.softcap or p.lse is not None:
+    if p.rope_cos is not None or p.lse is not None:
         return False
     return p.varlen or p.out.stride(0) == p.out.shape[1] * p.out.stride(1)
 
@@ -112,8 +112,8 @@ def paged_configs(head_dim: int) -> tuple[WsConfig, ...]:
 def paged_applies(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,
                   page_size: int, plain: bool) -> bool:
     """Whether ``launch_paged`` can serve a paged call with ``cfg``: one of ``paged_configs``, ``_tensors_ok`` on
-    the pools, ``plain`` (no softcap / sinks / RoPE / fp8 scales), and key tiles that split into page-aligned
-    copies of at least ``MIN_KV_BOX`` rows (whole 1 KB swizzle atoms)."""
+    the pools, ``plain`` (no RoPE of queries or cached keys, no fp8 scales), and key tiles that split into
+    page-aligned copies of at least ``MIN_KV_BOX`` rows (whole 1 KB swizzle atoms)."""
     if not (plain and math.gcd(page_size, cfg.block_n) >= MIN_KV_BOX and cfg in paged_configs(q.shape[-1])):
         return False
     return _tensors_ok(q, k_pool, v_pool, o)
@@ -129,7 +129,10 @@ def worth_it(head_dim: int, max_q: int, block_keys: int, tiles: int) -> bool:
 
 
 def default_config(p: Problem) -> WsConfig | None:
-    """The config a dense / varlen call (``applies(p)`` holds) runs by default, or None (the Triton kernel)."""
+    """The config a dense / varlen call (``applies(p)`` holds) runs by default, or None (the Triton kernel).
+    Softcap and sinks stay on the Triton kernel until a benchmark has the warp-specialized one with them."""
+    if p.softcap or p.sinks is not None:
+        return None
     d, h = p.q.shape[-1], p.q.shape[-2]
     tiles = triton.cdiv(p.max_q, BLOCK_M) * p.batch * h
     return CONFIGS[d][0] if worth_it(d, p.max_q, min(p.max_kv, p.wl + p.wr + BLOCK_M), tiles) else None
@@ -145,18 +148,22 @@ def _desc(t2d: torch.Tensor, rows: int, d: int, box_rows: int | None = None):
 
 
 def _run(cfg: WsConfig, q: torch.Tensor, k2d: torch.Tensor, v2d: torch.Tensor, o: torch.Tensor, n_work: int,
-         sm_scale: float, wl: int, wr: int, kv_box: int | None = None, **layout) -> None:
-    """One launch over ``n_work`` (request, query block) units of every query head; ``kv_box``: rows of a K / V
-    copy (default a whole key tile); ``layout``: the kernel's layout arguments (pointers, sizes, strides, LAYOUT /
-    KV_PLUS_Q / PAGE_SIZE / BLOCK_MAJOR)."""
+         sm_scale: float, wl: int, wr: int, softcap: float, sinks: torch.Tensor | None, kv_box: int | None = None,
+         **layout) -> None:
+    """One launch over ``n_work`` (request, query block) units of every query head; ``softcap`` 0 = off,
+    ``sinks`` f32 ``[H]`` or None; ``kv_box``: rows of a K / V copy (default a whole key tile); ``layout``: the
+    kernel's layout arguments (pointers, sizes, strides, LAYOUT / KV_PLUS_Q / PAGE_SIZE / BLOCK_MAJOR)."""
     h, d = q.shape[-2], q.shape[-1]
     tiles = n_work * h
     gqa_fwd_ws_kernel[(min(tiles, runtime.num_sms()) if cfg.persistent else tiles,)](
         _desc(q.view(-1, h * d), ROWS_PER_CONSUMER.value, d), _desc(k2d, cfg.block_n, d, kv_box),
         _desc(v2d, cfg.block_n, d, kv_box),
-        o, n_heads=h, n_work=n_work, group=h // (k2d.shape[1] // d), wl=wl, wr=wr, qk_scale=sm_scale * LOG2E,
+        o, sink_ptr=sinks if sinks is not None else o, n_heads=h, n_work=n_work, group=h // (k2d.shape[1] // d),
+        wl=wl, wr=wr, qk_scale=sm_scale * LOG2E,
+        # attention_fns.softcap_scores' cap_scale with tanh_f32's 2·log2(e) folded in, and cap_log2
+        cap_scale=2 * LOG2E * sm_scale / softcap if softcap else 0.0, cap_log2=softcap * LOG2E,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
-        PINGPONG=cfg.pingpong, Q_BUFS=q_buffers(d), num_warps=4,
+        PINGPONG=cfg.pingpong, Q_BUFS=q_buffers(d), SOFTCAP=bool(softcap), HAS_SINK=sinks is not None, num_warps=4,
         **layout)
 
 
@@ -174,7 +181,8 @@ def launch(p: Problem, cfg: WsConfig) -> None:
     # every request as long as the longest (known without reading the lengths: the totals are B times the maxima)
     uniform = dense or (q.shape[0] == p.batch * p.max_q and k.shape[0] == p.batch * p.max_kv)
     _run(cfg, q, k.view(-1, k.shape[-2] * d), p.v.view(-1, k.shape[-2] * d), o, n_m_blocks * p.batch, p.sm_scale,
-         p.wl, p.wr, cu_q_ptr=q if dense else p.cu_q, kv_ptr=q if dense else p.cu_kv, items_ptr=q, table_ptr=q,
+         p.wl, p.wr, float(p.softcap or 0.0), p.sinks, cu_q_ptr=q if dense else p.cu_q, kv_ptr=q if dense else p.cu_kv,
+         items_ptr=q, table_ptr=q,
          s_q=q.shape[1] if dense else 0, s_kv=k.shape[1] if dense else 0, n_m_blocks=n_m_blocks,
          stride_ot=o.stride(1) if dense else o.stride(0), stride_oh=o.stride(-2), stride_tb=0,
          LAYOUT=ws_kernel.DENSE.value if dense else ws_kernel.VARLEN.value, KV_PLUS_Q=False, PAGE_SIZE=1,
@@ -183,7 +191,8 @@ def launch(p: Problem, cfg: WsConfig) -> None:
 
 def launch_paged(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,
                  cu_q: torch.Tensor, kv_lens: torch.Tensor, table: torch.Tensor, items: torch.Tensor, page_size: int,
-                 sm_scale: float, wl: int, wr: int, kv_plus_q: bool) -> None:
+                 sm_scale: float, wl: int, wr: int, kv_plus_q: bool, softcap: float = 0.0,
+                 sinks: torch.Tensor | None = None) -> None:
     """Run the (request, query block) ``items`` ([n, 2] int32, blocks of ``BLOCK_M`` query tokens) of a paged
     call (``paged_applies`` holds) over every query head. ``k_pool`` / ``v_pool``: contiguous pools whose rows
     are tokens (``[pages, page_size, H_kv, D]`` or ``[pages · page_size, H_kv, D]``); request b's keys are its
@@ -193,7 +202,7 @@ def launch_paged(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: t
     d = q.shape[-1]
     h_kv = k_pool.shape[-2]
     _run(cfg, q, k_pool.view(-1, h_kv * d), v_pool.view(-1, h_kv * d), o, items.shape[0], sm_scale, wl, wr,
-         kv_box=math.gcd(page_size, cfg.block_n), cu_q_ptr=cu_q, kv_ptr=kv_lens, items_ptr=items, table_ptr=table,
-         s_q=0, s_kv=0, n_m_blocks=0,
+         softcap, sinks, kv_box=math.gcd(page_size, cfg.block_n), cu_q_ptr=cu_q, kv_ptr=kv_lens, items_ptr=items,
+         table_ptr=table, s_q=0, s_kv=0, n_m_blocks=0,
          stride_ot=o.stride(0), stride_oh=o.stride(1), stride_tb=table.stride(0),
          LAYOUT=ws_kernel.PAGED.value, KV_PLUS_Q=kv_plus_q, PAGE_SIZE=page_size, BLOCK_MAJOR=False)

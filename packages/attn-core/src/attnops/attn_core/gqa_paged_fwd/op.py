@@ -118,17 +118,16 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
         SOFTCAP=bool(cap), HAS_SINKS=sinks is not None, BLOCK_D=d,
         EXACT_DOT=runtime.interpreting(),  # fp32 dots on the interpreter: same products, BLAS speed
     )
-    # the warp-specialized kernel takes packed 16-bit queries without softcap / sinks / scales / RoPE of queries
-    # or cached keys; it reads every key from the pool (the prefill op appended the new rows first, rotated when
-    # rope_new_k)
-    plain = (cu_q is not None and not q_uniform and not cap and sinks is None and q_scale is None
-             and k_scale is None and not (rope_q or rope_pool_k))
+    # the warp-specialized kernel takes packed 16-bit queries without scales or RoPE of queries or cached keys; it
+    # reads every key from the pool (the prefill op appended the new rows first, rotated when rope_new_k)
+    plain = (cu_q is not None and not q_uniform and q_scale is None and k_scale is None
+             and not (rope_q or rope_pool_k))
     for ln in plan.launches:
         if ln.n_items == 0:
             continue
         if ln.ws is not None and ws_launch.paged_applies(ln.ws, q, k_pool, v_pool, o, page_size, plain):
             ws_launch.launch_paged(ln.ws, q, k_pool, v_pool, o, cu_q, cache_lens, table, ln.ws_items, page_size,
-                                   sm_scale, wl, wr, kv_plus_q=k_new is not None)
+                                   sm_scale, wl, wr, kv_plus_q=k_new is not None, softcap=cap, sinks=sinks)
             continue
 
         def launch(cfg, ln=ln):
