@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import functools
 
+import torch
+
 from attnops.attn_core import gqa_paged_plan, gqa_prefill_paged_plan, mha_decode_paged_plan
 from attnops.attn_core.flash_fwd import ws_launch
 from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, TileConfig, config_key
@@ -73,9 +75,14 @@ def _launches(plan):
     return plan.attn.launches if hasattr(plan, "attn") else plan.launches
 
 
-def _ws_variants(d: int, default_plan) -> list[tuple[str, dict]]:
-    """The warp-specialized configs of head dim d beside ``ws=False``, for plans with a large class (else [])."""
-    if not ws_launch.paged_configs(d) or not any(ln.kind == "large" for ln in _launches(default_plan)):
+def _ws_variants(case, default_plan) -> list[tuple[str, dict]]:
+    """The warp-specialized configs of the case's head dim beside ``ws=False``, for plans with a large class over
+    16-bit pools of the two ops that take it (else [])."""
+    d = case.inputs["q"].shape[-1]
+    pool = case.inputs.get("k_pages")  # (MHADecodePagedWithKVCacheFwd's pools are "k" / "v": its q is not packed)
+    if pool is None or pool.dtype not in (torch.float16, torch.bfloat16) or not ws_launch.paged_configs(d):
+        return []
+    if not any(ln.kind == "large" for ln in _launches(default_plan)):
         return []
     return [("ws=False", {"ws": False})] + [(cfg.name, {"ws": cfg}) for cfg in ws_launch.paged_configs(d)]
 
@@ -92,7 +99,7 @@ def main():
         d = case.inputs["q"].shape[-1]
         variants = [("default", {})]
         if args.ws:
-            ws = _ws_variants(d, default_plan)
+            ws = _ws_variants(case, default_plan)
             if not ws:
                 continue
             variants += ws

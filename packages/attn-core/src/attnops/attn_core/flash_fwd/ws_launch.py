@@ -105,8 +105,10 @@ def smem_bytes(cfg: WsConfig, head_dim: int, paged: bool) -> int:
 
 
 def paged_configs(head_dim: int) -> tuple[WsConfig, ...]:
-    """The configs ``launch_paged`` takes at this head dim: overlap configs whose buffers fit."""
-    return tuple(c for c in CONFIGS.get(head_dim, ()) if c.overlap and smem_bytes(c, head_dim, True) <= SMEM_LIMIT)
+    """The configs ``launch_paged`` takes at this head dim: overlap configs whose buffers fit (the tile order
+    knob aside: paged work comes in the plan's order)."""
+    return tuple(c for c in CONFIGS.get(head_dim, ())
+                 if c.overlap and not c.block_major and smem_bytes(c, head_dim, True) <= SMEM_LIMIT)
 
 
 def paged_applies(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,
