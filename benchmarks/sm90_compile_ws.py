@@ -42,11 +42,12 @@ def compile_ws(cfg: ws_launch.WsConfig, d: int, layout: int, dtype=torch.float16
     types = {"q_desc": _desc_type(dtype, [64, d], d), "k_desc": _desc_type(dtype, [cfg.block_n, d], d, kv_box),
              "v_desc": _desc_type(dtype, [cfg.block_n, d], d, kv_box),
              "o_ptr": "*fp16" if dtype == torch.float16 else "*bf16", "cu_q_ptr": "*i32", "kv_ptr": "*i32",
-             "items_ptr": "*i32", "table_ptr": "*i32", "sink_ptr": "*fp32"}
+             "items_ptr": "*i32", "order_ptr": "*i32", "table_ptr": "*i32", "sink_ptr": "*fp32"}
     consts = {"LAYOUT": layout, "KV_PLUS_Q": False, "PAGE_SIZE": page_size if layout == PAGED else 1,
               "BLOCK_M": ws_launch.BLOCK_M, "BLOCK_N": cfg.block_n, "HEAD_DIM": d, "STAGES": cfg.stages,
               "OVERLAP": cfg.overlap, "PINGPONG": cfg.pingpong, "Q_BUFS": ws_launch.q_buffers(d),
               "BLOCK_MAJOR": layout == DENSE, "SOFTCAP": softcap, "HAS_SINK": softcap,
+              "SORT_B": 64 if cfg.lpt and layout == VARLEN else 0,
               "_float_args": ("qk_scale", "cap_scale", "cap_log2")}
     return compile_sm90(gqa_fwd_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 

@@ -292,6 +292,13 @@ def test_launches_bind_every_kernel_argument(monkeypatch):
     for p in (fwd.Problem(q, k, k, out, varlen=False, batch=2, max_q=300, max_kv=500), varlen, ragged):
         ws_launch.launch(p, bm)
     assert [c[2]["BLOCK_MAJOR"] for c in rec.calls[4:]] == [True, True, False]
+    # requests sorted in the kernel: varlen batches of 2+, the scratch for the order sized to the batch
+    lpt = dataclasses.replace(cfg, lpt=True)
+    ws_launch.launch(ragged, lpt)
+    ws_launch.launch(varlen, lpt)
+    assert [c[2]["SORT_B"] for c in rec.calls[:7]] == [0] * 7
+    assert [c[2]["SORT_B"] for c in rec.calls[7:]] == [2, 0]
+    assert rec.calls[7][2]["order_ptr"].shape == (2,) and rec.calls[7][2]["order_ptr"].dtype == torch.int32
 
 
 def test_plan_ws_work_heaviest_first():

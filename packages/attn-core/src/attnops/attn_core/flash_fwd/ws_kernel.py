@@ -56,14 +56,15 @@ PAGED = gl.constexpr(2)
 
 
 @gluon.jit
-def _tile(tile, cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, BLOCK_M: gl.constexpr,
-          LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_MAJOR: gl.constexpr):
+def _tile(tile, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, BLOCK_M: gl.constexpr,
+          LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr):
     """Work tile -> (request b, head, first query row m0, q_start, q_len, kv_start, kv_len). Head fastest; then
     paged: the plan's items in order (``items[i] = (b, query block)``); dense / varlen with ``BLOCK_MAJOR`` (every
     request as long as the longest): query block from the last (the heaviest under a causal mask) to the first,
     each over every request, so a round of one tile per program holds blocks of one weight; else request by
     request, within one its blocks from the last (requests of unequal lengths: the block index alone does not
-    order the work). ``kv_ptr``: varlen cu_seqlens_kv, paged the per-request key counts."""
+    order the work) — with ``SORT_B``, the requests in ``order_ptr``'s order (most keys first, ``_sort_requests``).
+    ``kv_ptr``: varlen cu_seqlens_kv, paged the per-request key counts."""
     head = tile % n_heads
     rest = tile // n_heads
     if LAYOUT == PAGED:
@@ -74,7 +75,10 @@ def _tile(tile, cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blo
         b = rest % batch
         m0 = (n_m_blocks - 1 - rest // batch) * BLOCK_M
     else:
-        b = rest // n_m_blocks
+        if SORT_B > 0:
+            b = gl.load(order_ptr + rest // n_m_blocks)
+        else:
+            b = rest // n_m_blocks
         m0 = (n_m_blocks - 1 - rest % n_m_blocks) * BLOCK_M
     if LAYOUT == DENSE:
         q_start = b * s_q
@@ -96,11 +100,11 @@ def _tile(tile, cu_q_ptr, kv_ptr, items_ptr, s_q, s_kv, n_heads, n_work, n_m_blo
 
 
 @gluon.jit
-def _round_tile(r, pid, n_prog, LAYOUT: gl.constexpr):
-    """The work tile of program ``pid`` in round ``r`` (``n_prog`` tiles a round): ``r·n_prog + pid``; paged, in
-    alternate directions, since the plan's items are sorted heaviest first: a program that took one of the
-    heavier items of a round takes one of the lighter of the next."""
-    if LAYOUT == PAGED:
+def _round_tile(r, pid, n_prog, SNAKE: gl.constexpr):
+    """The work tile of program ``pid`` in round ``r`` (``n_prog`` tiles a round): ``r·n_prog + pid``; with
+    ``SNAKE`` (the work is sorted heaviest first: the paged plan's items, sorted requests) in alternate
+    directions: a program that took one of the heavier tiles of a round takes one of the lighter of the next."""
+    if SNAKE:
         return r * n_prog + pid + (r % 2) * (n_prog - 1 - 2 * pid)
     else:
         return r * n_prog + pid
@@ -208,12 +212,11 @@ def _softmax(s, n0, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr, qk_scale,
 
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr, cu_q_ptr,
-              kv_ptr, items_ptr, sink_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale, cap_scale,
-              cap_log2, stride_ot, stride_oh,
-              WG: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
-              PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr, BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr,
-              HAS_SINK: gl.constexpr):
+              kv_ptr, items_ptr, order_ptr, sink_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale,
+              cap_scale, cap_log2, stride_ot, stride_oh, WG: gl.constexpr, LAYOUT: gl.constexpr,
+              KV_PLUS_Q: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+              STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr,
+              BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr, SORT_B: gl.constexpr):
     """Rows [m0 + 64·WG, +64) of each of the program's work tiles: every key tile of the block's range, then
     the store. ``OVERLAP`` (FA3's intra-warpgroup pipelining): S of tile j + 1 and P·V of tile j are in flight
     while the softmax of tile j + 1 runs; else each tile's two wgmmas are waited for in turn. Paged layouts
@@ -237,10 +240,11 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     n_total = n_work * n_heads
     n_prog = gl.num_programs(0)
     for r in range(gl.cdiv(n_total, n_prog)):
-        tile = _round_tile(r, pid, n_prog, LAYOUT)
+        tile = _round_tile(r, pid, n_prog, (LAYOUT == PAGED) or (SORT_B > 0))
         b, head, m0, q_start, q_len, kv_start, kv_len = _tile(gl.minimum(tile, n_total - 1), cu_q_ptr, kv_ptr,
-                                                              items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks,
-                                                              BLOCK_M, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR)
+                                                              items_ptr, order_ptr, s_q, s_kv, n_heads, n_work,
+                                                              n_m_blocks, BLOCK_M, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR,
+                                                              SORT_B)
         if (tile < n_total) & (m0 < q_len):  # (a round's last tiles may not exist: the clamp keeps reads inside)
             n_lo, n_hi = _block_keys(m0, q_len, kv_len, wl, wr, BLOCK_M, BLOCK_N)
             r0 = m0 + WG * R
@@ -325,10 +329,11 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
 
 @gluon.jit
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
-            cu_q_ptr, kv_ptr, items_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr,
+            cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work, n_m_blocks,
+            group, wl, wr,
             LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr,
             BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, Q_BUFS: gl.constexpr,
-            BLOCK_MAJOR: gl.constexpr):
+            BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr):
     """TMA producer: per work tile both Q tiles, then K / V of every key tile of the block's range (paged: the
     tile's page from the table, read only for tiles inside the request's keys)."""
     R: gl.constexpr = ROWS_PER_CONSUMER
@@ -338,10 +343,11 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_r
     n_total = n_work * n_heads
     n_prog = gl.num_programs(0)
     for r in range(gl.cdiv(n_total, n_prog)):
-        tile = _round_tile(r, pid, n_prog, LAYOUT)
+        tile = _round_tile(r, pid, n_prog, (LAYOUT == PAGED) or (SORT_B > 0))
         b, head, m0, q_start, q_len, kv_start, kv_len = _tile(gl.minimum(tile, n_total - 1), cu_q_ptr, kv_ptr,
-                                                              items_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks,
-                                                              BLOCK_M, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR)
+                                                              items_ptr, order_ptr, s_q, s_kv, n_heads, n_work,
+                                                              n_m_blocks, BLOCK_M, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR,
+                                                              SORT_B)
         if (tile < n_total) & (m0 < q_len):  # (a round's last tiles may not exist: the clamp keeps reads inside)
             n_lo, n_hi = _block_keys(m0, q_len, kv_len, wl, wr, BLOCK_M, BLOCK_N)
             q_buf = done % Q_BUFS
@@ -396,13 +402,39 @@ def _load_paged_tile(k_desc, v_desc, k_slot, v_slot, k_ready, v_ready, table_row
 
 
 @gluon.jit
-def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr, table_ptr, sink_ptr, s_q, s_kv,
-                      n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot, stride_oh,
-                      stride_tb,
-                      LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+def _sort_requests(cu_kv_ptr, order_ptr, batch, SORT_B: gl.constexpr):
+    """``order_ptr[i]`` = the request with the i-th most keys (ties: lower index first), for ``batch <= SORT_B``
+    requests: each request's rank is the count of requests before it, over ``[SORT_B, 32]`` blocks of
+    comparisons. Every program writes the same permutation (the identical writes of other programs are
+    harmless); the default warps' barrier orders this program's writes before its partitions read them (the
+    partitions start after it). Runs on the 4 default warps before the partitions split."""
+    CH: gl.constexpr = 32 if SORT_B > 32 else SORT_B
+    cmp_layout: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [4, 1], [1, 0])
+    rows = gl.arange(0, SORT_B, layout=gl.SliceLayout(1, cmp_layout))
+    live = rows < batch
+    keys = gl.where(live, gl.load(cu_kv_ptr + rows + 1, mask=live, other=0) - gl.load(cu_kv_ptr + rows, mask=live,
+                                                                                       other=0), -1)
+    rank = gl.zeros([SORT_B], gl.int32, layout=gl.SliceLayout(1, cmp_layout))
+    for c0 in gl.static_range(0, SORT_B, CH):
+        cols = c0 + gl.arange(0, CH, layout=gl.SliceLayout(0, cmp_layout))
+        c_live = cols < batch
+        c_keys = gl.where(c_live, gl.load(cu_kv_ptr + cols + 1, mask=c_live, other=0)
+                          - gl.load(cu_kv_ptr + cols, mask=c_live, other=0), -1)
+        ahead = ((c_keys[None, :] > keys[:, None])
+                 | ((c_keys[None, :] == keys[:, None]) & (cols[None, :] < rows[:, None])))
+        rank += gl.sum(ahead.to(gl.int32), axis=1)
+    gl.store(order_ptr + rank, rows, mask=live)
+    gl.thread_barrier()
+
+
+@gluon.jit
+def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, sink_ptr,
+                      s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2,
+                      stride_ot, stride_oh, stride_tb, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr,
+                      PAGE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr,
-                      BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr):
+                      BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr,
+                      SORT_B: gl.constexpr):
     """Grid: (programs,), at most n_work · n_heads work tiles (n_work: dense / varlen n_m_blocks · batch, paged
     the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
     loader: 1 warp)."""
@@ -431,18 +463,21 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
         mbarrier.init(v_ready.index(i), count=BLOCK_N // v_desc.block_type.shape[0])
         mbarrier.init(kv_free.index(i), count=2)  # both consumers release a slot
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
+    if SORT_B > 0:
+        _sort_requests(kv_ptr, order_ptr, n_work // n_m_blocks, SORT_B)
     gl.warp_specialize([
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
-                     cu_q_ptr, kv_ptr, items_ptr, sink_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale,
-                     cap_scale, cap_log2, stride_ot, stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM,
-                     STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK)),
+                     cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr,
+                     qk_scale, cap_scale, cap_log2, stride_ot, stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N,
+                     HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B)),
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
-                     cu_q_ptr, kv_ptr, items_ptr, sink_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale,
-                     cap_scale, cap_log2, stride_ot, stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM,
-                     STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK)),
+                     cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr,
+                     qk_scale, cap_scale, cap_log2, stride_ot, stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N,
+                     HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
-                   cu_q_ptr, kv_ptr, items_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work, n_m_blocks, group,
-                   wl, wr, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, Q_BUFS, BLOCK_MAJOR)),
+                   cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work,
+                   n_m_blocks, group, wl, wr, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, Q_BUFS,
+                   BLOCK_MAJOR, SORT_B)),
     ], [4, 1], [240, 24])  # FA3's split: 240 + 240 + 24 registers x 128 threads = 168 x 384
     for i in gl.static_range(Q_BUFS):
         mbarrier.invalidate(q_ready.index(i))

@@ -36,11 +36,14 @@ class WsConfig:
     # block-major where every request is as long as the longest (faster there in the 01:29 sweep of the one-Q-buffer
     # kernel: llama-8b-uniform 41.5 against 48.5 us, long-w1024 270 against 281)
     block_major: bool = False
+    # varlen requests of unequal lengths: most keys first (sorted in the kernel, ws_kernel._sort_requests), rounds
+    # in alternate directions (up to MAX_SORTED_REQUESTS requests; more keep the index order)
+    lpt: bool = False
 
     @property
     def name(self) -> str:
         return (f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}{'' if self.persistent else '-np'}"
-                f"{'-pp' if self.pingpong else ''}{'-bm' if self.block_major else ''}")
+                f"{'-pp' if self.pingpong else ''}{'-bm' if self.block_major else ''}{'-lpt' if self.lpt else ''}")
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
@@ -55,7 +58,8 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
          WsConfig(128, 3, True), WsConfig(128, 3, True, pingpong=True)),
     128: (WsConfig(64, 3, True), WsConfig(64, 4, True), WsConfig(64, 3, True, persistent=False), WsConfig(128, 2),
           WsConfig(128, 2, True), WsConfig(64, 3), WsConfig(64, 3, True, pingpong=True),
-          WsConfig(64, 4, True, pingpong=True), WsConfig(64, 3, True, block_major=True)),
+          WsConfig(64, 4, True, pingpong=True), WsConfig(64, 3, True, block_major=True),
+          WsConfig(64, 3, True, lpt=True)),
     # D = 256 (one Q buffer; written 2026-12-02 without device time: candidates for the prefill op's D 256 rows)
     256: (WsConfig(32, 3, True), WsConfig(32, 4, True), WsConfig(64, 2, True), WsConfig(64, 2),
           WsConfig(32, 3, True, pingpong=True)),
@@ -90,6 +94,7 @@ def applies(p: Problem) -> bool:
 
 
 SMEM_LIMIT = 227 * 1024  # shared memory one program may use on sm_90
+MAX_SORTED_REQUESTS = 256  # the in-kernel sort's comparisons: SORT_B x 32 per step on 128 threads
 MIN_KV_BOX = 8  # rows of the smallest paged K / V copy: 8 rows of >= 128 B fill a 1 KB 128-byte-swizzle atom
 
 
@@ -106,9 +111,9 @@ def smem_bytes(cfg: WsConfig, head_dim: int, paged: bool) -> int:
 
 def paged_configs(head_dim: int) -> tuple[WsConfig, ...]:
     """The configs ``launch_paged`` takes at this head dim: overlap configs whose buffers fit (the tile order
-    knob aside: paged work comes in the plan's order)."""
+    knobs aside: paged work comes in the plan's order)."""
     return tuple(c for c in CONFIGS.get(head_dim, ())
-                 if c.overlap and not c.block_major and smem_bytes(c, head_dim, True) <= SMEM_LIMIT)
+                 if c.overlap and not (c.block_major or c.lpt) and smem_bytes(c, head_dim, True) <= SMEM_LIMIT)
 
 
 def paged_applies(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,
@@ -182,13 +187,17 @@ def launch(p: Problem, cfg: WsConfig) -> None:
     dense = not p.varlen
     # every request as long as the longest (known without reading the lengths: the totals are B times the maxima)
     uniform = dense or (q.shape[0] == p.batch * p.max_q and k.shape[0] == p.batch * p.max_kv)
+    block_major = cfg.block_major and uniform
+    sort_b = (triton.next_power_of_2(p.batch) if cfg.lpt and p.varlen and not block_major
+              and 1 < p.batch <= MAX_SORTED_REQUESTS else 0)
+    order = torch.empty(max(p.batch, 1), dtype=torch.int32, device=q.device) if sort_b else q
     _run(cfg, q, k.view(-1, k.shape[-2] * d), p.v.view(-1, k.shape[-2] * d), o, n_m_blocks * p.batch, p.sm_scale,
          p.wl, p.wr, float(p.softcap or 0.0), p.sinks, cu_q_ptr=q if dense else p.cu_q, kv_ptr=q if dense else p.cu_kv,
-         items_ptr=q, table_ptr=q,
+         items_ptr=q, order_ptr=order, table_ptr=q,
          s_q=q.shape[1] if dense else 0, s_kv=k.shape[1] if dense else 0, n_m_blocks=n_m_blocks,
          stride_ot=o.stride(1) if dense else o.stride(0), stride_oh=o.stride(-2), stride_tb=0,
          LAYOUT=ws_kernel.DENSE.value if dense else ws_kernel.VARLEN.value, KV_PLUS_Q=False, PAGE_SIZE=1,
-         BLOCK_MAJOR=cfg.block_major and uniform)
+         BLOCK_MAJOR=block_major, SORT_B=sort_b)
 
 
 def launch_paged(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,
@@ -205,6 +214,6 @@ def launch_paged(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: t
     h_kv = k_pool.shape[-2]
     _run(cfg, q, k_pool.view(-1, h_kv * d), v_pool.view(-1, h_kv * d), o, items.shape[0], sm_scale, wl, wr,
          softcap, sinks, kv_box=math.gcd(page_size, cfg.block_n), cu_q_ptr=cu_q, kv_ptr=kv_lens, items_ptr=items,
-         table_ptr=table, s_q=0, s_kv=0, n_m_blocks=0,
+         order_ptr=items, table_ptr=table, s_q=0, s_kv=0, n_m_blocks=0,
          stride_ot=o.stride(0), stride_oh=o.stride(1), stride_tb=table.stride(0),
-         LAYOUT=ws_kernel.PAGED.value, KV_PLUS_Q=kv_plus_q, PAGE_SIZE=page_size, BLOCK_MAJOR=False)
+         LAYOUT=ws_kernel.PAGED.value, KV_PLUS_Q=kv_plus_q, PAGE_SIZE=page_size, BLOCK_MAJOR=False, SORT_B=0)
