@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One GPU call for the Gluon warp-specialized forward (attn-core flash_fwd/ws_kernel.py): its GPU tests in three
+# GPU calls for the Gluon warp-specialized forward (attn-core flash_fwd/ws_kernel.py): its GPU tests in two
 # groups, each under its own timeout (a wrong mbarrier phase hangs rather than fails: a hang in one group keeps the
 # others' results), then the sweeps of its configs beside the Triton kernels. STEPS picks steps (default all, in
 # this order); every step stops at DEADLINE (epoch seconds, default 560 s from now). Logs and JSON under $OUT.
-#   STEPS="tests-core tune-core tests-paged tune-paged" bash benchmarks/ws_check.sh
+# ~9 min for the dense / varlen half, as much for the paged half: one call each.
+#   STEPS="tests-core tune-core" bash benchmarks/ws_check.sh; STEPS="tests-paged tune-paged" bash benchmarks/ws_check.sh
 # TUNE_CORE / TUNE_PAGED: the rows of the two sweeps (--filter of tune_attn_core / tune_attn_core_paged).
 set -u
 OUT=${OUT:-/tmp/attnops-out}
@@ -30,10 +31,10 @@ tune() {  # tune <name> <seconds> <module> <filter>
 }
 for step in ${STEPS:-tests-core tune-core tests-paged tune-paged}; do
   case "$step" in
-    tests-core) tests core 170 "not paged" ;;
-    tune-core) tune core 150 tune_attn_core "$TUNE_CORE" ;;
-    tests-paged) tests paged 150 "paged" ;;
-    tune-paged) tune paged 200 tune_attn_core_paged "$TUNE_PAGED" ;;
+    tests-core) tests core 200 "not paged" ;;
+    tune-core) tune core 330 tune_attn_core "$TUNE_CORE" ;;
+    tests-paged) tests paged 200 "paged" ;;
+    tune-paged) tune paged 330 tune_attn_core_paged "$TUNE_PAGED" ;;
     *) echo "unknown step $step" >&2 ;;
   esac
 done
