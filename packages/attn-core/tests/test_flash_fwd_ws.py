@@ -237,6 +237,45 @@ def test_prefill_rope_queries_rotated_before_the_launch():
     _plan_case(prefill_spec.SPEC, case, plan)
 
 
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_fused_qkv_views(dtype):
+    """q, k and v as views of one fused qkv projection (rows spaced (H + 2·H_kv)·D apart), varlen and dense,
+    served as they are (no copy) and right."""
+    gen = testing.generator(11)
+    q_lens = [300, 0, 130]
+    t, h, h_kv, d = sum(q_lens), 8, 2, 128
+    qkv = testing.randn((t, (h + 2 * h_kv) * d), dtype, "cuda", gen)
+    q = qkv[:, :h * d].view(t, h, d)
+    k = qkv[:, h * d:(h + h_kv) * d].view(t, h_kv, d)
+    v = qkv[:, (h + h_kv) * d:].view(t, h_kv, d)
+    assert ws_launch.token_rows(q) == (t, (h + 2 * h_kv) * d)
+    cu = testing.cu_seqlens(q_lens, "cuda")
+    with fwd.forced(config=ws_launch.CONFIGS[d][0]):
+        out = gqa_varlen_fwd(q, k, v, cu, cu)
+    testing.assert_close_dual("ws fused qkv varlen", out, gqa_varlen_fwd_ref(q, k, v, cu, cu),
+                              gqa_varlen_fwd_ref(q, k, v, cu, cu, compute_dtype=dtype))
+    qd, kd, vd = (x[:300].unflatten(0, (3, 100)) for x in (q, k, v))
+    with fwd.forced(config=ws_launch.CONFIGS[d][0]):
+        out = gqa_dense_fwd(qd, kd, vd)
+    testing.assert_close_dual("ws fused qkv dense", out, gqa_dense_fwd_ref(qd, kd, vd),
+                              gqa_dense_fwd_ref(qd, kd, vd, compute_dtype=dtype))
+
+
+def test_token_rows_views():
+    """Runs everywhere: which layouts the TMA descriptors read as one row per token (else the Triton kernel)."""
+    x = torch.zeros(10, 12 * 64, dtype=torch.float16)
+    assert ws_launch.token_rows(x.view(10, 12, 64)) == (10, 768)
+    assert ws_launch.token_rows(x[:, :8 * 64].view(10, 8, 64)) == (10, 768)  # a fused qkv's q
+    assert ws_launch.token_rows(x.view(2, 5, 12, 64)) == (10, 768)
+    assert ws_launch.token_rows(x.view(10, 12, 64).transpose(0, 1)) is None  # heads not packed in a row
+    assert ws_launch.token_rows(x.view(10, 12, 64)[:, ::2]) is None  # every other head
+    assert ws_launch.token_rows(x.view(2, 5, 12, 64)[:, :4]) is None  # batch and token axes not one
+    assert ws_launch.token_rows(x.view(-1)[:9 * 756].view(9, 756)[:, :8 * 64].view(9, 8, 64)) is None  # 1512 B rows
+    assert ws_launch.token_rows(x.view(10, 12, 64)[:1]) == (1, 768)
+
+
 class _Recorder:
     """Stands in for the kernel: records each launch's grid and arguments."""
 

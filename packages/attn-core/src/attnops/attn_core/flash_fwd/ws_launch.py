@@ -71,14 +71,38 @@ DEFAULT_HEAD_DIMS = (128,)
 MIN_BLOCK_KEYS = 1024
 
 
+def token_rows(t: torch.Tensor) -> tuple[int, int] | None:
+    """``(rows, row stride)`` of ``t`` (``[T, heads, D]``, or ``[B, S, heads, D]`` / pools ``[pages, PS, heads,
+    D]``) seen as one row of ``heads·D`` elements per token, the 2-D view its TMA descriptors read; None where no
+    such view exists: heads not packed in a row, the two leading dims not one token axis, a row stride that is
+    not 16-byte aligned (TMA's rule). Rows may be spaced wider than ``heads·D``: q / k / v split from one fused
+    qkv buffer are served as they are."""
+    d, heads = t.shape[-1], t.shape[-2]
+    if t.stride(-1) != 1 or (heads > 1 and t.stride(-2) != d):
+        return None
+    if t.dim() == 3:
+        rows, stride = t.shape[0], t.stride(0)
+    elif t.dim() == 4 and t.shape[1] == 1:
+        rows, stride = t.shape[0], t.stride(0)
+    elif t.dim() == 4 and (t.shape[0] == 1 or t.stride(0) == t.shape[1] * t.stride(1)):
+        rows, stride = t.shape[0] * t.shape[1], t.stride(1)
+    else:
+        return None
+    if rows <= 1:  # (one row: its stride is never used)
+        return rows, heads * d
+    if stride < heads * d or stride * t.element_size() % 16:
+        return None
+    return rows, stride
+
+
 def _tensors_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> bool:
-    """A Hopper GPU (not the interpreter), 16-bit q / k / v / out of one dtype, D in ``CONFIGS``, q / k / v
-    contiguous (the 2-D TMA views), out's last dim contiguous, 16-byte aligned bases."""
+    """A Hopper GPU (not the interpreter), 16-bit q / k / v / out of one dtype, D in ``CONFIGS``, q / k / v with
+    ``token_rows`` views, out's last dim contiguous, 16-byte aligned bases."""
     if runtime.interpreting() or not runtime.is_hopper():
         return False
     if q.dtype not in (torch.float16, torch.bfloat16) or any(t.dtype != q.dtype for t in (k, v, o)):
         return False
-    if q.shape[-1] not in CONFIGS or not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+    if q.shape[-1] not in CONFIGS or any(token_rows(t) is None for t in (q, k, v)):
         return False
     return o.stride(-1) == 1 and all(t.data_ptr() % 16 == 0 for t in (q, k, v))
 
@@ -137,8 +161,9 @@ def worth_it(head_dim: int, max_q: int, block_keys: int, tiles: int) -> bool:
 
 def default_config(p: Problem) -> WsConfig | None:
     """The config a dense / varlen call (``applies(p)`` holds) runs by default, or None (the Triton kernel).
-    Softcap and sinks stay on the Triton kernel until a benchmark has the warp-specialized one with them."""
-    if p.softcap or p.sinks is not None:
+    Softcap, sinks and strided q / k / v (fused qkv views) stay on the Triton kernel until an H200 run has the
+    warp-specialized one with them (written 2026-12-02 after the last device call)."""
+    if p.softcap or p.sinks is not None or not all(t.is_contiguous() for t in (p.q, p.k, p.v)):
         return None
     d, h = p.q.shape[-1], p.q.shape[-2]
     tiles = triton.cdiv(p.max_q, BLOCK_M) * p.batch * h
@@ -149,12 +174,16 @@ def smem_layout(block: list[int], dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for(block, gl.float16 if dtype == torch.float16 else gl.bfloat16)
 
 
-def _desc(t2d: torch.Tensor, rows: int, d: int, box_rows: int | None = None):
-    """A TMA descriptor of ``[box_rows, d]`` boxes (default ``rows``) into shared tiles of ``[rows, d]``."""
-    return TensorDescriptor.from_tensor(t2d, [box_rows or rows, d], smem_layout([rows, d], t2d.dtype))
+def _desc(t: torch.Tensor, tile_rows: int, box_rows: int | None = None):
+    """A TMA descriptor over ``t``'s ``token_rows`` view: ``[box_rows, D]`` boxes (default ``tile_rows``) into
+    shared tiles of ``[tile_rows, D]``."""
+    rows, stride = token_rows(t)
+    d = t.shape[-1]
+    return TensorDescriptor(t, [rows, t.shape[-2] * d], [stride, 1], [box_rows or tile_rows, d],
+                            smem_layout([tile_rows, d], t.dtype))
 
 
-def _run(cfg: WsConfig, q: torch.Tensor, k2d: torch.Tensor, v2d: torch.Tensor, o: torch.Tensor, n_work: int,
+def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, n_work: int,
          sm_scale: float, wl: int, wr: int, softcap: float, sinks: torch.Tensor | None, kv_box: int | None = None,
          **layout) -> None:
     """One launch over ``n_work`` (request, query block) units of every query head; ``softcap`` 0 = off,
@@ -163,9 +192,8 @@ def _run(cfg: WsConfig, q: torch.Tensor, k2d: torch.Tensor, v2d: torch.Tensor, o
     h, d = q.shape[-2], q.shape[-1]
     tiles = n_work * h
     gqa_fwd_ws_kernel[(min(tiles, runtime.num_sms()) if cfg.persistent else tiles,)](
-        _desc(q.view(-1, h * d), ROWS_PER_CONSUMER.value, d), _desc(k2d, cfg.block_n, d, kv_box),
-        _desc(v2d, cfg.block_n, d, kv_box),
-        o, sink_ptr=sinks if sinks is not None else o, n_heads=h, n_work=n_work, group=h // (k2d.shape[1] // d),
+        _desc(q, ROWS_PER_CONSUMER.value), _desc(k, cfg.block_n, kv_box), _desc(v, cfg.block_n, kv_box),
+        o, sink_ptr=sinks if sinks is not None else o, n_heads=h, n_work=n_work, group=h // k.shape[-2],
         wl=wl, wr=wr, qk_scale=sm_scale * LOG2E,
         # attention_fns.softcap_scores' cap_scale with tanh_f32's 2·log2(e) folded in, and cap_log2
         cap_scale=2 * LOG2E * sm_scale / softcap if softcap else 0.0, cap_log2=softcap * LOG2E,
@@ -177,7 +205,6 @@ def _run(cfg: WsConfig, q: torch.Tensor, k2d: torch.Tensor, v2d: torch.Tensor, o
 def launch(p: Problem, cfg: WsConfig) -> None:
     """Run a dense / varlen call (``applies(p)`` holds) with ``cfg``."""
     q, k, o = p.q, p.k, p.out
-    d = q.shape[-1]
     if q.numel() == 0 or p.batch == 0:
         return
     if k.numel() == 0:  # no keys anywhere (a TMA descriptor needs a non-empty tensor): every row is 0
@@ -191,7 +218,7 @@ def launch(p: Problem, cfg: WsConfig) -> None:
     sort_b = (triton.next_power_of_2(p.batch) if cfg.lpt and p.varlen and not block_major
               and 1 < p.batch <= MAX_SORTED_REQUESTS else 0)
     order = torch.empty(max(p.batch, 1), dtype=torch.int32, device=q.device) if sort_b else q
-    _run(cfg, q, k.view(-1, k.shape[-2] * d), p.v.view(-1, k.shape[-2] * d), o, n_m_blocks * p.batch, p.sm_scale,
+    _run(cfg, q, k, p.v, o, n_m_blocks * p.batch, p.sm_scale,
          p.wl, p.wr, float(p.softcap or 0.0), p.sinks, cu_q_ptr=q if dense else p.cu_q, kv_ptr=q if dense else p.cu_kv,
          items_ptr=q, order_ptr=order, table_ptr=q,
          s_q=q.shape[1] if dense else 0, s_kv=k.shape[1] if dense else 0, n_m_blocks=n_m_blocks,
@@ -205,14 +232,12 @@ def launch_paged(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: t
                  sm_scale: float, wl: int, wr: int, kv_plus_q: bool, softcap: float = 0.0,
                  sinks: torch.Tensor | None = None) -> None:
     """Run the (request, query block) ``items`` ([n, 2] int32, blocks of ``BLOCK_M`` query tokens) of a paged
-    call (``paged_applies`` holds) over every query head. ``k_pool`` / ``v_pool``: contiguous pools whose rows
-    are tokens (``[pages, page_size, H_kv, D]`` or ``[pages · page_size, H_kv, D]``); request b's keys are its
-    first ``kv_lens[b]`` tokens (plus its query tokens with ``kv_plus_q``) through ``table[b]``."""
+    call (``paged_applies`` holds) over every query head. ``k_pool`` / ``v_pool``: pools whose rows are tokens
+    (``[pages, page_size, H_kv, D]`` or ``[pages · page_size, H_kv, D]``, ``token_rows`` views); request b's keys
+    are its first ``kv_lens[b]`` tokens (plus its query tokens with ``kv_plus_q``) through ``table[b]``."""
     if items.shape[0] == 0 or q.numel() == 0:
         return
-    d = q.shape[-1]
-    h_kv = k_pool.shape[-2]
-    _run(cfg, q, k_pool.view(-1, h_kv * d), v_pool.view(-1, h_kv * d), o, items.shape[0], sm_scale, wl, wr,
+    _run(cfg, q, k_pool, v_pool, o, items.shape[0], sm_scale, wl, wr,
          softcap, sinks, kv_box=math.gcd(page_size, cfg.block_n), cu_q_ptr=cu_q, kv_ptr=kv_lens, items_ptr=items,
          order_ptr=items, table_ptr=table, s_q=0, s_kv=0, n_m_blocks=0,
          stride_ot=o.stride(0), stride_oh=o.stride(1), stride_tb=table.stride(0),
