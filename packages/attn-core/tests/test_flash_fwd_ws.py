@@ -340,6 +340,14 @@ def test_launches_bind_every_kernel_argument(monkeypatch):
     assert rec.calls[7][2]["order_ptr"].shape == (2,) and rec.calls[7][2]["order_ptr"].dtype == torch.int32
 
 
+def test_plan_refuses_a_config_the_paged_layout_does_not_run():
+    """Runs everywhere: forcing a non-overlap (or too large) config on a paged plan says so instead of silently
+    running the Triton kernel."""
+    with pytest.raises(ValueError, match="not a paged config"):
+        paged_plan.plan_paged_attention([300], [3000], num_heads=8, num_kv_heads=2, head_dim=128,
+                                        ws=ws_launch.WsConfig(128, 2), device="cpu")
+
+
 def test_plan_ws_work_heaviest_first():
     """Runs everywhere: a plan's ws items are (request, 128-token block) of the large class, heaviest first;
     the small class and 16-row requests get none; without ``ws`` the default (off) leaves them out."""

@@ -249,6 +249,9 @@ def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, n
     if not blocks:
         return None, None
     if isinstance(ws, ws_launch.WsConfig):
+        if ws not in ws_launch.paged_configs(head_dim):
+            raise ValueError(f"ws: {ws.name} is not a paged config at head dim {head_dim} "
+                             f"(ws_launch.paged_configs: {[c.name for c in ws_launch.paged_configs(head_dim)]})")
         cfg = ws
     else:
         large = [(q, c + q if new_keys else c) for q, c in zip(q_lens, kv_lens) if q * group > SMALL_ROWS]
