@@ -111,6 +111,23 @@ def _round_tile(r, pid, n_prog, SNAKE: gl.constexpr):
 
 
 @gluon.jit
+def _round_work(r, pid, n_prog, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl,
+                wr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr,
+                BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr):
+    """Program ``pid``'s work tile of round ``r``, the same for the loader and both consumers: (live, b, head,
+    m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi). Not live: the round has no tile for this program (the
+    index is clamped so every read stays inside) or the query block is past its request's end."""
+    n_total = n_work * n_heads
+    tile = _round_tile(r, pid, n_prog, (LAYOUT == PAGED) or (SORT_B > 0))
+    b, head, m0, q_start, q_len, kv_start, kv_len = _tile(gl.minimum(tile, n_total - 1), cu_q_ptr, kv_ptr, items_ptr,
+                                                          order_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, BLOCK_M,
+                                                          LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B)
+    live = (tile < n_total) & (m0 < q_len)
+    n_lo, n_hi = _block_keys(m0, q_len, kv_len, wl, wr, BLOCK_M, BLOCK_N)  # (not live: unused)
+    return live, b, head, m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi
+
+
+@gluon.jit
 def _key_range(p_lo, p_hi, kv_len, wl, wr, BLOCK_N: gl.constexpr):
     """Keys rows at positions [p_lo, p_hi] visit: ``[n_lo, n_hi)`` from a multiple of BLOCK_N (empty: equal),
     and ``[full_lo, full_hi)`` (multiples of BLOCK_N, possibly empty) where every key is visible from every row:
@@ -237,16 +254,12 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     done = pid * 0  # work tiles this program has run (Q buffer done % Q_BUFS, its barriers' phase from done // Q_BUFS)
     ring = pid * 0  # key tiles through the K/V ring so far (slot and phase of the next)
     turn = pid * 0  # rounds of wgmma issues so far (PINGPONG)
-    n_total = n_work * n_heads
     n_prog = gl.num_programs(0)
-    for r in range(gl.cdiv(n_total, n_prog)):
-        tile = _round_tile(r, pid, n_prog, (LAYOUT == PAGED) or (SORT_B > 0))
-        b, head, m0, q_start, q_len, kv_start, kv_len = _tile(gl.minimum(tile, n_total - 1), cu_q_ptr, kv_ptr,
-                                                              items_ptr, order_ptr, s_q, s_kv, n_heads, n_work,
-                                                              n_m_blocks, BLOCK_M, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR,
-                                                              SORT_B)
-        if (tile < n_total) & (m0 < q_len):  # (a round's last tiles may not exist: the clamp keeps reads inside)
-            n_lo, n_hi = _block_keys(m0, q_len, kv_len, wl, wr, BLOCK_M, BLOCK_N)
+    for r in range(gl.cdiv(n_work * n_heads, n_prog)):
+        live, b, head, m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi = _round_work(
+            r, pid, n_prog, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr,
+            BLOCK_M, BLOCK_N, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B)
+        if live:
             r0 = m0 + WG * R
             p0 = kv_len - q_len + r0  # key position of this warpgroup's first row (bottom-right)
             _, _, full_lo, full_hi = _key_range(p0, p0 + R - 1, kv_len, wl, wr, BLOCK_N)
@@ -340,16 +353,12 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_r
     pid = gl.program_id(0)
     done = pid * 0
     ring = pid * 0
-    n_total = n_work * n_heads
     n_prog = gl.num_programs(0)
-    for r in range(gl.cdiv(n_total, n_prog)):
-        tile = _round_tile(r, pid, n_prog, (LAYOUT == PAGED) or (SORT_B > 0))
-        b, head, m0, q_start, q_len, kv_start, kv_len = _tile(gl.minimum(tile, n_total - 1), cu_q_ptr, kv_ptr,
-                                                              items_ptr, order_ptr, s_q, s_kv, n_heads, n_work,
-                                                              n_m_blocks, BLOCK_M, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR,
-                                                              SORT_B)
-        if (tile < n_total) & (m0 < q_len):  # (a round's last tiles may not exist: the clamp keeps reads inside)
-            n_lo, n_hi = _block_keys(m0, q_len, kv_len, wl, wr, BLOCK_M, BLOCK_N)
+    for r in range(gl.cdiv(n_work * n_heads, n_prog)):
+        live, b, head, m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi = _round_work(
+            r, pid, n_prog, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr,
+            BLOCK_M, BLOCK_N, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B)
+        if live:
             q_buf = done % Q_BUFS
             # a fresh barrier passes parity 1: each buffer's first tile finds it free
             mbarrier.wait(q_free.index(q_buf), ((done // Q_BUFS) & 1) ^ 1)
