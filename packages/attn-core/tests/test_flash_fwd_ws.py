@@ -298,7 +298,7 @@ def test_launches_bind_every_kernel_argument(monkeypatch):
     of at most one program per SM (TMA descriptors of host tensors; the kernel is a recording stand-in)."""
     rec = _Recorder()
     monkeypatch.setattr(ws_launch, "gqa_fwd_ws_kernel", rec)
-    cfg = ws_launch.CONFIGS[128][0]
+    cfg = ws_launch.paged_configs(128)[0]
     q = torch.zeros(2, 300, 8, 128, dtype=torch.float16)
     k = torch.zeros(2, 500, 2, 128, dtype=torch.float16)
     out = torch.empty_like(q)
@@ -325,7 +325,7 @@ def test_launches_bind_every_kernel_argument(monkeypatch):
     assert grids == [(min(3 * 2 * 8, sms),), (min(3 * 8, sms),), (min(2 * 2 * 8, sms),), (min(3 * 8, sms),)]
     assert [c[2]["LAYOUT"] for c in rec.calls] == [ws_kernel.DENSE.value, ws_kernel.VARLEN.value,
                                                    ws_kernel.VARLEN.value, ws_kernel.PAGED.value]
-    assert [c[2]["BLOCK_MAJOR"] for c in rec.calls] == [False] * 4  # the default config: request-major
+    assert [c[2]["BLOCK_MAJOR"] for c in rec.calls] == [False] * 4  # the paged default: request-major
     # block-major configs: where every request is as long as the longest (dense; varlen whose totals say so)
     bm = dataclasses.replace(cfg, block_major=True)
     for p in (fwd.Problem(q, k, k, out, varlen=False, batch=2, max_q=300, max_kv=500), varlen, ragged):
@@ -351,7 +351,7 @@ def test_plan_refuses_a_config_the_paged_layout_does_not_run():
 def test_plan_ws_work_heaviest_first():
     """Runs everywhere: a plan's ws items are (request, 128-token block) of the large class, heaviest first;
     the small class and 16-row requests get none; without ``ws`` the default (off) leaves them out."""
-    cfg = ws_launch.CONFIGS[128][0]
+    cfg = ws_launch.paged_configs(128)[0]
     plan = paged_plan.plan_paged_attention([300, 1, 130], [3000, 1500, 130], num_heads=8, num_kv_heads=2,
                                            head_dim=128, ws=cfg, device="cpu")
     large = [ln for ln in plan.launches if ln.kind == "large"][0]

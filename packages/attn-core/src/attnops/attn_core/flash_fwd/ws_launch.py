@@ -47,17 +47,19 @@ class WsConfig:
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
-# D = 128. D = 128 default: the 64-key tile with 3 slots and the overlap, the config benchmarked beside the peers
-# on the H200 (2026-12-02 01:41, benchmarks/results/h200/20261202-0141-attn-core-ws.jsonl: 10-19 % under the
-# Triton kernel on the q-lt-kv, long-w1024 and chunked-b8 rows). Next candidate: 4 slots (second), in the same
-# call's sweep (20261202-0139-tune-ws.json) 1-4 % faster on 4 of those 5 rows and 1.3 % slower on one; not the
-# default until a benchmark run has it. D = 64: the Triton kernel was 9-12 % faster on all four rows
+# D = 128. D = 128 default (2026-12-02 03:30 sweep, benchmarks/results/h200/20261202-0330-tune-ws.json): the 64-key
+# tile with 3 slots and the overlap in block-major order where every request is as long as the longest (llama-8b-
+# uniform 46.3 against 54.5 us request-major and 50.4 for the Triton kernel; long-w1024 290.8 / 556.6 against
+# 306.1 / 571.1) and with the requests sorted by keys where they are not (llama-8b / 70b-q-lt-kv 54.5 / 106.0 against
+# 58.4 / 111.8); the two knobs never apply together (``launch``). The paged layout's default is the first of
+# ``paged_configs`` (request-major, plan order). D = 64: the Triton kernel was 9-12 % faster on all four rows
 # (20261202-0129-tune-ws.json): no default.
 CONFIGS: dict[int, tuple[WsConfig, ...]] = {
     64: (WsConfig(128, 3), WsConfig(128, 3, persistent=False), WsConfig(128, 2), WsConfig(64, 4),
          WsConfig(128, 3, True), WsConfig(128, 3, True, pingpong=True)),
-    128: (WsConfig(64, 3, True), WsConfig(64, 4, True), WsConfig(64, 3, True, persistent=False), WsConfig(128, 2),
-          WsConfig(128, 2, True), WsConfig(64, 3), WsConfig(64, 3, True, pingpong=True),
+    128: (WsConfig(64, 3, True, block_major=True, lpt=True), WsConfig(64, 3, True), WsConfig(64, 4, True),
+          WsConfig(64, 3, True, persistent=False), WsConfig(128, 2), WsConfig(128, 2, True), WsConfig(64, 3),
+          WsConfig(64, 3, True, pingpong=True),
           WsConfig(64, 4, True, pingpong=True), WsConfig(64, 3, True, block_major=True),
           WsConfig(64, 3, True, lpt=True)),
     # D = 256 (one Q buffer; written 2026-12-02 without device time: candidates for the prefill op's D 256 rows)
@@ -66,9 +68,9 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
 }
 DEFAULT_HEAD_DIMS = (128,)
 # a query block must visit at least this many keys: with fewer, the per-tile cost (Q load, pipeline fill, store)
-# outweighs the overlap (2026-12-02: llama-8b-uniform and -short-w256, 512 keys, 9-10 % slower than the Triton
-# kernel; every row of >= 1024 keys 10-19 % faster)
-MIN_BLOCK_KEYS = 1024
+# outweighs the overlap (2026-12-02 03:30: the 384-key blocks of llama-8b / 70b-short-w256 45.7 / 84.7 us against
+# the Triton kernel's 46.4 / 83.9; the 512-key blocks of llama-8b-uniform 46.3 against 50.4 in block-major order)
+MIN_BLOCK_KEYS = 512
 
 
 def token_rows(t: torch.Tensor) -> tuple[int, int] | None:

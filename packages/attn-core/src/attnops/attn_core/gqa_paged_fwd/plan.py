@@ -258,6 +258,6 @@ def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, n
         block_keys = max(_key_span(q, total, max(q - bm, 0), q - 1, wl, wr) for q, total in large)
         if not ws_launch.worth_it(head_dim, min(q for q, _ in large), block_keys, len(blocks) * num_heads):
             return None, None
-        cfg = ws_launch.CONFIGS[head_dim][0]
+        cfg = ws_launch.paged_configs(head_dim)[0]
     blocks.sort(key=lambda x: -x[0])
     return cfg, torch.tensor([(b, m) for _, b, m in blocks], dtype=torch.int32).reshape(-1, 2).to(device)
