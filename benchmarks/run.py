@@ -141,8 +141,8 @@ def run_gpu(families, row_filter: str, use_peers: bool, out: Path, exclude: froz
 
     rows = [(spec, w) for f in families for spec in family_specs(f) for w in spec.workloads
             if matches(w.id, row_filter)]
-    warm_s = (warm([(spec.family, w.id) for spec, w in rows], warm_workers, peers=use_peers, exclude=exclude)
-              if warm_workers else None)
+    warm_s, first_calls = (warm([(spec.family, w.id) for spec, w in rows], warm_workers, peers=use_peers,
+                                exclude=exclude) if warm_workers else (None, {}))
     flush = L2Flusher()
     header = environment(measure_ceilings(flush))
     header["warm"] = {"workers": warm_workers, "wall_s": warm_s}
@@ -160,6 +160,9 @@ def run_gpu(families, row_filter: str, use_peers: bool, out: Path, exclude: froz
                 traceback.print_exc()
                 rec = {"type": "row", "id": w.id, "op": w.op, "workload": w.name, "dtype": w.dtype,
                        "error": _short(e), "impls": {}}
+            for name, seconds in first_calls.get(w.id, {}).items():  # the warm-up's first calls (JIT compiles)
+                if name in rec["impls"]:
+                    rec["impls"][name]["first_call_s"] = seconds
             records.append(rec)
             f.write(json.dumps(rec) + "\n")
             f.flush()

@@ -9,7 +9,8 @@ With ``peers``, each row's peers (all but the excluded and the ``-ref`` ones) ar
 compile on first use into an on-disk cache (FLA's Triton kernels, DeepGEMM's JIT, torch.compile's inductor)
 then load in the timed run (attn-nsa, 2026-12-01: the rows' checks phase, FLA's compiles and autotuning
 included, was 2-19 s a row with only our kernels warmed). Rows are dealt round-robin so the large rows
-(neighbours in the seed list) spread over the workers.
+(neighbours in the seed list) spread over the workers. Each first call's wall seconds (compile or cache load
+included) come back per row and implementation: the report shows the peers' JIT compile times from them.
 """
 
 from __future__ import annotations
@@ -19,46 +20,61 @@ import sys
 import time
 
 
+def _call_peer(adapter, case) -> None:
+    adapter.prepare(case.fresh()).run()
+
+
 def _warm_rows(family_ids: list[tuple[str, str]], device: str, shrink: bool, peers: bool,
-               exclude: frozenset[str]) -> list[str]:
-    """Worker: call our op (and the peers) once on each (family, row id); returns one line per row that failed."""
+               exclude: frozenset[str]) -> tuple[list[str], list[tuple[str, str, float]]]:
+    """Worker: call our op (and the peers) once on each (family, row id); returns one line per row that failed,
+    and (row id, implementation, wall seconds of its first call) for every call that ran."""
     import torch
 
     from . import baselines
-    from .run import family_specs
+    from .run import OURS, family_specs
 
-    failures = []
+    def first_call(fn, *args) -> float:
+        t0 = time.perf_counter()
+        fn(*args)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    failures, seconds = [], []
     for family, row_id in family_ids:
         try:
             spec, w = next((s, w) for s in family_specs(family) for w in s.workloads if w.id == row_id)
             case = spec.make_case(w, torch.device(device), shrink, 0)
-            case.run(spec.fn)
+            seconds.append((row_id, OURS, first_call(case.run, spec.fn)))
             for a in baselines.adapters_for(spec.name, spec.family) if peers else ():
                 if a.name in exclude or a.reference_like:
                     continue
                 try:
-                    a.prepare(case.fresh()).run()
+                    seconds.append((row_id, a.name, first_call(_call_peer, a, case)))
                 except Exception:  # noqa: BLE001 - unsupported or missing peer: the timed run records why
                     pass
-            if device == "cuda":
-                torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - the timed run reports it properly
             failures.append(f"{row_id}: {type(e).__name__}: {str(e)[:120]}")
         finally:
             if device == "cuda":
                 torch.cuda.empty_cache()
-    return failures
+    return failures, seconds
 
 
 def warm(rows: list[tuple[str, str]], workers: int, device: str = "cuda", shrink: bool = False,
-         peers: bool = False, exclude: frozenset[str] = frozenset()) -> float:
+         peers: bool = False, exclude: frozenset[str] = frozenset()
+         ) -> tuple[float, dict[str, dict[str, float]]]:
     """Run ``_warm_rows`` over ``rows`` ((family, row id) pairs) in ``workers`` spawned processes; returns the
-    wall seconds it took. Failures are printed to stderr. (``device="cpu", shrink=True``: the same
-    mechanics through the interpreter, for a check without a GPU.)"""
+    wall seconds it took and {row id: {implementation: first call's seconds}}. Failures are printed to stderr.
+    (``device="cpu", shrink=True``: the same mechanics through the interpreter, for a check without a GPU.)"""
     t0 = time.perf_counter()
     shares = [rows[i::workers] for i in range(workers)]
     with mp.get_context("spawn").Pool(workers) as pool:
         results = pool.starmap(_warm_rows, [(share, device, shrink, peers, exclude) for share in shares if share])
-    for line in (f for r in results for f in r):
-        print(f"warm: {line}", file=sys.stderr)
-    return time.perf_counter() - t0
+    first_calls: dict[str, dict[str, float]] = {}
+    for failures, seconds in results:
+        for line in failures:
+            print(f"warm: {line}", file=sys.stderr)
+        for row_id, name, s in seconds:
+            first_calls.setdefault(row_id, {})[name] = round(s, 2)
+    return time.perf_counter() - t0, first_calls

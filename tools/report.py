@@ -99,9 +99,15 @@ def _ms(x: float | None) -> str:
     return "·" if x is None else f"{x:.4f}"
 
 
+JIT_SHOWN_S = 5.0  # a warm-up first call this long is a compile (or autotuning): shown beside the peer's time
+
+
 def _peer_cell(name: str, e: dict) -> str:
     if "ms" in e:
-        extra = f" ({e['note']})" if e.get("note") else ""
+        notes = [e["note"]] if e.get("note") else []
+        if e.get("first_call_s", 0) >= JIT_SHOWN_S:
+            notes.append(f"first call {e['first_call_s']:.0f} s, outside the timing")
+        extra = f" ({'; '.join(notes)})" if notes else ""
         return f"{name} {e['ms']:.4f}{extra}"
     return f"{name} {e.get('check', '?')}"
 
