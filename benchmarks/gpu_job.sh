@@ -14,7 +14,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do families+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 OUT=${OUT:-/tmp/attnops-out}
 mkdir -p "$OUT"
-if [ -f .peers/setup.sh ]; then eval "$(bash .peers/setup.sh 2>"$OUT/peers-setup.log")"; fi
+. benchmarks/peers_env.sh
 PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONPATH ATTNOPS_FUZZ_CASES=${ATTNOPS_FUZZ_CASES:-100}
 # FlashInfer modules not shipped prebuilt take 13-70 s each to compile: off unless PEER_JIT=1.

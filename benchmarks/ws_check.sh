@@ -11,7 +11,7 @@ OUT=${OUT:-/tmp/attnops-out}
 mkdir -p "$OUT"
 PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:):."
 export PYTHONPATH PYTHONUNBUFFERED=1 ATTNOPS_POISON=1
-if [ -f .peers/setup.sh ]; then eval "$(bash .peers/setup.sh 2>"$OUT/peers-setup.log")"; fi
+. benchmarks/peers_env.sh
 DEADLINE=${DEADLINE:-$(( $(date +%s) + 560 ))}
 left() { local s=$(( DEADLINE - $(date +%s) )); echo $(( s > 5 ? s : 5 )); }
 cap() { local l; l=$(left); echo $(( l < $1 ? l : $1 )); }  # cap <s>: at most s, never past the deadline

@@ -142,6 +142,15 @@ def paged_configs(head_dim: int) -> tuple[WsConfig, ...]:
                  if c.overlap and not (c.block_major or c.lpt) and smem_bytes(c, head_dim, True) <= SMEM_LIMIT)
 
 
+# The paged layout's default per head dim, where the plan's rule (``worth_it``) takes the large class (2026-12-02
+# 03:50 sweep beside the Triton paged kernel, outputs checked at full size: benchmarks/results/h200/
+# 20261202-0350-tune-ws-paged.json): D = 128 llama-8b 495.8 against 958.0 us, serving-step 280.8 / 366.0,
+# qwen3-ragged-odd 193.1 / 345.9, starcoder 412.7 / 668.6 (4 slots within 1 %); D = 64 falcon-7b 191.6 / 314.2;
+# D = 256 gemma-2b 154.8 / 325.3 (4 slots; 3: 156.8).
+PAGED_DEFAULTS: dict[int, WsConfig] = {64: WsConfig(128, 3, True), 128: WsConfig(64, 3, True),
+                                       256: WsConfig(32, 4, True)}
+
+
 def paged_applies(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,
                   page_size: int, plain: bool) -> bool:
     """Whether ``launch_paged`` can serve a paged call with ``cfg``: one of ``paged_configs``, ``_tensors_ok`` on
@@ -152,13 +161,12 @@ def paged_applies(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: 
     return _tensors_ok(q, k_pool, v_pool, o)
 
 
-def worth_it(head_dim: int, max_q: int, block_keys: int, tiles: int) -> bool:
-    """The default rule (shapes only): D = 128, requests of at least half a 128-row tile of queries, query
-    blocks visiting ``MIN_BLOCK_KEYS`` keys or more (``block_keys``: at most), work tiles filling the GPU once.
-    Fewer tiles than SMs (qwen3-8b-chunked-prefill: 32) left most SMs idle: 33.9 us against the Triton
-    kernel's 20.4."""
-    return (head_dim in DEFAULT_HEAD_DIMS and max_q >= BLOCK_M // 2 and block_keys >= MIN_BLOCK_KEYS
-            and tiles >= runtime.num_sms())
+def worth_it(max_q: int, block_keys: int, tiles: int) -> bool:
+    """The default rule (shapes only; the head dim has a default config): requests of at least half a 128-row
+    tile of queries, query blocks visiting ``MIN_BLOCK_KEYS`` keys or more (``block_keys``: at most), work tiles
+    for 7 / 8 of the SMs or more. Fewer tiles left most SMs idle (dense qwen3-8b-chunked-prefill, 32 tiles: 33.9 us
+    against the Triton kernel's 20.4); paged gemma-2b's 128 tiles on 132 SMs: 154.8 against 325.3."""
+    return max_q >= BLOCK_M // 2 and block_keys >= MIN_BLOCK_KEYS and 8 * tiles >= 7 * runtime.num_sms()
 
 
 def default_config(p: Problem) -> WsConfig | None:
@@ -168,8 +176,10 @@ def default_config(p: Problem) -> WsConfig | None:
     if p.softcap or p.sinks is not None or not all(t.is_contiguous() for t in (p.q, p.k, p.v)):
         return None
     d, h = p.q.shape[-1], p.q.shape[-2]
+    if d not in DEFAULT_HEAD_DIMS:
+        return None
     tiles = triton.cdiv(p.max_q, BLOCK_M) * p.batch * h
-    return CONFIGS[d][0] if worth_it(d, p.max_q, min(p.max_kv, p.wl + p.wr + BLOCK_M), tiles) else None
+    return CONFIGS[d][0] if worth_it(p.max_q, min(p.max_kv, p.wl + p.wr + BLOCK_M), tiles) else None
 
 
 def smem_layout(block: list[int], dtype: torch.dtype):

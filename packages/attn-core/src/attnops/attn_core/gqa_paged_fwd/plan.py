@@ -43,10 +43,11 @@ TILE_IN_PAGE_DEFAULT = frozenset({"small", "large"})
 # page size (the tiles ``tile_in_page`` does not cover: pages smaller than the tile, the prefill kind). Off
 # until timed (``pow2_pages=True`` per plan); offline sm_90 it removes the per-key division code.
 POW2_PAGES_DEFAULT = False
-# The large class on the warp-specialized kernel (flash_fwd/ws_kernel.py, paged layout) where ws_launch.worth_it
-# says so: off until an H200 run has checked and timed it (written 2026-12-02 without device time; on the dense /
-# varlen ops the same kernel was 10-19 % faster than the Triton loop on rows of >= 1024 keys).
-WS_DEFAULT = False
+# The large class on the warp-specialized kernel (flash_fwd/ws_kernel.py, paged layout, the head dim's
+# ws_launch.PAGED_DEFAULTS config) where ws_launch.worth_it says so. H200, 2026-12-02 03:52 (benchmarks/results/h200/
+# 20261202-0352-attn-core-paged-ws.jsonl, beside the peers): GQAPagedFwd/llama-8b 949 -> 483 us, serving-step 368 ->
+# 277, qwen3-ragged-odd 343 -> 187, prefill op starcoder 669 -> 411, llama-8b-rope 1110 -> 569; every row checked.
+WS_DEFAULT = True
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,7 @@ def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, n
     when ``ws`` (see ``plan_paged_attention``) or its default rule says no."""
     if ws is None:
         ws = WS_DEFAULT
-    if ws is False or head_dim not in ws_launch.CONFIGS:
+    if ws is False or head_dim not in ws_launch.CONFIGS or (ws is True and head_dim not in ws_launch.PAGED_DEFAULTS):
         return None, None
     bm = ws_launch.BLOCK_M
     blocks = []  # (cost, b, query block)
@@ -256,8 +257,8 @@ def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, n
     else:
         large = [(q, c + q if new_keys else c) for q, c in zip(q_lens, kv_lens) if q * group > SMALL_ROWS]
         block_keys = max(_key_span(q, total, max(q - bm, 0), q - 1, wl, wr) for q, total in large)
-        if not ws_launch.worth_it(head_dim, min(q for q, _ in large), block_keys, len(blocks) * num_heads):
+        if not ws_launch.worth_it(min(q for q, _ in large), block_keys, len(blocks) * num_heads):
             return None, None
-        cfg = ws_launch.paged_configs(head_dim)[0]
+        cfg = ws_launch.PAGED_DEFAULTS[head_dim]
     blocks.sort(key=lambda x: -x[0])
     return cfg, torch.tensor([(b, m) for _, b, m in blocks], dtype=torch.int32).reshape(-1, 2).to(device)
