@@ -17,8 +17,16 @@ mkdir -p "$OUT"
 . benchmarks/peers_env.sh
 PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONPATH ATTNOPS_FUZZ_CASES=${ATTNOPS_FUZZ_CASES:-100}
-# FlashInfer modules not shipped prebuilt take 13-70 s each to compile: off unless PEER_JIT=1.
-[ "${PEER_JIT:-0}" = 1 ] || export FLASHINFER_DISABLE_JIT=1
+# FlashInfer modules not shipped prebuilt take 13-70 s each to compile (alone on the 16-core host): off unless
+# PEER_JIT=1. With it, each warm-up worker's ninja gets its share of the cores (MAX_JOBS): 8 workers at ninja's
+# default of nproc + 2 jobs each ran ~144 nvcc at once, and sm90 prefill modules took ~4 min each (2026-12-02).
+# Add --warm-only to the bench args for a call that only compiles (the cache stays in .peers-run/ for the next).
+if [ "${PEER_JIT:-0}" = 1 ]; then
+  workers=${WARM:-1}; [ "$workers" -gt 0 ] 2>/dev/null || workers=1
+  jobs=$(( $(nproc) / workers )); export MAX_JOBS=${MAX_JOBS:-$(( jobs > 0 ? jobs : 1 ))}
+else
+  export FLASHINFER_DISABLE_JIT=1
+fi
 # Every step is cut at DEADLINE (epoch seconds, default 9 minutes from now) so the logs still come back.
 DEADLINE=${DEADLINE:-$(( $(date +%s) + 540 ))}
 left() { local s=$(( DEADLINE - $(date +%s) )); echo $(( s > 5 ? s : 5 )); }

@@ -134,7 +134,7 @@ def bench_row(spec: OpSpec, w, flush, use_peers: bool, exclude: frozenset[str] =
 
 
 def run_gpu(families, row_filter: str, use_peers: bool, out: Path, exclude: frozenset[str],
-            warm_workers: int = 0) -> list[dict]:
+            warm_workers: int = 0, warm_only: bool = False) -> list[dict]:
     from .ceilings import measure_ceilings
     from .timing import L2Flusher
     from .warm import warm
@@ -143,6 +143,9 @@ def run_gpu(families, row_filter: str, use_peers: bool, out: Path, exclude: froz
             if matches(w.id, row_filter)]
     warm_s, first_calls = (warm([(spec.family, w.id) for spec, w in rows], warm_workers, peers=use_peers,
                                 exclude=exclude) if warm_workers else (None, {}))
+    if warm_only:  # a call that only fills the compile caches (FlashInfer's JIT modules) for the next one
+        print(f"warm-only: {len(rows)} rows in {warm_s:.0f} s", file=sys.stderr)
+        return []
     flush = L2Flusher()
     header = environment(measure_ceilings(flush))
     header["warm"] = {"workers": warm_workers, "wall_s": warm_s}
@@ -213,6 +216,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, help="JSONL path (default: benchmarks/results/h200/<date>-<family>.jsonl)")
     p.add_argument("--warm", type=int, default=0, metavar="N",
                    help="compile our kernels and the peers' for the rows in N processes first (benchmarks/warm.py)")
+    p.add_argument("--warm-only", action="store_true", help="with --warm: compile, time nothing, write nothing")
     args = p.parse_args(argv)
     families = FAMILIES if args.family == "all" else (args.family,)
     if runtime.interpreting():
@@ -220,7 +224,9 @@ def main(argv=None) -> int:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M")
     out = args.out or RESULTS / f"{stamp}-{args.family}.jsonl"
     exclude = frozenset(filter(None, args.exclude_peers.split(",")))
-    records = run_gpu(families, args.filter, not args.no_peers, out, exclude, args.warm)
+    records = run_gpu(families, args.filter, not args.no_peers, out, exclude, args.warm, args.warm_only)
+    if args.warm_only:
+        return 0
     print_table(records)
     print(f"wrote {out}", file=sys.stderr)
     return 0

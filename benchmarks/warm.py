@@ -19,6 +19,8 @@ import multiprocessing as mp
 import sys
 import time
 
+SLOW_FIRST_CALL_S = 5.0  # a first call this long compiled something (JIT module, autotuning)
+
 
 def _call_peer(adapter, case) -> None:
     adapter.prepare(case.fresh()).run()
@@ -33,24 +35,27 @@ def _warm_rows(family_ids: list[tuple[str, str]], device: str, shrink: bool, pee
     from . import baselines
     from .run import OURS, family_specs
 
-    def first_call(fn, *args) -> float:
+    def first_call(row_id: str, name: str, fn, *args) -> tuple[str, str, float]:
         t0 = time.perf_counter()
         fn(*args)
         if device == "cuda":
             torch.cuda.synchronize()
-        return time.perf_counter() - t0
+        s = time.perf_counter() - t0
+        if s >= SLOW_FIRST_CALL_S:  # printed at once: a call cut by its deadline still logs the compiles it finished
+            print(f"warm: {row_id} {name} first call {s:.1f} s", file=sys.stderr, flush=True)
+        return row_id, name, s
 
     failures, seconds = [], []
     for family, row_id in family_ids:
         try:
             spec, w = next((s, w) for s in family_specs(family) for w in s.workloads if w.id == row_id)
             case = spec.make_case(w, torch.device(device), shrink, 0)
-            seconds.append((row_id, OURS, first_call(case.run, spec.fn)))
+            seconds.append(first_call(row_id, OURS, case.run, spec.fn))
             for a in baselines.adapters_for(spec.name, spec.family) if peers else ():
                 if a.name in exclude or a.reference_like:
                     continue
                 try:
-                    seconds.append((row_id, a.name, first_call(_call_peer, a, case)))
+                    seconds.append(first_call(row_id, a.name, _call_peer, a, case))
                 except Exception:  # noqa: BLE001 - unsupported or missing peer: the timed run records why
                     pass
         except Exception as e:  # noqa: BLE001 - the timed run reports it properly
