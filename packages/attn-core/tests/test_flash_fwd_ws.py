@@ -350,7 +350,7 @@ def test_plan_refuses_a_config_the_paged_layout_does_not_run():
 
 def test_plan_ws_work_heaviest_first():
     """Runs everywhere: a plan's ws items are (request, 128-token block) of the large class, heaviest first;
-    the small class and 16-row requests get none; without ``ws`` the default (off) leaves them out."""
+    the small class and 16-row requests get none (the default rule: ``test_paged_plan_default_per_head_dim``)."""
     cfg = ws_launch.paged_configs(128)[0]
     plan = paged_plan.plan_paged_attention([300, 1, 130], [3000, 1500, 130], num_heads=8, num_kv_heads=2,
                                            head_dim=128, ws=cfg, device="cpu")
@@ -359,9 +359,6 @@ def test_plan_ws_work_heaviest_first():
     # costs (keys x rows): (0, 1) 2956·128, (0, 0) 2828·128, (0, 2) 3000·44, (2, 0) 128·128, (2, 1) 130·2
     assert large.ws_items.tolist() == [[0, 1], [0, 0], [0, 2], [2, 0], [2, 1]]
     assert all(ln.ws is None for ln in plan.launches if ln.kind == "small")
-    default = paged_plan.plan_paged_attention([300, 1, 130], [3000, 1500, 130], num_heads=8, num_kv_heads=2,
-                                              head_dim=128, device="cpu")
-    assert paged_plan.WS_DEFAULT or all(ln.ws is None for ln in default.launches)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the fallback off a GPU (on Hopper the ws kernel runs)")
@@ -374,3 +371,40 @@ def test_paged_ws_falls_back_off_hopper():
     plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 4, 1, 64, ws=ws_launch.CONFIGS[64][-1])
     assert [ln.ws for ln in plan.launches if ln.kind == "large"] == [ws_launch.CONFIGS[64][-1]]
     _plan_case(paged_spec.SPEC, case, plan)
+
+
+def _varlen_problem(d=128, heads=32, batch=8, s=512, window=None, softcap=0.0):
+    """A uniform varlen call of ``batch`` requests of ``s`` queries and keys (shapes only: the rule reads no data)."""
+    q = torch.empty(batch * s, heads, d, dtype=torch.float16)
+    k = torch.empty(batch * s, 1, d, dtype=torch.float16)
+    return fwd.Problem(q, k, k, q, varlen=True, batch=batch, max_q=s, max_kv=s, wr=0, softcap=softcap,
+                       wl=window if window is not None else 1 << 30)
+
+
+def test_default_rule(monkeypatch):
+    """Runs everywhere: dense / varlen calls take the D = 128 default (block-major where requests are equally
+    long, sorted requests otherwise) when their query blocks visit >= MIN_BLOCK_KEYS keys and their tiles reach
+    7 / 8 of the SMs; every other call stays on the Triton kernel (None)."""
+    monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 132)
+    cfg = ws_launch.default_config(_varlen_problem())
+    assert cfg == ws_launch.CONFIGS[128][0] and cfg.block_major and cfg.lpt
+    assert ws_launch.default_config(_varlen_problem(window=256)) is None  # 384-key blocks
+    assert ws_launch.default_config(_varlen_problem(d=64)) is None
+    assert ws_launch.default_config(_varlen_problem(softcap=30.0)) is None
+    # 4 query blocks x heads: 116 tiles reach 7 / 8 of 132 SMs, 112 do not
+    assert ws_launch.default_config(_varlen_problem(heads=29, batch=1)) == cfg
+    assert ws_launch.default_config(_varlen_problem(heads=28, batch=1)) is None
+
+
+def test_paged_plan_default_per_head_dim(monkeypatch):
+    """Runs everywhere: a paged plan's large class takes its head dim's ``PAGED_DEFAULTS`` config where the tiles
+    reach 7 / 8 of the SMs; too few tiles, or ``ws=False``, leave it on the Triton kernel."""
+    monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 132)
+    for d in (64, 128, 256):
+        plan = paged_plan.plan_paged_attention([512] * 8, [4096] * 8, num_heads=32, num_kv_heads=8, head_dim=d,
+                                               device="cpu")
+        assert [ln.ws for ln in plan.launches if ln.kind == "large"] == [ws_launch.PAGED_DEFAULTS[d]]
+    few = paged_plan.plan_paged_attention([256], [4096], num_heads=32, num_kv_heads=8, head_dim=128, device="cpu")
+    off = paged_plan.plan_paged_attention([512] * 8, [4096] * 8, num_heads=32, num_kv_heads=8, head_dim=128,
+                                          ws=False, device="cpu")
+    assert all(ln.ws is None for ln in few.launches + off.launches)
