@@ -9,7 +9,7 @@ pipelines the loads. Prints registers, spill bytes, shared memory, wgmma and cp.
 compile errors, spills, shared memory over 227 KB and unpipelined loads.
 
     python -m benchmarks.sm90_compile_attn_mla            # every variant (a few minutes on 2 cores)
-    python -m benchmarks.sm90_compile_attn_mla --op mla   # one op: topk, indexer, mla, dsa
+    python -m benchmarks.sm90_compile_attn_mla --op mla   # one op: topk, indexer, mla, mla-ws, dsa
     python -m benchmarks.sm90_compile_attn_mla --ones     # every int argument 1 (a constant at launch)
 """
 
@@ -23,16 +23,23 @@ import argparse  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
+import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: E402
+from triton.runtime.jit import mangle_type  # noqa: E402
 
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op  # noqa: E402
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd.kernel import dsa_decode_kernel, dsa_prepare_indices_kernel  # noqa: E402
 from attnops.attn_mla.fp8_lightning_indexer_fwd import op as indexer_op  # noqa: E402
 from attnops.attn_mla.fp8_lightning_indexer_fwd.kernel import lightning_indexer_kernel  # noqa: E402
 from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op  # noqa: E402
+from attnops.attn_mla.mla_decode_with_kvcache_fwd import ws_launch as mla_ws  # noqa: E402
 from attnops.attn_mla.mla_decode_with_kvcache_fwd.kernel import mla_combine_kernel, mla_decode_kernel  # noqa: E402
+from attnops.attn_mla.mla_decode_with_kvcache_fwd.ws_kernel import mla_decode_ws_kernel  # noqa: E402
 from attnops.attn_mla.topk_select_fwd import op as topk_op  # noqa: E402
 from attnops.attn_mla.topk_select_fwd.kernel import topk_select_kernel  # noqa: E402
 
@@ -42,7 +49,8 @@ ALL_ONES = False  # --ones: Triton turns an int argument equal to 1 into a const
 
 
 def compile_sm90(fn, pointers: dict[str, str], ints: dict[str, int], constexprs: dict, num_warps: int,
-                 num_stages: int, floats=(), maxnreg=None):
+                 num_stages: int, floats=(), maxnreg=None, source=ASTSource):
+    """``pointers``: pointer (or TMA descriptor) types by name; ``source``: ``GluonASTSource`` for Gluon."""
     if ALL_ONES:
         ints = {n: 1 for n in fn.arg_names if n not in pointers and n not in constexprs and n not in floats}
     sig, consts, attrs = {}, dict(constexprs), {}
@@ -61,7 +69,7 @@ def compile_sm90(fn, pointers: dict[str, str], ints: dict[str, int], constexprs:
             sig[name] = "i32"
             if ints.get(name, 0) % 16 == 0 and name in ints:
                 attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn, sig, constexprs=consts, attrs=attrs)
+    src = source(fn, sig, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
                           options={"num_warps": num_warps, "num_stages": num_stages,
                                    **({"maxnreg": maxnreg} if maxnreg else {})})
@@ -123,6 +131,29 @@ def mla_variants():
             dict(H=128, num_splits=16, stride_ob=65536, stride_oh=512), dict(D=512), 4, 1)
 
 
+def _desc_type(dtype: torch.dtype, width: int, box: list[int]) -> str:
+    """The JIT's signature string of a host TMA descriptor over a [rows, width] view (a CPU tensor stands in)."""
+    gl_dtype = gl.float16 if dtype == torch.float16 else gl.bfloat16
+    t = torch.empty(256, width, dtype=dtype)
+    return mangle_type(TensorDescriptor.from_tensor(t, box, gl.NVMMASharedLayout.get_default_for(box, gl_dtype)))
+
+
+def mla_ws_variants():
+    for dtype in (torch.bfloat16, torch.float16):
+        name = "bf16" if dtype == torch.bfloat16 else "fp16"
+        for cfg in mla_ws.WS_CONFIGS:
+            ptrs = {"q_desc": _desc_type(dtype, 512, [64, 256]), "qpe_desc": _desc_type(dtype, 64, [64, 64]),
+                    "k_desc": _desc_type(dtype, 512, [cfg.block_n, 256]),
+                    "kpe_desc": _desc_type(dtype, 64, [cfg.block_n, 64]), "out_ptr": f"*{name}",
+                    "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32"}
+            ints = dict(H=128, n_kv=4096, group=128, head_blocks_per_kv=2, split_len=4096, n_splits=16,
+                        stride_ob=128 * 512, stride_oh=512)
+            for split in (False, True):
+                cx = dict(BLOCK_N=cfg.block_n, STAGES=cfg.stages, SPLIT=split)
+                yield f"mla-ws {cfg.name} {name} split={split}", lambda cx=cx, ptrs=ptrs, ints=ints: compile_sm90(
+                    mla_decode_ws_kernel, ptrs, ints, cx, 4, 1, floats=("qk_scale",), source=GluonASTSource)
+
+
 def dsa_variants():
     for k, warps in ((512, 4), (1024, 4), (2048, 8)):
         yield f"dsa prepare K={k}", lambda k=k, warps=warps: compile_sm90(
@@ -143,7 +174,8 @@ def dsa_variants():
                 dsa_decode_kernel, ptrs, ints, cx, cfg.num_warps, cfg.num_stages, floats=("qk_scale",))
 
 
-OPS = {"topk": topk_variants, "indexer": indexer_variants, "mla": mla_variants, "dsa": dsa_variants}
+OPS = {"topk": topk_variants, "indexer": indexer_variants, "mla": mla_variants, "mla-ws": mla_ws_variants,
+       "dsa": dsa_variants}
 
 
 def main(argv=None) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op
 from attnops.attn_mla.fp8_lightning_indexer_fwd import op as indexer_op
 from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op
+from attnops.attn_mla.mla_decode_with_kvcache_fwd import ws_launch as mla_ws
 from attnops.attn_mla.specs import SPECS
 from attnops.attn_mla.topk_select_fwd import op as topk_op
 
@@ -27,8 +28,9 @@ CPU_ONLY = ("interpreter", "fallback")  # configs that exist for the interpreter
 
 
 def variants(spec, case):
-    """(label, callable) per GPU config, and for MLA decode a few split counts around the planner's, each also
-    with the splits merged in the decode kernel (``fused_combine``)."""
+    """(label, callable) per GPU config, and for MLA decode the warp-specialized kernel's configs (where it
+    serves the row) and a few split counts around the planner's, each also with the splits merged in the decode
+    kernel (``fused_combine``)."""
     op = OPS[spec.name]
     default = op.pick_config()
     for name, cfg in op.CONFIGS.items():
@@ -36,6 +38,9 @@ def variants(spec, case):
             continue
         yield name + (" (default)" if cfg == default else ""), op.with_config(cfg)
     if spec.name == "MLADecodeWithKVCacheFwd":
+        if mla_ws.applies(*(case.inputs[n] for n in ("q", "q_pe", "k", "k_pe"))):
+            for cfg in mla_ws.WS_CONFIGS:
+                yield cfg.name, mla_op.with_config(cfg)
         q, k = case.inputs["q"], case.inputs["k"]
         block_h = mla_op.block_h_for(q.shape[1] // k.shape[2], default)
         heads = k.shape[2] * -(-(q.shape[1] // k.shape[2]) // block_h)

@@ -10,6 +10,7 @@ import triton
 
 from attnops.kernel_utils import checks, runtime, testing
 
+from . import ws_launch
 from .kernel import mla_combine_kernel, mla_decode_kernel
 
 _ACTIVATIONS = (torch.float16, torch.bfloat16)
@@ -70,10 +71,11 @@ def plan_splits(batch: int, head_blocks: int, n_kv: int, block_n: int) -> int:
 FUSED_COMBINE_DEFAULT = False
 
 
-def launch(q, q_pe, k, k_pe, out, config: MLAConfig, num_splits: int | None = None,
+def launch(q, q_pe, k, k_pe, out, config: MLAConfig | ws_launch.WsConfig, num_splits: int | None = None,
            fused_combine: bool | None = None) -> torch.Tensor:
     """Fill ``out`` ([B, H, D]); inputs already checked. ``num_splits`` overrides the planner (tests);
-    ``fused_combine`` where splits are merged (default ``FUSED_COMBINE_DEFAULT``)."""
+    ``fused_combine`` where splits are merged (default ``FUSED_COMBINE_DEFAULT``; the warp-specialized kernel,
+    a ``ws_launch.WsConfig``, always merges in the combine launch)."""
     b, h, d = q.shape
     n_kv, h_kv = k.shape[1], k.shape[2]
     pe = q_pe.shape[2]
@@ -82,29 +84,48 @@ def launch(q, q_pe, k, k_pe, out, config: MLAConfig, num_splits: int | None = No
     if n_kv == 0:
         return out.zero_()  # no visible key: exact zeros (spec: empty rows)
     group = h // h_kv
-    block_h = block_h_for(group, config)
+    ws = isinstance(config, ws_launch.WsConfig)
+    if ws and not ws_launch.applies(q, q_pe, k, k_pe):
+        raise ValueError(f"config {config.name}: the warp-specialized kernel serves Hopper calls with D = "
+                         f"{ws_launch.LATENT}, PE = {ws_launch.ROPE}, 16-bit tensors readable as 2-D row views; "
+                         f"got D = {d}, PE = {pe}, {q.dtype}")
+    block_h = config.block_h if ws else block_h_for(group, config)
     head_blocks_per_kv = triton.cdiv(group, block_h)
     head_blocks = h_kv * head_blocks_per_kv
     splits = num_splits if num_splits is not None else plan_splits(b, head_blocks, n_kv, config.block_n)
     split_len = triton.cdiv(triton.cdiv(n_kv, splits), config.block_n) * config.block_n
     splits = triton.cdiv(n_kv, split_len)  # no empty split
     split = splits > 1
-    fused = split and (FUSED_COMBINE_DEFAULT if fused_combine is None else fused_combine)
+    fused = split and not ws and (FUSED_COMBINE_DEFAULT if fused_combine is None else fused_combine)
     part_o = testing.kernel_buffer((b, h, splits, d) if split else (1,), torch.float32, q.device)
     part_lse = testing.kernel_buffer((b, h, splits) if split else (1,), torch.float32, q.device)
     counters = runtime.arrival_counters(q.device, b * head_blocks) if fused else part_lse
+    qk_scale = LOG2E / math.sqrt(d + pe)
+    if ws:
+        ws_launch.run(config, q, q_pe, k, k_pe, out, part_o, part_lse, head_blocks_per_kv, split_len, splits,
+                      qk_scale)
+    else:
+        _launch_triton(q, q_pe, k, k_pe, out, part_o, part_lse, counters, config, group, block_h, head_blocks,
+                       head_blocks_per_kv, split_len, splits, split, fused, qk_scale)
+    if split and not fused:
+        mla_combine_kernel[(h, b)](part_o, part_lse, out, h, splits, out.stride(0), out.stride(1), D=d, num_warps=4)
+    return out
+
+
+def _launch_triton(q, q_pe, k, k_pe, out, part_o, part_lse, counters, config: MLAConfig, group: int, block_h: int,
+                   head_blocks: int, head_blocks_per_kv: int, split_len: int, splits: int, split: bool, fused: bool,
+                   qk_scale: float) -> None:
+    b, h, d = q.shape
+    n_kv, pe = k.shape[1], q_pe.shape[2]
     mla_decode_kernel[(head_blocks, splits, b)](
         q, q_pe, k, k_pe, out, part_o, part_lse, counters,
-        h, n_kv, group, head_blocks_per_kv, split_len, splits, LOG2E / math.sqrt(d + pe),
+        h, n_kv, group, head_blocks_per_kv, split_len, splits, qk_scale,
         q.stride(0), q.stride(1), q_pe.stride(0), q_pe.stride(1),
         k.stride(0), k.stride(1), k.stride(2), k_pe.stride(0), k_pe.stride(1), k_pe.stride(2),
         out.stride(0), out.stride(1),
         D=d, PE=pe, BLOCK_H=block_h, BLOCK_N=config.block_n, SPLIT=split, NUM_STAGES=config.num_stages,
         FUSED_COMBINE=fused, num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    if split and not fused:
-        mla_combine_kernel[(h, b)](part_o, part_lse, out, h, splits, out.stride(0), out.stride(1), D=d, num_warps=4)
-    return out
 
 
 @torch.library.custom_op("attnops::mla_decode_with_kvcache_fwd", mutates_args=())
@@ -138,7 +159,7 @@ def check_inputs(q, q_pe, k, k_pe) -> None:
     _power_of_two("q_pe", "the rope width PE", pe)
 
 
-def with_config(config: MLAConfig, poison: bool = False, num_splits: int | None = None,
+def with_config(config: MLAConfig | ws_launch.WsConfig, poison: bool = False, num_splits: int | None = None,
                 fused_combine: bool | None = None):
     """The public function pinned to ``config`` and optionally a split count and merge place (tests and
     tuning); ``poison`` pre-fills the output with NaN so that an unwritten element fails the check."""

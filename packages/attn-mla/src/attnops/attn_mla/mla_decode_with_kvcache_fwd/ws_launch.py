@@ -1,0 +1,96 @@
+"""Host side of the Gluon warp-specialized MLA decode (``ws_kernel.py``): its configs, which calls it serves,
+TMA descriptors over 2-D row views of q / q_pe / k / k_pe, the launch. ``op.launch`` runs it when the config it
+is given is a ``WsConfig`` (tests and sweeps: ``op.with_config(WS_CONFIGS[0])``); the default stays on the
+Triton kernel until an H200 run has checked and timed this one (written 2026-12-02 without device time)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from attnops.kernel_utils import runtime
+
+from .ws_kernel import HALF, HEADS, mla_decode_ws_kernel
+
+LATENT = 2 * HALF.value  # the latent width the kernel serves (D = kv_lora_rank = 512)
+ROPE = 64  # the rope width it serves (PE)
+SMEM_LIMIT = 227 * 1024  # shared memory one program may use on sm_90
+
+
+@dataclass(frozen=True)
+class WsConfig:
+    block_n: int  # keys per tile (the score wgmma's N)
+    stages: int  # key tiles in flight (the ring's slots)
+    block_h: int = HEADS.value  # query heads per program (fixed: one warpgroup's M)
+
+    @property
+    def name(self) -> str:
+        return f"ws-n{self.block_n}s{self.stages}"
+
+
+def smem_bytes(cfg: WsConfig) -> int:
+    """Queries, the key ring and the two fp32 score-exchange slots of both warpgroups."""
+    width = LATENT + ROPE
+    return 2 * (HEADS.value * width + cfg.stages * cfg.block_n * width) + 4 * 2 * 2 * HEADS.value * cfg.block_n
+
+
+# 64-key tiles do not fit beside the exchange (Q 72 KB + 2 x 72 KB ring + 64 KB of exchange): 32-key tiles,
+# 3 slots first (212 KB).
+WS_CONFIGS = tuple(c for c in (WsConfig(32, 3), WsConfig(32, 2)) if smem_bytes(c) <= SMEM_LIMIT)
+
+
+def _row_view(t: torch.Tensor) -> tuple[int, int] | None:
+    """``(rows, row stride)`` of ``t`` (``[B, H, W]`` or ``[B, N, H_kv, W]``) as one row of ``H·W`` (or
+    ``H_kv·W``) elements per (request, head) or per (request, key); None where no such 2-D view exists or
+    TMA cannot read it (last dim strided, heads not packed, stride not 16-byte aligned)."""
+    w = t.shape[-1]
+    if t.stride(-1) != 1:
+        return None
+    if t.dim() == 4:
+        if t.shape[2] > 1 and t.stride(2) != w:
+            return None
+        width = t.shape[2] * w
+    else:
+        width = w
+    inner = t.stride(1)
+    if t.shape[0] > 1 and t.stride(0) != t.shape[1] * inner:
+        return None
+    if t.shape[1] > 1 and inner < width:
+        return None
+    if inner * t.element_size() % 16 or t.data_ptr() % 16:
+        return None
+    return t.shape[0] * t.shape[1], inner
+
+
+def applies(q: torch.Tensor, q_pe: torch.Tensor, k: torch.Tensor, k_pe: torch.Tensor) -> bool:
+    """A Hopper GPU (not the interpreter), D = 512 and PE = 64, 16-bit tensors (the op checked that they share
+    q's dtype), each readable through a 2-D TMA view."""
+    if runtime.interpreting() or not runtime.is_hopper():
+        return False
+    if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[-1] != LATENT or q_pe.shape[-1] != ROPE:
+        return False
+    return all(_row_view(t) is not None for t in (q, q_pe, k, k_pe))
+
+
+def _desc(t: torch.Tensor, box: list[int]) -> TensorDescriptor:
+    rows, stride = _row_view(t)
+    width = t.shape[-1] * (t.shape[2] if t.dim() == 4 else 1)
+    dtype = gl.float16 if t.dtype == torch.float16 else gl.bfloat16
+    return TensorDescriptor(t, [rows, width], [stride, 1], box, gl.NVMMASharedLayout.get_default_for(box, dtype))
+
+
+def run(cfg: WsConfig, q, q_pe, k, k_pe, out, part_o, part_lse, head_blocks_per_kv: int, split_len: int,
+        splits: int, qk_scale: float) -> None:
+    """Launch over (head blocks, splits, B) for ``applies``-checked inputs; ``part_o`` / ``part_lse`` as
+    ``op.launch`` allocates them (used when ``splits > 1``)."""
+    b, h, _ = q.shape
+    n_kv, h_kv = k.shape[1], k.shape[2]
+    grid = (h_kv * head_blocks_per_kv, splits, b)
+    mla_decode_ws_kernel[grid](
+        _desc(q, [HEADS.value, HALF.value]), _desc(q_pe, [HEADS.value, ROPE]), _desc(k, [cfg.block_n, HALF.value]),
+        _desc(k_pe, [cfg.block_n, ROPE]), out, part_o, part_lse, h, n_kv, h // h_kv, head_blocks_per_kv, split_len,
+        splits, qk_scale, out.stride(0), out.stride(1),
+        BLOCK_N=cfg.block_n, STAGES=cfg.stages, SPLIT=splits > 1, num_warps=4)

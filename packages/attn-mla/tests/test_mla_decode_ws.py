@@ -1,0 +1,128 @@
+"""The Gluon warp-specialized MLA decode (``mla_decode_with_kvcache_fwd/ws_kernel.py``): GPU checks against the
+fp32 reference on seed rows and edge cases (Hopper only: TMA, wgmma, warp specialization), and everywhere: the
+offline sm_90 build, the launch's argument binding and grid, which layouts it takes, the refusal of calls it
+does not serve."""
+
+import pytest
+import torch
+from mla_testlib import pinned
+
+from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op
+from attnops.attn_mla.mla_decode_with_kvcache_fwd import ws_kernel, ws_launch
+from attnops.attn_mla.mla_decode_with_kvcache_fwd.spec import SPEC, make_case
+from attnops.kernel_utils import runtime, testing
+from attnops.kernel_utils.opspec import Case
+from attnops.kernel_utils.pytest_plugin import run_offline_compile
+
+DEV = runtime.device()
+ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
+CONFIG_IDS = [c.name for c in ws_launch.WS_CONFIGS]
+hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                            reason="needs a Hopper GPU")
+
+
+def _case(b=2, h=64, n_kv=40, h_kv=1, dtype=torch.float16, seed=0, scale=1.0) -> Case:
+    gen = testing.generator(seed)
+    return Case({"q": testing.randn((b, h, 512), dtype, DEV, gen, scale=scale),
+                 "q_pe": testing.randn((b, h, 64), dtype, DEV, gen),
+                 "k": testing.randn((b, n_kv, h_kv, 512), dtype, DEV, gen),
+                 "k_pe": testing.randn((b, n_kv, h_kv, 64), dtype, DEV, gen)}, outputs=("o",))
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("cfg", ws_launch.WS_CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("row", ["mla-b128-4096/f16", "ds-v3-32k/bf16", "mla-tp-b1/bf16", "mla-tp-b64/f16"])
+def test_seed_rows(row, cfg):
+    """A full batch (no split), a long context (splits and the combine launch), a single request (16 heads of a
+    64-head block) and H = 64."""
+    SPEC.check(make_case(ROWS[row], DEV, shrink=False, seed=11), pinned(mla_op, cfg))
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("cfg", ws_launch.WS_CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("shape,splits", [
+    (dict(n_kv=1), None),  # one key: the first tile is the last, 31 of its rows masked
+    (dict(n_kv=33), None),  # a 1-key tail tile
+    (dict(n_kv=100), 3),  # 3 asked, 2 made: splits of 64 and 36 keys
+    (dict(h=32, h_kv=2, n_kv=70), None),  # two KV heads, groups of 16 in 64-head blocks
+    (dict(h=128, b=3, n_kv=257), 5),  # two head blocks per KV head, splits
+    (dict(n_kv=96, scale=8.0), None),  # a sharp softmax: a few keys dominate each row
+], ids=["one-key", "tail", "splits", "two-kv-heads", "two-head-blocks", "sharp"])
+def test_edge_cases(shape, splits, dtype, cfg):
+    SPEC.check(_case(dtype=dtype, seed=7, **shape), pinned(mla_op, cfg, num_splits=splits))
+
+
+@pytest.mark.gpu
+@hopper
+def test_fused_cache_views():
+    """k / k_pe as the two parts of one [B, N, 1, 576] cache row (FlashMLA's layout): rows 1152 bytes apart."""
+    case = _case(n_kv=77, seed=3)
+    cache = testing.randn((2, 77, 1, 576), torch.float16, DEV, testing.generator(8))
+    case.inputs["k"], case.inputs["k_pe"] = cache[..., :512], cache[..., 512:]
+    SPEC.check(case, pinned(mla_op, ws_launch.WS_CONFIGS[0]), keep_views=True)
+
+
+def test_compiles_for_sm90():
+    """Every config, both dtypes, with and without splits, through Gluon's sm_90 pipeline and ptxas: no compile
+    error, no spill, no serialized wgmma, shared memory under the limit."""
+    listing = run_offline_compile(__file__, "sm90_compile_attn_mla", "--op", "mla-ws")
+    lines = [ln for ln in listing.splitlines() if ln.startswith("mla-ws ")]
+    assert len(lines) == 4 * len(ws_launch.WS_CONFIGS), listing
+    assert not any(flag in ln for ln in lines for flag in ("SPILL", "SERIALIZED", "FAIL", "SMEM")), listing
+
+
+class _Launches:
+    """Stands in for the Gluon kernel: ``kernel[grid](*args, **kwargs)`` is recorded, not run."""
+
+    def __init__(self):
+        self.grids, self.arguments = [], []
+
+    def __getitem__(self, grid):
+        def record(*args, **kwargs):
+            self.grids.append(grid)
+            self.arguments.append({**dict(zip(ws_kernel.mla_decode_ws_kernel.arg_names, args)), **kwargs})
+        return record
+
+
+def test_launch_binds_every_kernel_argument(monkeypatch):
+    """Runs everywhere (TMA descriptors of host tensors): one launch binds exactly the kernel's parameters over
+    (head blocks, splits, B); splits switch the partial path on."""
+    launches = _Launches()
+    monkeypatch.setattr(ws_launch, "mla_decode_ws_kernel", launches)
+    inputs = _case(b=3, h=128, n_kv=64, h_kv=2, dtype=torch.float16).inputs
+    out = torch.empty_like(inputs["q"])
+    part = torch.empty(1)
+    for splits in (1, 4):
+        ws_launch.run(ws_launch.WS_CONFIGS[0], *inputs.values(), out, part, part, head_blocks_per_kv=1,
+                      split_len=16, splits=splits, qk_scale=0.1)
+    assert launches.grids == [(2, 1, 3), (2, 4, 3)]
+    for bound in launches.arguments:
+        assert set(bound) - {"num_warps"} == set(ws_kernel.mla_decode_ws_kernel.arg_names)
+    assert [a["SPLIT"] for a in launches.arguments] == [False, True]
+    assert launches.arguments[0]["group"] == 64 and launches.arguments[0]["n_kv"] == 64
+
+
+def test_row_views():
+    """Runs everywhere: the 2-D row views the descriptors read, and the layouts without one."""
+    x = torch.empty(4, 8, 2, 512, dtype=torch.float16)
+    assert ws_launch._row_view(x) == (32, 1024)
+    assert ws_launch._row_view(torch.empty(4, 16, 1, 576, dtype=torch.float16)[..., :512]) == (64, 576)
+    assert ws_launch._row_view(torch.empty(3, 64, 512, dtype=torch.float16)) == (192, 512)
+    assert ws_launch._row_view(x.transpose(1, 2)) is None  # tokens not one row apart
+    assert ws_launch._row_view(x[..., ::2]) is None  # last dim strided
+    assert ws_launch._row_view(torch.empty(4, 8, 2, 520, dtype=torch.float16)[..., :512]) is None  # heads apart
+
+
+def test_calls_it_does_not_serve_are_refused():
+    """Runs everywhere: a forced ws config on a call outside its domain (here D = 64; off Hopper every call)
+    raises before any launch instead of running something else."""
+    gen = testing.generator(1)
+    inputs = {"q": testing.randn((1, 16, 64), torch.float16, DEV, gen),
+              "q_pe": testing.randn((1, 16, 16), torch.float16, DEV, gen),
+              "k": testing.randn((1, 8, 1, 64), torch.float16, DEV, gen),
+              "k_pe": testing.randn((1, 8, 1, 16), torch.float16, DEV, gen)}
+    with pytest.raises(ValueError, match="warp-specialized kernel serves"):
+        mla_op.with_config(ws_launch.WS_CONFIGS[0])(**inputs)
