@@ -21,6 +21,12 @@ hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_devi
                             reason="needs a Hopper GPU")
 
 
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch):
+    """Split partials start NaN-filled on the GPU too: a partial column or lse the kernel never wrote fails."""
+    monkeypatch.setenv("ATTNOPS_POISON", "1")
+
+
 def _case(b=2, h=64, n_kv=40, h_kv=1, dtype=torch.float16, seed=0, scale=1.0) -> Case:
     gen = testing.generator(seed)
     return Case({"q": testing.randn((b, h, 512), dtype, DEV, gen, scale=scale),
@@ -34,8 +40,8 @@ def _case(b=2, h=64, n_kv=40, h_kv=1, dtype=torch.float16, seed=0, scale=1.0) ->
 @pytest.mark.parametrize("cfg", ws_launch.WS_CONFIGS, ids=CONFIG_IDS)
 @pytest.mark.parametrize("row", ["mla-b128-4096/f16", "ds-v3-32k/bf16", "mla-tp-b1/bf16", "mla-tp-b64/f16"])
 def test_seed_rows(row, cfg):
-    """A full batch (no split), a long context (splits and the combine launch), a single request (16 heads of a
-    64-head block) and H = 64."""
+    """A full batch (no split), a long context (splits and the combine launch), a single request with H = 64
+    (one head block, 32 splits) and a batch of 64 with H = 64."""
     SPEC.check(make_case(ROWS[row], DEV, shrink=False, seed=11), pinned(mla_op, cfg))
 
 
@@ -49,8 +55,11 @@ def test_seed_rows(row, cfg):
     (dict(n_kv=100), 3),  # 3 asked, 2 made: splits of 64 and 36 keys
     (dict(h=32, h_kv=2, n_kv=70), None),  # two KV heads, groups of 16 in 64-head blocks
     (dict(h=128, b=3, n_kv=257), 5),  # two head blocks per KV head, splits
+    (dict(h=96, b=3, n_kv=70), None),  # the second head block half full: its Q box reads the next request's heads
+    (dict(h=192, h_kv=2, n_kv=300), 3),  # groups of 96 over two KV heads, splits
     (dict(n_kv=96, scale=8.0), None),  # a sharp softmax: a few keys dominate each row
-], ids=["one-key", "tail", "splits", "two-kv-heads", "two-head-blocks", "sharp"])
+], ids=["one-key", "tail", "splits", "two-kv-heads", "two-head-blocks", "partial-head-block", "kv-heads-splits",
+        "sharp"])
 def test_edge_cases(shape, splits, dtype, cfg):
     SPEC.check(_case(dtype=dtype, seed=7, **shape), pinned(mla_op, cfg, num_splits=splits))
 
@@ -111,18 +120,24 @@ def test_row_views():
     assert ws_launch._row_view(x) == (32, 1024)
     assert ws_launch._row_view(torch.empty(4, 16, 1, 576, dtype=torch.float16)[..., :512]) == (64, 576)
     assert ws_launch._row_view(torch.empty(3, 64, 512, dtype=torch.float16)) == (192, 512)
+    single = torch.empty(512, dtype=torch.float16).as_strided((1, 1, 1, 512), (0, 0, 512, 1))
+    assert ws_launch._row_view(single) == (1, 512)  # a size-1 dim's stride (here 0) is not the row stride
     assert ws_launch._row_view(x.transpose(1, 2)) is None  # tokens not one row apart
     assert ws_launch._row_view(x[..., ::2]) is None  # last dim strided
     assert ws_launch._row_view(torch.empty(4, 8, 2, 520, dtype=torch.float16)[..., :512]) is None  # heads apart
 
 
 def test_calls_it_does_not_serve_are_refused():
-    """Runs everywhere: a forced ws config on a call outside its domain (here D = 64; off Hopper every call)
-    raises before any launch instead of running something else."""
+    """Runs everywhere: a forced ws config on a call outside its domain raises before any launch, naming why,
+    instead of running something else."""
     gen = testing.generator(1)
-    inputs = {"q": testing.randn((1, 16, 64), torch.float16, DEV, gen),
+    narrow = {"q": testing.randn((1, 16, 64), torch.float16, DEV, gen),
               "q_pe": testing.randn((1, 16, 16), torch.float16, DEV, gen),
               "k": testing.randn((1, 8, 1, 64), torch.float16, DEV, gen),
               "k_pe": testing.randn((1, 8, 1, 16), torch.float16, DEV, gen)}
-    with pytest.raises(ValueError, match="warp-specialized kernel serves"):
-        mla_op.with_config(ws_launch.WS_CONFIGS[0])(**inputs)
+    forced = mla_op.with_config(ws_launch.WS_CONFIGS[0])
+    with pytest.raises(ValueError, match="needs D = 512 and PE = 64, got D = 64, PE = 16"):
+        forced(**narrow)
+    if not ws_launch.applies(*_case().inputs.values()):  # off Hopper: every call, for that reason
+        with pytest.raises(ValueError, match="needs a Hopper GPU"):
+            forced(**_case().inputs)

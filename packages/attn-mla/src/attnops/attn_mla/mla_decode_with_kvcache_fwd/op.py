@@ -85,10 +85,9 @@ def launch(q, q_pe, k, k_pe, out, config: MLAConfig | ws_launch.WsConfig, num_sp
         return out.zero_()  # no visible key: exact zeros (spec: empty rows)
     group = h // h_kv
     ws = isinstance(config, ws_launch.WsConfig)
-    if ws and not ws_launch.applies(q, q_pe, k, k_pe):
-        raise ValueError(f"config {config.name}: the warp-specialized kernel serves Hopper calls with D = "
-                         f"{ws_launch.LATENT}, PE = {ws_launch.ROPE}, 16-bit tensors readable as 2-D row views; "
-                         f"got D = {d}, PE = {pe}, {q.dtype}")
+    refused = ws_launch.refusal(q, q_pe, k, k_pe) if ws else None
+    if refused:
+        raise ValueError(f"config {config.name}: the warp-specialized kernel cannot serve this call: {refused}")
     block_h = config.block_h if ws else block_h_for(group, config)
     head_blocks_per_kv = triton.cdiv(group, block_h)
     head_blocks = h_kv * head_blocks_per_kv

@@ -22,7 +22,9 @@ Grid ``(head blocks, KV splits, B)``: one program per (64-head block, split, req
 merge are ``op.launch``'s (one split: the normalized output; several: a normalized fp32 partial and its base-2
 log-sum-exp per split, merged by ``mla_combine_kernel``). Shapes: D = 512, PE = 64, 16-bit q / keys; query heads
 past the KV head's group (groups under 64) are computed from whatever rows the Q box holds and never stored.
-Keys past the split's end are masked; their rows are other keys of the cache or TMA's zeros, finite.
+Keys past the split's end are masked; their rows (other keys of the cache, another request's included, or TMA's
+zeros) are zeroed in each warpgroup's half of the last tile before its P·V (``_zero_rows_from``), so that P's
+zeros never meet a NaN / Inf of another request.
 """
 
 from triton.experimental import gluon
@@ -65,6 +67,18 @@ def _full_scores(s, mine, theirs, xchg, x, s_layout: gl.constexpr):
 
 
 @gluon.jit
+def _zero_rows_from(tile, valid, BLOCK_N: gl.constexpr):
+    """Zero rows ``valid..`` of this warpgroup's own shared [BLOCK_N, 256] key half in place (its scores are
+    done; no other partition reads it), ordered before the wgmma that reads it next."""
+    rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # 16-byte pieces, 4 warps
+    keys = tile.load(rows_layout)
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, rows_layout))
+    tile.store(gl.where((rows < valid)[:, None], keys, gl.zeros_like(keys)))
+    fence_async_shared()  # this thread's stores visible to the async proxy (wgmma) ...
+    gl.thread_barrier()  # ... and every thread of the warpgroup done before the wgmma reads the tile
+
+
+@gluon.jit
 def _softmax(s, n0, end, m_i, l_i, qk_scale, BLOCK_N: gl.constexpr, s_layout: gl.constexpr,
              p_layout: gl.constexpr, o_layout: gl.constexpr, dtype: gl.constexpr):
     """Online-softmax step (base 2, the scale folded into exp2) of key tile [n0, n0 + BLOCK_N), keys >= end
@@ -87,6 +101,7 @@ def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready
               part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits, qk_scale, stride_ob, stride_oh,
               WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr):
     """Latent columns [256·WG, +256) of the program's 64 heads over the split's key tiles, then their store.
+    The ring needs two slots or more: tile j + 1 is awaited before tile j's slot is released.
     ``q_half`` / ``k_half``: this warpgroup's latent half of the queries and of the key ring; ``mine`` /
     ``theirs``: the two warpgroups' score-exchange slots."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -94,6 +109,7 @@ def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HALF, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    gl.static_assert(STAGES >= 2, "tile j + 1 is awaited before tile j's slot is released")
     dtype: gl.constexpr = q_half.dtype
     hb = gl.program_id(0)
     split = gl.program_id(1)
@@ -125,6 +141,9 @@ def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready
         acc = acc * alpha_next[:, None]
         p_op = p_next
     last = (n_tiles - 1) % STAGES
+    n_last = start + (n_tiles - 1) * BLOCK_N
+    if n_last + BLOCK_N > end:
+        _zero_rows_from(k_half.index(last), end - n_last, BLOCK_N)
     acc = warpgroup_mma(p_op, k_half.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
     mbarrier.arrive(kv_free.index(last), count=1)

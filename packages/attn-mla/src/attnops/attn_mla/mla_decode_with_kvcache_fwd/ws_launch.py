@@ -55,7 +55,7 @@ def _row_view(t: torch.Tensor) -> tuple[int, int] | None:
         width = t.shape[2] * w
     else:
         width = w
-    inner = t.stride(1)
+    inner = t.stride(1) if t.shape[1] > 1 else width  # (a size-1 dim's stride can be anything: 0 after expand)
     if t.shape[0] > 1 and t.stride(0) != t.shape[1] * inner:
         return None
     if t.shape[1] > 1 and inner < width:
@@ -65,14 +65,25 @@ def _row_view(t: torch.Tensor) -> tuple[int, int] | None:
     return t.shape[0] * t.shape[1], inner
 
 
-def applies(q: torch.Tensor, q_pe: torch.Tensor, k: torch.Tensor, k_pe: torch.Tensor) -> bool:
-    """A Hopper GPU (not the interpreter), D = 512 and PE = 64, 16-bit tensors (the op checked that they share
-    q's dtype), each readable through a 2-D TMA view."""
+def refusal(q: torch.Tensor, q_pe: torch.Tensor, k: torch.Tensor, k_pe: torch.Tensor) -> str | None:
+    """Why the kernel cannot serve a call, or None: it needs D = 512 and PE = 64, 16-bit tensors (the op
+    checked that they share q's dtype), each readable through a 2-D TMA view, on a Hopper GPU (not the
+    interpreter)."""
+    if q.shape[-1] != LATENT or q_pe.shape[-1] != ROPE:
+        return f"needs D = {LATENT} and PE = {ROPE}, got D = {q.shape[-1]}, PE = {q_pe.shape[-1]}"
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return f"needs float16 / bfloat16, got {q.dtype}"
+    for name, t in (("q", q), ("q_pe", q_pe), ("k", k), ("k_pe", k_pe)):
+        if _row_view(t) is None:
+            return f"{name}: strides {tuple(t.stride())} give no 2-D row view TMA can read"
     if runtime.interpreting() or not runtime.is_hopper():
-        return False
-    if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[-1] != LATENT or q_pe.shape[-1] != ROPE:
-        return False
-    return all(_row_view(t) is not None for t in (q, q_pe, k, k_pe))
+        return "needs a Hopper GPU (TMA, wgmma, warp specialization; not the interpreter)"
+    return None
+
+
+def applies(q: torch.Tensor, q_pe: torch.Tensor, k: torch.Tensor, k_pe: torch.Tensor) -> bool:
+    """Whether the kernel serves the call (``refusal`` says why not)."""
+    return refusal(q, q_pe, k, k_pe) is None
 
 
 def _desc(t: torch.Tensor, box: list[int]) -> TensorDescriptor:
