@@ -74,6 +74,19 @@ def test_fused_cache_views():
     SPEC.check(case, pinned(mla_op, ws_launch.WS_CONFIGS[0]), keep_views=True)
 
 
+@pytest.mark.gpu
+@hopper
+def test_another_requests_nan_keys_stay_out():
+    """Request 0's 33 keys end one row into a 32-key tile whose other rows are request 1's keys, all NaN here:
+    request 0's output must not see them (request 1's is NaN, as the reference's)."""
+    case = _case(b=2, n_kv=33, seed=4)
+    case.inputs["k"][1] = float("nan")
+    out = pinned(mla_op, ws_launch.WS_CONFIGS[0])(**case.inputs)
+    first = Case({n: t[:1] for n, t in case.inputs.items()}, outputs=("o",))
+    SPEC.compare({"o": out[:1]}, first.fresh().run(SPEC.reference), first)
+    assert bool(out[1].isnan().all())
+
+
 def test_compiles_for_sm90():
     """Every config, both dtypes, with and without splits, through Gluon's sm_90 pipeline and ptxas: no compile
     error, no spill, no serialized wgmma, shared memory under the limit."""
