@@ -154,3 +154,16 @@ def test_calls_it_does_not_serve_are_refused():
     if not ws_launch.applies(*_case().inputs.values()):  # off Hopper: every call, for that reason
         with pytest.raises(ValueError, match="needs a Hopper GPU"):
             forced(**_case().inputs)
+
+
+def test_default_rule(monkeypatch):
+    """Runs everywhere: under ``WS_DEFAULT`` calls the kernel serves take ``WS_CONFIGS[0]`` when their KV groups
+    fill 64-head blocks, others (groups of 16, or a call it refuses) the Triton kernel; off, every call."""
+    full, narrow = _case(h=128).inputs, _case(h=16).inputs
+    monkeypatch.setattr(ws_launch, "applies", lambda *tensors: True)
+    assert mla_op.default_config(*full.values()) == mla_op.pick_config()  # WS_DEFAULT off
+    monkeypatch.setattr(mla_op, "WS_DEFAULT", True)
+    assert mla_op.default_config(*full.values()) == ws_launch.WS_CONFIGS[0]
+    assert mla_op.default_config(*narrow.values()) == mla_op.pick_config()
+    monkeypatch.setattr(ws_launch, "applies", lambda *tensors: False)
+    assert mla_op.default_config(*full.values()) == mla_op.pick_config()

@@ -47,6 +47,21 @@ def pick_config() -> MLAConfig:
     return CONFIGS["interpreter" if runtime.interpreting() else "h200"]
 
 
+# The warp-specialized kernel (``ws_launch``) by default where it serves the call and the KV groups fill its
+# 64-head blocks: off until an H200 run has checked it and timed it beside the Triton kernel (written 2026-12-02
+# without device time; docs/perf/attn-mla.md).
+WS_DEFAULT = False
+
+
+def default_config(q, q_pe, k, k_pe) -> MLAConfig | ws_launch.WsConfig:
+    """The config a call runs by default: ``WS_CONFIGS[0]`` under ``WS_DEFAULT`` for whole 64-head blocks on a
+    call the Gluon kernel serves, else the Triton kernel's ``pick_config()``."""
+    group = q.shape[1] // max(k.shape[2], 1)
+    if WS_DEFAULT and group % ws_launch.WS_CONFIGS[0].block_h == 0 and ws_launch.applies(q, q_pe, k, k_pe):
+        return ws_launch.WS_CONFIGS[0]
+    return pick_config()
+
+
 def block_h_for(group_size: int, config: MLAConfig) -> int:
     return min(config.block_h, max(16, triton.next_power_of_2(group_size)))
 
@@ -130,7 +145,7 @@ def _launch_triton(q, q_pe, k, k_pe, out, part_o, part_lse, counters, config: ML
 @torch.library.custom_op("attnops::mla_decode_with_kvcache_fwd", mutates_args=())
 def _mla_decode(q: torch.Tensor, q_pe: torch.Tensor, k: torch.Tensor, k_pe: torch.Tensor) -> torch.Tensor:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    return launch(q, q_pe, k, k_pe, out, pick_config())
+    return launch(q, q_pe, k, k_pe, out, default_config(q, q_pe, k, k_pe))
 
 
 @_mla_decode.register_fake
