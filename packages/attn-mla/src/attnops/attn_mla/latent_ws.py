@@ -1,0 +1,124 @@
+"""Device code shared by the attn-mla warp-specialized kernels (MLA decode ``mla_decode_with_kvcache_fwd/ws_kernel.py``,
+DSA ``dsa_decode_with_kvcache_fwd/ws_kernel.py``): the consumer warpgroups' loop over a ring of latent key tiles.
+
+64 query heads share every key row; the two consumer warpgroups split the channels, not the rows: warpgroup 0
+owns latent channels 0-255 (and the rope channels), warpgroup 1 latent channels 256-511. Each computes its
+partial scores (wgmma from shared memory), hands them to the other through a double-buffered fp32 exchange slot
+(an mbarrier both arrive on and wait for), adds the other's, and then both hold the same full scores: the online
+softmax runs in both (the same arithmetic on the same values: identical m, l, P), and each multiplies P by its
+own 256 latent columns of the key tile (the values are the latent keys). No score is computed twice and no
+output column is shared. The kernels own the loaders (TMA for contiguous caches, a gather for DSA) and the
+epilogues.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+HEADS = gl.constexpr(64)  # query heads per program: one warpgroup's wgmma M, shared by both consumers
+HALF = gl.constexpr(256)  # latent channels per consumer
+
+
+@gluon.jit
+def _partial_scores(q_half, k_half, qpe_smem, kpe_smem, k_ready, i, zero_s, WG: gl.constexpr, STAGES: gl.constexpr,
+                    HAS_PE: gl.constexpr):
+    """Issue this warpgroup's partial S of the ring's i-th key tile (async) once it has landed: its latent half,
+    plus the rope channels in warpgroup 0 (``HAS_PE``)."""
+    slot = i % STAGES
+    mbarrier.wait(k_ready.index(slot), (i // STAGES) & 1)
+    s = warpgroup_mma(q_half, k_half.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    if HAS_PE and WG == 0:
+        s = warpgroup_mma(qpe_smem, kpe_smem.index(slot).permute((1, 0)), s, is_async=True)
+    return s
+
+
+@gluon.jit
+def _full_scores(s, mine, theirs, xchg, x, s_layout: gl.constexpr):
+    """Exchange number ``x`` of the program: write this warpgroup's partial scores to its slot x % 2 of
+    ``mine``, meet the other warpgroup (both arrive, both wait: count 2), and add its partial from ``theirs``.
+    A slot is written again two exchanges later, after both passed the exchange in between, so after both read
+    it."""
+    mine.index(x % 2).store(s)
+    gl.thread_barrier()  # every thread's part stored before this warpgroup's arrival releases them
+    mbarrier.arrive(xchg.index(x % 2), count=1)
+    mbarrier.wait(xchg.index(x % 2), (x // 2) & 1)
+    return s + theirs.index(x % 2).load(s_layout)
+
+
+@gluon.jit
+def _zero_rows_from(tile, valid, BLOCK_N: gl.constexpr):
+    """Zero rows ``valid..`` of this warpgroup's own shared [BLOCK_N, 256] key half in place (its scores are
+    done; no other partition reads it), ordered before the wgmma that reads it next."""
+    rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # 16-byte pieces, 4 warps
+    keys = tile.load(rows_layout)
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, rows_layout))
+    tile.store(gl.where((rows < valid)[:, None], keys, gl.zeros_like(keys)))
+    fence_async_shared()  # this thread's stores visible to the async proxy (wgmma) ...
+    gl.thread_barrier()  # ... and every thread of the warpgroup done before the wgmma reads the tile
+
+
+@gluon.jit
+def _softmax(s, n0, end, m_i, l_i, qk_scale, BLOCK_N: gl.constexpr, s_layout: gl.constexpr,
+             p_layout: gl.constexpr, o_layout: gl.constexpr, dtype: gl.constexpr):
+    """Online-softmax step (base 2, the scale folded into exp2) of key tile [n0, n0 + BLOCK_N), keys >= end
+    masked (only the last tile has any): (P as the P·V wgmma's register operand, the rescale factor in
+    the accumulator's layout, m, l). ``kernel_utils.attention_fns.online_softmax_step``'s arithmetic with the
+    wgmma layouts (a Gluon kernel cannot call ``triton.jit`` functions)."""
+    if n0 + BLOCK_N > end:
+        k_pos = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        s = gl.where((k_pos < end)[None, :], s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)  # every tile has a visible key: m_new is finite
+    p = gl.exp2(s * qk_scale - m_new[:, None])
+    alpha = gl.exp2(m_i - m_new)
+    l_new = l_i * alpha + gl.sum(p, axis=1)
+    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    return p_op, gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), m_new, l_new
+
+
+
+@gluon.jit
+def consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_free, xchg, n0, end, n_tiles, qk_scale,
+                 WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr,
+                 s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
+    """One consumer warpgroup over ``n_tiles`` >= 1 key tiles of the ring (keys n0, n0 + 1, ...; those >= end
+    masked): its partial scores, the exchange, the softmax both run, P·V on its latent half; the partial scores
+    of tile j + 1 are issued before the softmax of tile j, whose P·V runs during the next softmax. Returns
+    (O [64, 256] f32 unnormalized, m, l in base 2). The ring needs two slots or more: tile j + 1 is awaited before
+    tile j's slot is released. ``q_half`` / ``k_half``: this warpgroup's latent half of the queries and of the
+    key ring; ``mine`` / ``theirs``: the two warpgroups' score-exchange slots."""
+    gl.static_assert(STAGES >= 2, "tile j + 1 is awaited before tile j's slot is released")
+    dtype: gl.constexpr = q_half.dtype
+    zero_s = gl.zeros([HEADS, BLOCK_N], gl.float32, layout=s_layout)
+    m_i = gl.full([HEADS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+    l_i = gl.full([HEADS], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
+    s = _partial_scores(q_half, k_half, qpe_smem, kpe_smem, k_ready, 0, zero_s, WG, STAGES, HAS_PE)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+    s = _full_scores(s, mine, theirs, xchg, 0, s_layout)
+    p_op, alpha, m_i, l_i = _softmax(s, n0, end, m_i, l_i, qk_scale, BLOCK_N, s_layout, p_layout, o_layout, dtype)
+    for j in range(1, n_tiles):
+        s_next = _partial_scores(q_half, k_half, qpe_smem, kpe_smem, k_ready, j, zero_s, WG, STAGES, HAS_PE)
+        slot = (j - 1) % STAGES
+        acc = warpgroup_mma(p_op, k_half.index(slot), acc, is_async=True)  # O += P·V of tile j - 1
+        s_next = warpgroup_mma_wait(num_outstanding=1, deps=(s_next, ))  # the scores of j; P·V may run on
+        s_next = _full_scores(s_next, mine, theirs, xchg, j, s_layout)
+        p_next, alpha_next, m_i, l_i = _softmax(s_next, n0 + j * BLOCK_N, end, m_i, l_i, qk_scale, BLOCK_N,
+                                                s_layout, p_layout, o_layout, dtype)
+        # p_op stays live until its wgmma is waited for: its registers are read asynchronously
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
+        mbarrier.arrive(kv_free.index(slot), count=1)
+        acc = acc * alpha_next[:, None]
+        p_op = p_next
+    last = (n_tiles - 1) % STAGES
+    n_last = n0 + (n_tiles - 1) * BLOCK_N
+    if n_last + BLOCK_N > end:
+        _zero_rows_from(k_half.index(last), end - n_last, BLOCK_N)
+    acc = warpgroup_mma(p_op, k_half.index(last), acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
+    mbarrier.arrive(kv_free.index(last), count=1)
+    return acc, m_i, l_i
