@@ -9,7 +9,7 @@ pipelines the loads. Prints registers, spill bytes, shared memory, wgmma and cp.
 compile errors, spills, shared memory over 227 KB and unpipelined loads.
 
     python -m benchmarks.sm90_compile_attn_mla            # every variant (a few minutes on 2 cores)
-    python -m benchmarks.sm90_compile_attn_mla --op mla   # one op: topk, indexer, mla, mla-ws, dsa
+    python -m benchmarks.sm90_compile_attn_mla --op mla   # one op: topk, indexer, mla, mla-ws, dsa, dsa-ws
     python -m benchmarks.sm90_compile_attn_mla --ones     # every int argument 1 (a constant at launch)
 """
 
@@ -34,6 +34,7 @@ from triton.runtime.jit import mangle_type  # noqa: E402
 
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op  # noqa: E402
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd.kernel import dsa_decode_kernel, dsa_prepare_indices_kernel  # noqa: E402
+from attnops.attn_mla.dsa_decode_with_kvcache_fwd.ws_kernel import dsa_decode_ws_kernel  # noqa: E402
 from attnops.attn_mla.fp8_lightning_indexer_fwd import op as indexer_op  # noqa: E402
 from attnops.attn_mla.fp8_lightning_indexer_fwd.kernel import lightning_indexer_kernel  # noqa: E402
 from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op  # noqa: E402
@@ -154,6 +155,22 @@ def mla_ws_variants():
                     mla_decode_ws_kernel, ptrs, ints, cx, 4, 1, floats=("qk_scale",), source=GluonASTSource)
 
 
+def dsa_ws_variants():
+    for dtype, tail in ((torch.bfloat16, 64), (torch.bfloat16, 0), (torch.float16, 64)):
+        name = "bf16" if dtype == torch.bfloat16 else "fp16"
+        width = 512 + tail
+        for cfg in mla_ws.WS_CONFIGS:
+            q_desc = _desc_type(dtype, width, [64, 256])
+            ptrs = {"q_desc": q_desc, "qpe_desc": _desc_type(dtype, width, [64, tail]) if tail else q_desc,
+                    "kv_ptr": f"*{name}", "clean_ptr": "*i32", "count_ptr": "*i32", "out_ptr": f"*{name}"}
+            ints = dict(S=4096, H=128, H_kv=1, group=128, head_blocks_per_kv=2, stride_kb=65536 * width,
+                        stride_kt=width, stride_kh=width, stride_ob=4096 * 128 * 512, stride_os=128 * 512,
+                        stride_oh=512)
+            cx = dict(TAIL=tail, BLOCK_K=2048, BLOCK_N=cfg.block_n, STAGES=cfg.stages)
+            yield f"dsa-ws {cfg.name} {name} tail={tail}", lambda cx=cx, ptrs=ptrs, ints=ints: compile_sm90(
+                dsa_decode_ws_kernel, ptrs, ints, cx, 4, 1, floats=("qk_scale",), source=GluonASTSource)
+
+
 def dsa_variants():
     for k, warps in ((512, 4), (1024, 4), (2048, 8)):
         yield f"dsa prepare K={k}", lambda k=k, warps=warps: compile_sm90(
@@ -175,7 +192,7 @@ def dsa_variants():
 
 
 OPS = {"topk": topk_variants, "indexer": indexer_variants, "mla": mla_variants, "mla-ws": mla_ws_variants,
-       "dsa": dsa_variants}
+       "dsa": dsa_variants, "dsa-ws": dsa_ws_variants}
 
 
 def main(argv=None) -> int:

@@ -9,6 +9,7 @@ Prints, per seed row, the default variant's time and the best one; writes JSON.
 from __future__ import annotations
 
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op
+from attnops.attn_mla.dsa_decode_with_kvcache_fwd import ws_launch as dsa_ws
 from attnops.attn_mla.fp8_lightning_indexer_fwd import op as indexer_op
 from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op
 from attnops.attn_mla.mla_decode_with_kvcache_fwd import ws_launch as mla_ws
@@ -28,15 +29,22 @@ CPU_ONLY = ("interpreter", "fallback")  # configs that exist for the interpreter
 
 
 def variants(spec, case):
-    """(label, callable) per GPU config, and for MLA decode the warp-specialized kernel's configs (where it
-    serves the row) and a few split counts around the planner's, each also with the splits merged in the decode
-    kernel (``fused_combine``)."""
+    """(label, callable) per GPU config, the warp-specialized kernels' configs (MLA decode, DSA: where they
+    serve the row), and for MLA decode a few split counts around the planner's, each also with the splits
+    merged in the decode kernel (``fused_combine``)."""
     op = OPS[spec.name]
     default = op.pick_config()
     for name, cfg in op.CONFIGS.items():
         if name in CPU_ONLY:
             continue
         yield name + (" (default)" if cfg == default else ""), op.with_config(cfg)
+    if spec.name == "DSADecodeWithKVCacheFwd":
+        q = case.inputs["q"]
+        tail, _ = dsa_op.resolve_params(q, case.inputs.get("dim_tail"), case.inputs.get("stride_kv", 1),
+                                        case.inputs["q_start_index_s"], case.inputs.get("sm_scale"))
+        if dsa_ws.applies(q, case.inputs["kv"], tail):
+            for cfg in dsa_ws.WS_CONFIGS:
+                yield cfg.name, dsa_op.with_config(cfg)
     if spec.name == "MLADecodeWithKVCacheFwd":
         if mla_ws.applies(*(case.inputs[n] for n in ("q", "q_pe", "k", "k_pe"))):
             for cfg in mla_ws.WS_CONFIGS:

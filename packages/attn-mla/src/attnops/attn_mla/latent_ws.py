@@ -11,6 +11,8 @@ output column is shared. The kernels own the loaders (TMA for contiguous caches,
 epilogues.
 """
 
+from dataclasses import dataclass
+
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -22,15 +24,44 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 HEADS = gl.constexpr(64)  # query heads per program: one warpgroup's wgmma M, shared by both consumers
 HALF = gl.constexpr(256)  # latent channels per consumer
+SMEM_LIMIT = 227 * 1024  # shared memory one program may use on sm_90
+
+
+@dataclass(frozen=True)
+class WsConfig:
+    """A launch config of the kernels built on ``consume_keys`` (host side)."""
+
+    block_n: int  # keys per tile (the score wgmma's N)
+    stages: int  # key tiles in flight (the ring's slots)
+    block_h: int = HEADS.value  # query heads per program (fixed: one warpgroup's M)
+
+    @property
+    def name(self) -> str:
+        return f"ws-n{self.block_n}s{self.stages}"
+
+
+def smem_bytes(cfg: WsConfig, rope: int) -> int:
+    """Queries and the key ring (2 x 256 latent channels plus ``rope``), and both warpgroups' two fp32
+    score-exchange slots."""
+    width = 2 * HALF.value + rope
+    return 2 * (HEADS.value * width + cfg.stages * cfg.block_n * width) + 4 * 2 * 2 * HEADS.value * cfg.block_n
+
+
+# 64-key tiles do not fit beside the exchange slots (Q 72 KB + 2 x 72 KB ring + 64 KB of exchange): 32-key tiles,
+# 3 slots first (212 KB with a 64-channel rope part).
+CONFIGS = tuple(c for c in (WsConfig(32, 3), WsConfig(32, 2)) if smem_bytes(c, 64) <= SMEM_LIMIT)
 
 
 @gluon.jit
 def _partial_scores(q_half, k_half, qpe_smem, kpe_smem, k_ready, i, zero_s, WG: gl.constexpr, STAGES: gl.constexpr,
-                    HAS_PE: gl.constexpr):
+                    HAS_PE: gl.constexpr, GENERIC_COPIES: gl.constexpr):
     """Issue this warpgroup's partial S of the ring's i-th key tile (async) once it has landed: its latent half,
-    plus the rope channels in warpgroup 0 (``HAS_PE``)."""
+    plus the rope channels in warpgroup 0 (``HAS_PE``). ``GENERIC_COPIES``: the tile came by cp.async (the
+    generic proxy), so a proxy fence orders it before the wgmma (the async proxy) reads it; TMA needs none."""
     slot = i % STAGES
     mbarrier.wait(k_ready.index(slot), (i // STAGES) & 1)
+    if GENERIC_COPIES:
+        fence_async_shared()
     s = warpgroup_mma(q_half, k_half.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     if HAS_PE and WG == 0:
         s = warpgroup_mma(qpe_smem, kpe_smem.index(slot).permute((1, 0)), s, is_async=True)
@@ -84,25 +115,28 @@ def _softmax(s, n0, end, m_i, l_i, qk_scale, BLOCK_N: gl.constexpr, s_layout: gl
 @gluon.jit
 def consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_free, xchg, n0, end, n_tiles, qk_scale,
                  WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr,
-                 s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
+                 s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
+                 GENERIC_COPIES: gl.constexpr):
     """One consumer warpgroup over ``n_tiles`` >= 1 key tiles of the ring (keys n0, n0 + 1, ...; those >= end
     masked): its partial scores, the exchange, the softmax both run, P·V on its latent half; the partial scores
     of tile j + 1 are issued before the softmax of tile j, whose P·V runs during the next softmax. Returns
     (O [64, 256] f32 unnormalized, m, l in base 2). The ring needs two slots or more: tile j + 1 is awaited before
     tile j's slot is released. ``q_half`` / ``k_half``: this warpgroup's latent half of the queries and of the
-    key ring; ``mine`` / ``theirs``: the two warpgroups' score-exchange slots."""
+    key ring; ``mine`` / ``theirs``: the two warpgroups' score-exchange slots; ``GENERIC_COPIES``: the ring is
+    filled by cp.async (``_partial_scores``)."""
     gl.static_assert(STAGES >= 2, "tile j + 1 is awaited before tile j's slot is released")
     dtype: gl.constexpr = q_half.dtype
     zero_s = gl.zeros([HEADS, BLOCK_N], gl.float32, layout=s_layout)
     m_i = gl.full([HEADS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
     l_i = gl.full([HEADS], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
     acc = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
-    s = _partial_scores(q_half, k_half, qpe_smem, kpe_smem, k_ready, 0, zero_s, WG, STAGES, HAS_PE)
+    s = _partial_scores(q_half, k_half, qpe_smem, kpe_smem, k_ready, 0, zero_s, WG, STAGES, HAS_PE, GENERIC_COPIES)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
     s = _full_scores(s, mine, theirs, xchg, 0, s_layout)
     p_op, alpha, m_i, l_i = _softmax(s, n0, end, m_i, l_i, qk_scale, BLOCK_N, s_layout, p_layout, o_layout, dtype)
     for j in range(1, n_tiles):
-        s_next = _partial_scores(q_half, k_half, qpe_smem, kpe_smem, k_ready, j, zero_s, WG, STAGES, HAS_PE)
+        s_next = _partial_scores(q_half, k_half, qpe_smem, kpe_smem, k_ready, j, zero_s, WG, STAGES, HAS_PE,
+                                 GENERIC_COPIES)
         slot = (j - 1) % STAGES
         acc = warpgroup_mma(p_op, k_half.index(slot), acc, is_async=True)  # O += P·V of tile j - 1
         s_next = warpgroup_mma_wait(num_outstanding=1, deps=(s_next, ))  # the scores of j; P·V may run on

@@ -10,6 +10,7 @@ import triton
 
 from attnops.kernel_utils import checks, runtime
 
+from . import ws_launch
 from .kernel import dsa_decode_kernel, dsa_prepare_indices_kernel
 
 _ACTIVATIONS = (torch.float16, torch.bfloat16)
@@ -40,12 +41,17 @@ def pick_config() -> DSAConfig:
 
 
 def launch(q, kv, indices, out, *, dim_tail: int, stride_kv: int, q_start_index_s: int, sm_scale: float,
-           is_causal: bool, config: DSAConfig) -> torch.Tensor:
-    """Fill ``out`` ([B, S, H, D]); inputs already checked."""
+           is_causal: bool, config: DSAConfig | ws_launch.WsConfig) -> torch.Tensor:
+    """Fill ``out`` ([B, S, H, D]); inputs already checked. A ``ws_launch.WsConfig`` runs the Gluon
+    warp-specialized kernel (ValueError, before any launch, on a call it does not serve)."""
     b, s, h, width = q.shape
     s_kv, h_kv, k = kv.shape[1], kv.shape[2], indices.shape[3]
     d = width - dim_tail
     rows = b * s * h_kv
+    ws = isinstance(config, ws_launch.WsConfig)
+    refused = ws_launch.refusal(q, kv, dim_tail) if ws else None
+    if refused:
+        raise ValueError(f"config {config.name}: the warp-specialized kernel cannot serve this call: {refused}")
     if rows == 0 or h == 0:
         return out
     block_k = max(16, triton.next_power_of_2(k))
@@ -58,8 +64,11 @@ def launch(q, kv, indices, out, *, dim_tail: int, stride_kv: int, q_start_index_
         BLOCK_K=block_k, CAUSAL=is_causal, num_warps=4 if block_k <= 1024 else (8 if block_k <= 4096 else 16),
     )
     group = h // h_kv
-    block_h = min(config.block_h, max(16, triton.next_power_of_2(group)))
+    block_h = config.block_h if ws else min(config.block_h, max(16, triton.next_power_of_2(group)))
     head_blocks_per_kv = triton.cdiv(group, block_h)
+    if ws:
+        ws_launch.run(config, q, kv, clean, count, out, dim_tail, head_blocks_per_kv, sm_scale * LOG2E)
+        return out
     dsa_decode_kernel[(head_blocks_per_kv, rows)](
         q, kv, clean, count, out,
         s, h_kv, group, head_blocks_per_kv, sm_scale * LOG2E,
@@ -133,7 +142,7 @@ def check_inputs(q, kv, indices) -> None:
         raise ValueError(f"indices: the number of slots K must lie in [1, 16384], got {indices.shape[3]}")
 
 
-def with_config(config: DSAConfig, poison: bool = False):
+def with_config(config: DSAConfig | ws_launch.WsConfig, poison: bool = False):
     """The public function pinned to ``config`` (tests and tuning); ``poison`` pre-fills the output with
     NaN so that an unwritten element fails the check."""
 

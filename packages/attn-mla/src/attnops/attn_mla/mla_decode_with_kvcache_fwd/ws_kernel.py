@@ -47,7 +47,7 @@ def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready
     n_tiles = gl.cdiv(end - start, BLOCK_N)  # >= 1: the launcher makes no empty split and no empty cache
     mbarrier.wait(q_ready.index(0), 0)
     acc, m_i, l_i = consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_free, xchg, start, end,
-                                 n_tiles, qk_scale, WG, BLOCK_N, STAGES, True, s_layout, o_layout, p_layout)
+                                 n_tiles, qk_scale, WG, BLOCK_N, STAGES, True, s_layout, o_layout, p_layout, False)
 
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     out = acc / l_o[:, None]  # l >= 1: the row's largest score contributes 2^0

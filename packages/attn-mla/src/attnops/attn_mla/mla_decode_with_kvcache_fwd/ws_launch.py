@@ -5,41 +5,19 @@ Triton kernel until an H200 run has checked and timed this one (written 2026-12-
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from attnops.attn_mla.latent_ws import CONFIGS as WS_CONFIGS
+from attnops.attn_mla.latent_ws import HALF, HEADS, WsConfig
 from attnops.kernel_utils import runtime
 
-from .ws_kernel import HALF, HEADS, mla_decode_ws_kernel
+from .ws_kernel import mla_decode_ws_kernel
 
+__all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run"]
 LATENT = 2 * HALF.value  # the latent width the kernel serves (D = kv_lora_rank = 512)
 ROPE = 64  # the rope width it serves (PE)
-SMEM_LIMIT = 227 * 1024  # shared memory one program may use on sm_90
-
-
-@dataclass(frozen=True)
-class WsConfig:
-    block_n: int  # keys per tile (the score wgmma's N)
-    stages: int  # key tiles in flight (the ring's slots)
-    block_h: int = HEADS.value  # query heads per program (fixed: one warpgroup's M)
-
-    @property
-    def name(self) -> str:
-        return f"ws-n{self.block_n}s{self.stages}"
-
-
-def smem_bytes(cfg: WsConfig) -> int:
-    """Queries, the key ring and the two fp32 score-exchange slots of both warpgroups."""
-    width = LATENT + ROPE
-    return 2 * (HEADS.value * width + cfg.stages * cfg.block_n * width) + 4 * 2 * 2 * HEADS.value * cfg.block_n
-
-
-# 64-key tiles do not fit beside the exchange (Q 72 KB + 2 x 72 KB ring + 64 KB of exchange): 32-key tiles,
-# 3 slots first (212 KB).
-WS_CONFIGS = tuple(c for c in (WsConfig(32, 3), WsConfig(32, 2)) if smem_bytes(c) <= SMEM_LIMIT)
 
 
 def _row_view(t: torch.Tensor) -> tuple[int, int] | None:

@@ -1,0 +1,167 @@
+"""Warp-specialized DSA (DeepSeek sparse attention) for Hopper, written in Gluon.
+
+Why: the Triton kernel (``kernel.py``) runs at 200-250 TF/s against FlashMLA's sparse kernel at ~550
+(docs/perf/attn-mla.md): gather, scores, softmax and P·V one after another. Here, per (query row, KV head,
+64-head block) program, after ``dsa_prepare_indices_kernel`` has packed each row's distinct valid slots
+(``clean``, ``count``):
+
+* a 4-warp loader partition gathers the selected key rows: the program's 64 query heads once by TMA (latent
+  halves [64, 256] twice, and the rope tail [64, TAIL]), then per tile of BLOCK_N selected slots the rows'
+  latent halves and tail by ``cp.async`` (16-byte pieces, Hopper's TMA has no row gather) into a ring of
+  ``STAGES`` slots; each loader thread arrives on the slot's barrier when its copies have landed (count: the
+  128 loader threads), slots past ``count`` are zero-filled. A slot is refilled after both consumers released
+  it (``kv_free``).
+* two 4-warp consumer partitions run ``latent_ws.consume_keys`` (channel split, partial scores exchanged, the
+  same softmax in both, P·V on each one's 256 latent columns; a proxy fence orders the loader's generic-proxy
+  copies before the wgmma reads them), then store their output columns. A row with no valid slot stores zeros.
+
+Shapes: D = 512, TAIL 64 or 0, 16-bit; q readable as a 2-D row view ``[B·S·H, D + TAIL]`` (TMA), the KV cache
+any strides with 16-byte aligned rows.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+
+from attnops.attn_mla.latent_ws import HALF, HEADS, consume_keys
+
+LOADER_WARPS = gl.constexpr(4)  # the gather's warps (warp_specialize's second worker)
+
+
+@gluon.jit
+def _program(S, H_kv, group, head_blocks_per_kv):
+    """(b, s, KV head g, first query head of the block, the block's heads inside the group from) of this program."""
+    hb = gl.program_id(0)
+    row = gl.program_id(1)  # (b, s, KV head)
+    g = row % H_kv
+    bs = row // H_kv
+    local0 = (hb % head_blocks_per_kv) * HEADS
+    return row, bs // S, bs % S, g, g * group + local0, local0
+
+
+@gluon.jit
+def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready, kv_free, xchg, out_ptr, count_ptr,
+              S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, WG: gl.constexpr,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr):
+    """Latent columns [256·WG, +256) of the program's 64 heads over the row's selected keys, then their store."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HALF, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row, b, s, g, head0, local0 = _program(S, H_kv, group, head_blocks_per_kv)
+    count = gl.load(count_ptr + row)
+    n_tiles = gl.cdiv(count, BLOCK_N)
+    local = local0 + gl.arange(0, HEADS, layout=gl.SliceLayout(1, o_layout))
+    cols = WG * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, o_layout))
+    ptrs = (out_ptr + b.to(gl.int64) * stride_ob + s.to(gl.int64) * stride_os
+            + (g * group + local).to(gl.int64)[:, None] * stride_oh + cols[None, :])
+    if n_tiles > 0:
+        mbarrier.wait(q_ready.index(0), 0)
+        acc, m_i, l_i = consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_free, xchg, 0,
+                                     count, n_tiles, qk_scale, WG, BLOCK_N, STAGES, HAS_PE, s_layout, o_layout,
+                                     p_layout, True)
+        out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]  # l >= 1
+    else:  # no valid slot: zeros (the loader copies nothing)
+        out = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
+    gl.store(ptrs, out.to(q_half.dtype), mask=(local < group)[:, None])
+
+
+@gluon.jit
+def _gather(dst, key_rows, col0, sel, WIDTH: gl.constexpr, BLOCK_N: gl.constexpr):
+    """cp.async of [BLOCK_N, WIDTH] elements from columns col0.. of the selected rows (``key_rows``: their
+    pointers) into ``dst``; rows not ``sel`` are zero-filled."""
+    piece_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // WIDTH, WIDTH // 8], [LOADER_WARPS, 1], [1, 0])
+    rows = gl.convert_layout(key_rows, gl.SliceLayout(1, piece_layout))
+    ok = gl.convert_layout(sel, gl.SliceLayout(1, piece_layout))
+    cols = col0 + gl.arange(0, WIDTH, layout=gl.SliceLayout(0, piece_layout))
+    async_copy.async_copy_global_to_shared(dst, rows[:, None] + cols[None, :], mask=ok[:, None])
+
+
+@gluon.jit
+def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
+            k_ready, kv_free, S, H, H_kv, group, head_blocks_per_kv, stride_kb, stride_kt, stride_kh,
+            TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """The query heads by TMA, then the selected rows of every tile by cp.async gathers."""
+    row, b, s, g, head0, _ = _program(S, H_kv, group, head_blocks_per_kv)
+    count = gl.load(count_ptr + row)
+    n_tiles = gl.cdiv(count, BLOCK_N)
+    if n_tiles > 0:
+        q_row = (b * S + s) * H + head0
+        ready = q_ready.index(0)
+        if TAIL > 0:
+            mbarrier.expect(ready, 2 * q_desc.block_type.nbytes + qpe_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(qpe_desc, [q_row, 2 * HALF], ready, qpe_smem)
+        else:
+            mbarrier.expect(ready, 2 * q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [q_row, 0], ready, q_lo)
+        tma.async_copy_global_to_shared(q_desc, [q_row, HALF], ready, q_hi)
+    slot_layout: gl.constexpr = gl.BlockedLayout([1], [32], [LOADER_WARPS], [0])
+    kv_base = kv_ptr + b.to(gl.int64) * stride_kb + g.to(gl.int64) * stride_kh
+    idx_row = clean_ptr + row.to(gl.int64) * BLOCK_K
+    for j in range(n_tiles):
+        slot = j % STAGES
+        mbarrier.wait(kv_free.index(slot), ((j // STAGES) & 1) ^ 1)  # a fresh barrier passes parity 1
+        n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=slot_layout)
+        sel = n < count
+        key_rows = kv_base + gl.load(idx_row + n, mask=sel, other=0).to(gl.int64) * stride_kt
+        _gather(k_lo.index(slot), key_rows, 0, sel, HALF, BLOCK_N)
+        _gather(k_hi.index(slot), key_rows, HALF, sel, HALF, BLOCK_N)
+        if TAIL > 0:
+            _gather(kpe_smem.index(slot), key_rows, 2 * HALF, sel, TAIL, BLOCK_N)
+        async_copy.mbarrier_arrive(k_ready.index(slot), increment_count=False)  # once this thread's copies land
+
+
+@gluon.jit
+def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr, S, H, H_kv, group,
+                         head_blocks_per_kv, qk_scale, stride_kb, stride_kt, stride_kh, stride_ob, stride_os,
+                         stride_oh, TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr,
+                         STAGES: gl.constexpr):
+    """Grid (head blocks per KV head, B·S·H_kv rows). ``q_desc``: q as ``[B·S·H, D + TAIL]`` in [64, 256]
+    boxes; ``qpe_desc``: the same rows in [64, TAIL] boxes (any descriptor when TAIL = 0). num_warps = 4
+    (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader: 4 warps)."""
+    dtype: gl.constexpr = q_desc.dtype
+    k_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HALF], dtype)
+    q_lo = gl.allocate_shared_memory(dtype, [HEADS, HALF], q_desc.layout)
+    q_hi = gl.allocate_shared_memory(dtype, [HEADS, HALF], q_desc.layout)
+    k_lo = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HALF], k_layout)
+    k_hi = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HALF], k_layout)
+    if TAIL > 0:
+        qpe_smem = gl.allocate_shared_memory(dtype, [HEADS, TAIL], qpe_desc.layout)
+        kpe_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, TAIL],
+                                             gl.NVMMASharedLayout.get_default_for([BLOCK_N, TAIL], dtype))
+    else:  # (never read: no rope channels)
+        qpe_smem = q_lo
+        kpe_smem = k_lo
+    xchg_layout: gl.constexpr = gl.SwizzledSharedLayout(vec=2, per_phase=1, max_phase=8, order=[1, 0])
+    x_lo = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], xchg_layout)
+    x_hi = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], xchg_layout)
+    q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    xchg = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_ready.index(0), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=32 * LOADER_WARPS)  # every loader thread's copies
+        mbarrier.init(kv_free.index(i), count=2)
+    for i in gl.static_range(2):
+        mbarrier.init(xchg.index(i), count=2)
+    fence_async_shared()
+    gl.warp_specialize([
+        (_consumer, (q_lo, qpe_smem, k_lo, kpe_smem, x_lo, x_hi, q_ready, k_ready, kv_free, xchg, out_ptr, count_ptr,
+                     S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 0, BLOCK_N,
+                     STAGES, TAIL > 0)),
+        (_consumer, (q_hi, qpe_smem, k_hi, kpe_smem, x_hi, x_lo, q_ready, k_ready, kv_free, xchg, out_ptr, count_ptr,
+                     S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 1, BLOCK_N,
+                     STAGES, TAIL > 0)),
+        (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
+                   k_ready, kv_free, S, H, H_kv, group, head_blocks_per_kv, stride_kb, stride_kt, stride_kh, TAIL,
+                   BLOCK_K, BLOCK_N, STAGES)),
+    ], [4, 4], [224, 56])  # (224 + 224 + 56) x 128 threads <= 64 K registers; 232 / 40 spilled 32 B (loader)
+    mbarrier.invalidate(q_ready.index(0))
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(k_ready.index(i))
+        mbarrier.invalidate(kv_free.index(i))
+    for i in gl.static_range(2):
+        mbarrier.invalidate(xchg.index(i))

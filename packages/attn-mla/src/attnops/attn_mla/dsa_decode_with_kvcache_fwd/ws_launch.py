@@ -1,0 +1,77 @@
+"""Host side of the Gluon warp-specialized DSA kernel (``ws_kernel.py``): which calls it serves, the TMA
+descriptors of q, the launch. ``op.launch`` runs it when its config is a ``WsConfig`` (tests and sweeps:
+``op.with_config(WS_CONFIGS[0])``); the default stays on the Triton kernel until an H200 run has checked and
+timed this one (written 2026-12-02 without device time)."""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from attnops.attn_mla.latent_ws import CONFIGS as WS_CONFIGS
+from attnops.attn_mla.latent_ws import HALF, HEADS, WsConfig
+from attnops.kernel_utils import runtime
+
+from .ws_kernel import dsa_decode_ws_kernel
+
+__all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run"]
+LATENT = 2 * HALF.value  # the value width the kernel serves (D = 512)
+TAILS = (0, 64)  # the rope tails it serves
+
+
+def _q_rows(q: torch.Tensor) -> tuple[int, int] | None:
+    """``(rows, row stride)`` of q ``[B, S, H, W]`` seen as ``[B·S·H, W]`` (its TMA view), or None: last dim
+    strided, the leading dims not one uniform row axis, or a row stride TMA cannot take (16-byte units)."""
+    if q.stride(-1) != 1:
+        return None
+    row = q.stride(2) if q.shape[2] > 1 else q.shape[3]  # (a size-1 dim's stride can be anything)
+    pitch = row
+    for dim in (2, 1):  # S's stride is H rows, B's is S·H rows
+        pitch *= q.shape[dim]
+        if q.shape[dim - 1] > 1 and q.stride(dim - 1) != pitch:
+            return None
+    if row < q.shape[3] or row * q.element_size() % 16 or q.data_ptr() % 16:
+        return None
+    return q.shape[0] * q.shape[1] * q.shape[2], row
+
+
+def refusal(q: torch.Tensor, kv: torch.Tensor, dim_tail: int) -> str | None:
+    """Why the kernel cannot serve a call, or None: D = 512 with a rope tail of 0 or 64, 16-bit, q readable
+    through its TMA row view, the cache's rows 16-byte aligned (cp.async pieces), on a Hopper GPU."""
+    d = q.shape[-1] - dim_tail
+    if d != LATENT or dim_tail not in TAILS:
+        return f"needs D = {LATENT} and dim_tail in {TAILS}, got D = {d}, dim_tail = {dim_tail}"
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return f"needs float16 / bfloat16, got {q.dtype}"
+    if _q_rows(q) is None:
+        return f"q: strides {tuple(q.stride())} give no 2-D row view TMA can read"
+    if any(s * kv.element_size() % 16 for s in kv.stride()[:3]) or kv.data_ptr() % 16:
+        return f"kv: strides {tuple(kv.stride())} do not keep every row 16-byte aligned"
+    if runtime.interpreting() or not runtime.is_hopper():
+        return "needs a Hopper GPU (TMA, cp.async, wgmma, warp specialization; not the interpreter)"
+    return None
+
+
+def applies(q: torch.Tensor, kv: torch.Tensor, dim_tail: int) -> bool:
+    """Whether the kernel serves the call (``refusal`` says why not)."""
+    return refusal(q, kv, dim_tail) is None
+
+
+def _q_desc(q: torch.Tensor, box: list[int]) -> TensorDescriptor:
+    rows, stride = _q_rows(q)
+    dtype = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
+    return TensorDescriptor(q, [rows, q.shape[-1]], [stride, 1], box, gl.NVMMASharedLayout.get_default_for(box, dtype))
+
+
+def run(cfg: WsConfig, q, kv, clean, count, out, dim_tail: int, head_blocks_per_kv: int, qk_scale: float) -> None:
+    """Launch over (head blocks per KV head, B·S·H_kv rows) for ``applies``-checked inputs, after
+    ``dsa_prepare_indices_kernel`` filled ``clean`` ([rows, BLOCK_K]) and ``count``."""
+    b, s, h, _ = q.shape
+    h_kv = kv.shape[2]
+    q_desc = _q_desc(q, [HEADS.value, HALF.value])
+    dsa_decode_ws_kernel[(head_blocks_per_kv, b * s * h_kv)](
+        q_desc, _q_desc(q, [HEADS.value, dim_tail]) if dim_tail else q_desc, kv, clean, count, out, s, h, h_kv,
+        h // h_kv, head_blocks_per_kv, qk_scale, kv.stride(0), kv.stride(1), kv.stride(2), out.stride(0),
+        out.stride(1), out.stride(2), TAIL=dim_tail, BLOCK_K=clean.shape[1], BLOCK_N=cfg.block_n,
+        STAGES=cfg.stages, num_warps=4)

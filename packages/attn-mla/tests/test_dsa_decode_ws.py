@@ -1,0 +1,129 @@
+"""The Gluon warp-specialized DSA kernel (``dsa_decode_with_kvcache_fwd/ws_kernel.py``): GPU checks against the
+fp32 reference on seed rows and edge cases (Hopper only: TMA, cp.async gathers, wgmma, warp specialization),
+and everywhere: the offline sm_90 build, the launch's argument binding and grid, q's row view, refusals."""
+
+import pytest
+import torch
+from mla_testlib import pinned
+
+from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op
+from attnops.attn_mla.dsa_decode_with_kvcache_fwd import ws_kernel, ws_launch
+from attnops.attn_mla.dsa_decode_with_kvcache_fwd.spec import SPEC, make_case
+from attnops.kernel_utils import runtime, testing
+from attnops.kernel_utils.opspec import Case
+from attnops.kernel_utils.pytest_plugin import run_offline_compile
+
+DEV = runtime.device()
+ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
+CONFIG_IDS = [c.name for c in ws_launch.WS_CONFIGS]
+hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                            reason="needs a Hopper GPU")
+
+
+def _case(indices, *, s_kv=300, h=64, h_kv=1, tail=64, q_start=290, dtype=torch.float16, seed=0, **params) -> Case:
+    gen = testing.generator(seed)
+    indices = torch.as_tensor(indices, dtype=torch.int32)
+    b, s = indices.shape[:2]
+    return Case({"q": testing.randn((b, s, h, 512 + tail), dtype, DEV, gen),
+                 "kv": testing.randn((b, s_kv, h_kv, 512 + tail), dtype, DEV, gen),
+                 "indices": indices.to(DEV), "q_start_index_s": q_start, "dim_tail": tail, **params},
+                outputs=("o",))
+
+
+def _random_indices(b, s, h_kv, k, s_kv, seed):
+    return torch.randint(-3, s_kv + 3, (b, s, h_kv, k), generator=testing.generator(seed))
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("cfg", ws_launch.WS_CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("row", ["ds-v32-kv4k/f16", "ds-v32-kv2k/bf16", "mla-d576-h128-kv8k/bf16",
+                                 "mla-d512-h64-kv8k/bf16"])
+def test_seed_rows(row, cfg):
+    """576- and 512-wide rows, H = 128 (two head blocks) and H = 64, mostly-padded index rows (kv4k)."""
+    SPEC.check(make_case(ROWS[row], DEV, shrink=False, seed=5), pinned(dsa_op, cfg))
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("cfg", ws_launch.WS_CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("shape", [
+    dict(),  # ragged counts: random slots, repeats, invalid and future rows
+    dict(tail=0),  # 512-wide rows, no rope channels
+    dict(h=32, h_kv=2),  # two KV heads, each with its own index list, groups of 16 in 64-head blocks
+    dict(h=128, b=2),  # two head blocks per KV head, two requests
+    dict(is_causal=False, k=7),  # future rows count; fewer slots than a tile
+], ids=["ragged", "no-tail", "two-kv-heads", "two-head-blocks", "not-causal-short"])
+def test_edge_cases(shape, dtype, cfg):
+    shape = dict(shape)
+    b, h_kv, k = shape.pop("b", 1), shape.get("h_kv", 1), shape.pop("k", 100)
+    SPEC.check(_case(_random_indices(b, 4, h_kv, k, 300, seed=3), dtype=dtype, seed=9, **shape),
+               pinned(dsa_op, cfg))
+
+
+@pytest.mark.gpu
+@hopper
+def test_rows_without_valid_slots_are_zeros():
+    """Row 1 selects nothing valid (the pad, −1, the future): zeros, and its neighbours unaffected."""
+    rows = [[5, 9, 200, 7, 7], [300, -1, 295, 299, 1000], [0, 1, 2, 3, 291]]
+    out = SPEC.check(_case([[[r] for r in rows]], seed=2), pinned(dsa_op, ws_launch.WS_CONFIGS[0]))["o"]
+    assert bool((out[0, 1] == 0).all())
+
+
+def test_compiles_for_sm90():
+    """Every config, tails 64 and 0, both dtypes, through Gluon's sm_90 pipeline and ptxas: no compile error, no
+    spill, no serialized wgmma, shared memory under the limit."""
+    listing = run_offline_compile(__file__, "sm90_compile_attn_mla", "--op", "dsa-ws")
+    lines = [ln for ln in listing.splitlines() if ln.startswith("dsa-ws ")]
+    assert len(lines) == 3 * len(ws_launch.WS_CONFIGS), listing
+    assert not any(flag in ln for ln in lines for flag in ("SPILL", "SERIALIZED", "FAIL", "SMEM")), listing
+
+
+def test_launch_binds_every_kernel_argument(monkeypatch):
+    """Runs everywhere (TMA descriptors of host tensors): the launch binds exactly the kernel's parameters over
+    (head blocks per KV head, B·S·H_kv rows), with and without the rope tail."""
+    grids, bound = [], []
+
+    class _Launches:
+        def __getitem__(self, grid):
+            def record(*args, **kwargs):
+                grids.append(grid)
+                bound.append({**dict(zip(ws_kernel.dsa_decode_ws_kernel.arg_names, args)), **kwargs})
+            return record
+
+    monkeypatch.setattr(ws_launch, "dsa_decode_ws_kernel", _Launches())
+    for tail in (64, 0):
+        case = _case(_random_indices(2, 3, 2, 16, 300, seed=1), h=128, h_kv=2, tail=tail)
+        q, kv = case.inputs["q"], case.inputs["kv"]
+        clean, count = torch.zeros(12, 16, dtype=torch.int32), torch.zeros(12, dtype=torch.int32)
+        out = torch.empty(2, 3, 128, 512, dtype=q.dtype)
+        ws_launch.run(ws_launch.WS_CONFIGS[0], q, kv, clean, count, out, tail, head_blocks_per_kv=1, qk_scale=0.1)
+    assert grids == [(1, 12), (1, 12)]
+    for arguments in bound:
+        assert set(arguments) - {"num_warps"} == set(ws_kernel.dsa_decode_ws_kernel.arg_names)
+    assert [a["TAIL"] for a in bound] == [64, 0] and bound[0]["group"] == 64 and bound[0]["BLOCK_K"] == 16
+
+
+def test_q_row_view():
+    """Runs everywhere: q ``[B, S, H, W]`` as ``[B·S·H, W]`` rows, and the layouts without such a view."""
+    q = torch.empty(2, 3, 8, 576, dtype=torch.float16)
+    assert ws_launch._q_rows(q) == (48, 576)
+    assert ws_launch._q_rows(torch.empty(2, 3, 8, 640, dtype=torch.float16)[..., :576]) == (48, 640)
+    assert ws_launch._q_rows(q.transpose(1, 2)) is None  # heads not the innermost row axis
+    assert ws_launch._q_rows(q[:, :2]) is None  # requests not S·H rows apart
+    assert ws_launch._q_rows(q[..., ::2]) is None  # last dim strided
+
+
+def test_calls_it_does_not_serve_are_refused():
+    """Runs everywhere: a forced ws config on a call outside its domain raises before any launch, naming why."""
+    forced = dsa_op.with_config(ws_launch.WS_CONFIGS[0])
+    narrow = _case([[[[1, 2, 3]]]], seed=1)
+    narrow.inputs["q"], narrow.inputs["kv"] = narrow.inputs["q"][..., :80], narrow.inputs["kv"][..., :80].clone()
+    narrow.inputs["dim_tail"] = 16
+    with pytest.raises(ValueError, match="needs D = 512 and dim_tail in"):
+        forced(**narrow.inputs)
+    case = _case([[[[1, 2, 3]]]], seed=1)
+    if not ws_launch.applies(case.inputs["q"], case.inputs["kv"], 64):  # off Hopper: every call, for that reason
+        with pytest.raises(ValueError, match="needs a Hopper GPU"):
+            forced(**case.inputs)
