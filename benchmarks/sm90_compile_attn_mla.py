@@ -156,19 +156,22 @@ def mla_ws_variants():
 
 
 def dsa_ws_variants():
-    for dtype, tail in ((torch.bfloat16, 64), (torch.bfloat16, 0), (torch.float16, 64)):
+    # (dtype, tail, row pitch): the contiguous 576- / 512-wide caches, and rows padded to 584 elements (16 bytes
+    # but not 16 elements apart: the strides Triton does not specialize)
+    for dtype, tail, pitch in ((torch.bfloat16, 64, 576), (torch.bfloat16, 0, 512), (torch.float16, 64, 576),
+                               (torch.bfloat16, 64, 584)):
         name = "bf16" if dtype == torch.bfloat16 else "fp16"
         width = 512 + tail
         for cfg in mla_ws.WS_CONFIGS:
             q_desc = _desc_type(dtype, width, [64, 256])
             ptrs = {"q_desc": q_desc, "qpe_desc": _desc_type(dtype, width, [64, tail]) if tail else q_desc,
                     "kv_ptr": f"*{name}", "clean_ptr": "*i32", "count_ptr": "*i32", "out_ptr": f"*{name}"}
-            ints = dict(S=4096, H=128, H_kv=1, group=128, head_blocks_per_kv=2, stride_kb=65536 * width,
-                        stride_kt=width, stride_kh=width, stride_ob=4096 * 128 * 512, stride_os=128 * 512,
+            ints = dict(S=4096, H=128, H_kv=1, group=128, head_blocks_per_kv=2, stride_kb=65536 * pitch,
+                        stride_kt=pitch, stride_kh=pitch, stride_ob=4096 * 128 * 512, stride_os=128 * 512,
                         stride_oh=512)
             cx = dict(TAIL=tail, BLOCK_K=2048, BLOCK_N=cfg.block_n, STAGES=cfg.stages)
-            yield f"dsa-ws {cfg.name} {name} tail={tail}", lambda cx=cx, ptrs=ptrs, ints=ints: compile_sm90(
-                dsa_decode_ws_kernel, ptrs, ints, cx, 4, 1, floats=("qk_scale",), source=GluonASTSource)
+            yield f"dsa-ws {cfg.name} {name} tail={tail} pitch={pitch}", lambda cx=cx, ptrs=ptrs, ints=ints: \
+                compile_sm90(dsa_decode_ws_kernel, ptrs, ints, cx, 4, 1, floats=("qk_scale",), source=GluonASTSource)
 
 
 def dsa_variants():

@@ -71,12 +71,25 @@ def test_rows_without_valid_slots_are_zeros():
     assert bool((out[0, 1] == 0).all())
 
 
+@pytest.mark.gpu
+@hopper
+def test_strided_views():
+    """q as a view of wider rows (pitch 640) and the cache padded to 584 elements a row (16 bytes, not 16
+    elements, apart: the strides Triton does not specialize), two KV heads."""
+    case = _case(_random_indices(1, 3, 2, 50, 300, seed=6), h=32, h_kv=2, seed=6)
+    gen = testing.generator(7)
+    case.inputs["q"] = testing.randn((1, 3, 32, 640), torch.float16, DEV, gen)[..., :576]
+    case.inputs["kv"] = testing.randn((1, 300, 2, 584), torch.float16, DEV, gen)[..., :576]
+    SPEC.check(case, pinned(dsa_op, ws_launch.WS_CONFIGS[0]), keep_views=True)
+
+
 def test_compiles_for_sm90():
-    """Every config, tails 64 and 0, both dtypes, through Gluon's sm_90 pipeline and ptxas: no compile error, no
-    spill, no serialized wgmma, shared memory under the limit."""
+    """Every config, tails 64 and 0, both dtypes, cache rows 576 / 512 and padded to 584 elements, through
+    Gluon's sm_90 pipeline and ptxas: no compile error, no spill, no serialized wgmma, shared memory under the
+    limit."""
     listing = run_offline_compile(__file__, "sm90_compile_attn_mla", "--op", "dsa-ws")
     lines = [ln for ln in listing.splitlines() if ln.startswith("dsa-ws ")]
-    assert len(lines) == 3 * len(ws_launch.WS_CONFIGS), listing
+    assert len(lines) == 4 * len(ws_launch.WS_CONFIGS), listing
     assert not any(flag in ln for ln in lines for flag in ("SPILL", "SERIALIZED", "FAIL", "SMEM")), listing
 
 
@@ -123,7 +136,13 @@ def test_calls_it_does_not_serve_are_refused():
     narrow.inputs["dim_tail"] = 16
     with pytest.raises(ValueError, match="needs D = 512 and dim_tail in"):
         forced(**narrow.inputs)
-    case = _case([[[[1, 2, 3]]]], seed=1)
+    case = _case([[[[1, 2, 3]], [[4, 5, 6]]]], h=2, seed=1)  # B 1, S 2, H_kv 1, K 3
+    strided = dict(case.inputs, q=case.inputs["q"].transpose(1, 2).contiguous().transpose(1, 2))  # S, H swapped
+    with pytest.raises(ValueError, match="q: strides .* give no 2-D row view"):
+        forced(**strided)
+    misaligned = dict(case.inputs, kv=torch.empty(1, 300, 1, 580, dtype=torch.float16, device=DEV)[..., :576])
+    with pytest.raises(ValueError, match="kv: strides .* do not keep every row 16-byte aligned"):
+        forced(**misaligned)
     if not ws_launch.applies(case.inputs["q"], case.inputs["kv"], 64):  # off Hopper: every call, for that reason
         with pytest.raises(ValueError, match="needs a Hopper GPU"):
             forced(**case.inputs)

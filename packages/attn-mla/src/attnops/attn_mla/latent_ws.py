@@ -150,7 +150,7 @@ def consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_f
         p_op = p_next
     last = (n_tiles - 1) % STAGES
     n_last = n0 + (n_tiles - 1) * BLOCK_N
-    if n_last + BLOCK_N > end:
+    if not GENERIC_COPIES and n_last + BLOCK_N > end:  # (cp.async gathers zero-fill those rows themselves)
         _zero_rows_from(k_half.index(last), end - n_last, BLOCK_N)
     acc = warpgroup_mma(p_op, k_half.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]

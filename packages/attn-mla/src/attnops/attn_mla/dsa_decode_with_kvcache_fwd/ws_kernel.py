@@ -98,14 +98,18 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
         tma.async_copy_global_to_shared(q_desc, [q_row, 0], ready, q_lo)
         tma.async_copy_global_to_shared(q_desc, [q_row, HALF], ready, q_hi)
     slot_layout: gl.constexpr = gl.BlockedLayout([1], [32], [LOADER_WARPS], [0])
-    kv_base = kv_ptr + b.to(gl.int64) * stride_kb + g.to(gl.int64) * stride_kh
+    kv_base = b.to(gl.int64) * stride_kb + g.to(gl.int64) * stride_kh
     idx_row = clean_ptr + row.to(gl.int64) * BLOCK_K
     for j in range(n_tiles):
         slot = j % STAGES
         mbarrier.wait(kv_free.index(slot), ((j // STAGES) & 1) ^ 1)  # a fresh barrier passes parity 1
         n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=slot_layout)
         sel = n < count
-        key_rows = kv_base + gl.load(idx_row + n, mask=sel, other=0).to(gl.int64) * stride_kt
+        # every row starts on 16 bytes (the launcher keeps the cache strides multiples of 8 elements,
+        # ws_launch.refusal): said here so that the 16-byte cp.async pieces compile for padded rows too (Triton
+        # only specializes strides that are multiples of 16 elements)
+        offsets = gl.multiple_of(kv_base + gl.load(idx_row + n, mask=sel, other=0).to(gl.int64) * stride_kt, 8)
+        key_rows = kv_ptr + offsets
         _gather(k_lo.index(slot), key_rows, 0, sel, HALF, BLOCK_N)
         _gather(k_hi.index(slot), key_rows, HALF, sel, HALF, BLOCK_N)
         if TAIL > 0:
@@ -158,7 +162,7 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
         (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
                    k_ready, kv_free, S, H, H_kv, group, head_blocks_per_kv, stride_kb, stride_kt, stride_kh, TAIL,
                    BLOCK_K, BLOCK_N, STAGES)),
-    ], [4, 4], [224, 56])  # (224 + 224 + 56) x 128 threads <= 64 K registers; 232 / 40 spilled 32 B (loader)
+    ], [4, LOADER_WARPS], [224, 56])  # (224 + 224 + 56) x 128 threads <= 64 K registers; 232 / 40 spilled 32 B (loader)
     mbarrier.invalidate(q_ready.index(0))
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(k_ready.index(i))
