@@ -146,3 +146,17 @@ def test_calls_it_does_not_serve_are_refused():
     if not ws_launch.applies(case.inputs["q"], case.inputs["kv"], 64):  # off Hopper: every call, for that reason
         with pytest.raises(ValueError, match="needs a Hopper GPU"):
             forced(**case.inputs)
+
+
+def test_default_rule(monkeypatch):
+    """Runs everywhere: under ``WS_DEFAULT`` calls the kernel serves take ``WS_CONFIGS[0]`` when their KV groups
+    fill 64-head blocks, others (groups of 32, or a call it refuses) the Triton kernel; off, every call."""
+    full = _case([[[[1, 2]]]], h=128).inputs
+    narrow = _case([[[[1, 2]]]], h=32).inputs
+    monkeypatch.setattr(ws_launch, "applies", lambda *args: True)
+    assert dsa_op.default_config(full["q"], full["kv"], 64) == dsa_op.pick_config()  # WS_DEFAULT off
+    monkeypatch.setattr(dsa_op, "WS_DEFAULT", True)
+    assert dsa_op.default_config(full["q"], full["kv"], 64) == ws_launch.WS_CONFIGS[0]
+    assert dsa_op.default_config(narrow["q"], narrow["kv"], 64) == dsa_op.pick_config()
+    monkeypatch.setattr(ws_launch, "applies", lambda *args: False)
+    assert dsa_op.default_config(full["q"], full["kv"], 64) == dsa_op.pick_config()

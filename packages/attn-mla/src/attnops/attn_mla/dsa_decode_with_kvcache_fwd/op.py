@@ -40,6 +40,21 @@ def pick_config() -> DSAConfig:
     return CONFIGS["interpreter" if runtime.interpreting() else "h200"]
 
 
+# The warp-specialized kernel (``ws_launch``) by default where it serves the call and the KV groups fill its
+# 64-head blocks: off until an H200 run has checked it and timed it beside the Triton kernel (written 2026-12-02
+# without device time; docs/perf/attn-mla.md).
+WS_DEFAULT = False
+
+
+def default_config(q, kv, dim_tail: int) -> DSAConfig | ws_launch.WsConfig:
+    """The config a call runs by default: ``WS_CONFIGS[0]`` under ``WS_DEFAULT`` for whole 64-head blocks on a
+    call the Gluon kernel serves, else the Triton kernel's ``pick_config()``."""
+    group = q.shape[2] // max(kv.shape[2], 1)
+    if WS_DEFAULT and group % ws_launch.WS_CONFIGS[0].block_h == 0 and ws_launch.applies(q, kv, dim_tail):
+        return ws_launch.WS_CONFIGS[0]
+    return pick_config()
+
+
 def launch(q, kv, indices, out, *, dim_tail: int, stride_kv: int, q_start_index_s: int, sm_scale: float,
            is_causal: bool, config: DSAConfig | ws_launch.WsConfig) -> torch.Tensor:
     """Fill ``out`` ([B, S, H, D]); inputs already checked. A ``ws_launch.WsConfig`` runs the Gluon
@@ -89,7 +104,7 @@ def _dsa_decode(
     b, s, h, width = q.shape
     out = torch.empty((b, s, h, width - dim_tail), dtype=q.dtype, device=q.device)
     return launch(q, kv, indices, out, dim_tail=dim_tail, stride_kv=stride_kv, q_start_index_s=q_start_index_s,
-                  sm_scale=sm_scale, is_causal=is_causal, config=pick_config())
+                  sm_scale=sm_scale, is_causal=is_causal, config=default_config(q, kv, dim_tail))
 
 
 @_dsa_decode.register_fake
