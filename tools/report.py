@@ -221,10 +221,12 @@ def floor_gap(op: str, name: str) -> str:
         return f"prefill on the warp-specialized paged layout at 0.58-0.93x FA3 ({core})"
     if op == "MHADecodePagedWithKVCacheFwd":
         return f"latency row: split policy (min_split_keys 64 + in-kernel merge faster on serving rows) ({core})"
+    gluon = "a warp-specialized Gluon kernel is written (attn-mla 0.2.5), not yet run on a GPU"
     if op == "MLADecodeWithKVCacheFwd":
-        return f"scores, softmax and rescale not overlapped with the MMA (the peers are warp-specialized) ({mla})"
+        return (f"scores, softmax and rescale not overlapped with the MMA (the peers are warp-specialized); {gluon} "
+                f"({mla})")
     if op == "DSADecodeWithKVCacheFwd":
-        return f"as MLA, plus the dependent index → row gather chain ({mla})"
+        return f"as MLA, plus the dependent index → row gather chain; {gluon} ({mla})"
     if op == "FP8LightningIndexerFwd" and "ctx4096" in name:
         return (f"short context: 650 TF/s against ~890 from 8 k keys on (same kernel) — the grid's tail / per-program "
                 f"fixed cost (hypothesis) ({mla})")
