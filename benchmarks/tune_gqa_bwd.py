@@ -1,5 +1,6 @@
 """Sweep the tile configs of the GQABwd kernel on the GPU, deterministic and with atomic dQ
-(``deterministic=False``, names ending ``-atomic``): every variant's dq/dk/dv are checked against the
+(``deterministic=False``, names ending ``-atomic``), and the warp-specialized dK / dV configs (``ws-dkdv-s*``,
+deterministic, at the head dims they serve): every variant's dq/dk/dv are checked against the
 reference, then timed like the benchmark (device time, cold L2). Prints, per seed row, the config
 ``launch.choose`` picks and its time (deterministic), and the best variant found; writes JSON.
 
@@ -14,6 +15,7 @@ import itertools
 import statistics
 
 from attnops.attn_core.gqa_bwd import launch as bwd
+from attnops.attn_core.gqa_bwd import ws_launch as bwd_ws
 from attnops.attn_core.gqa_bwd.spec import SPEC
 from attnops.kernel_utils import runtime
 
@@ -30,10 +32,12 @@ def main():
         B, S_q, H, D = a["q"].shape
         chosen = bwd.choose(D, B, S_q, a["k"].shape[1], H, a["k"].shape[2], a["is_causal"], runtime.num_sms())
         fn = lambda c=case: SPEC.fn(**c.inputs)  # noqa: E731
-        timed, failed = check_and_time(SPEC, case, expected, (
-            (cfg.name + ("" if det else "-atomic"), functools.partial(SPEC.fn, deterministic=det),
-             functools.partial(bwd.forced, cfg))
-            for cfg, det in itertools.product(bwd.configs_for(D), (True, False))), args.iters, flush)
+        variants = [(cfg.name + ("" if det else "-atomic"), functools.partial(SPEC.fn, deterministic=det),
+                     functools.partial(bwd.forced, cfg))
+                    for cfg, det in itertools.product(bwd.configs_for(D), (True, False))]
+        if D in bwd_ws.HEAD_DIMS:
+            variants += [(cfg.name, SPEC.fn, functools.partial(bwd.forced, cfg)) for cfg in bwd_ws.WS_CONFIGS]
+        timed, failed = check_and_time(SPEC, case, expected, variants, args.iters, flush)
         fn()
         default_ms = statistics.median(profile_iterations(fn, args.iters, flush))
         best = min(timed, key=timed.get) if timed else None

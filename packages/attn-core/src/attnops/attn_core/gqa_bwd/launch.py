@@ -16,6 +16,7 @@ import triton
 from attnops.kernel_utils import runtime
 from attnops.kernel_utils.attention_fns import LOG2E
 
+from . import ws_launch
 from .kernel import gqa_bwd_dq_cast_kernel, gqa_bwd_kernel, gqa_bwd_preprocess_kernel
 
 
@@ -81,12 +82,13 @@ def choose(head_dim: int, batch: int, s_q: int, s_kv: int, heads: int, kv_heads:
     return max(cs, key=programs)
 
 
-_FORCED: dict[str, BwdConfig] = {}
+_FORCED: dict[str, BwdConfig | ws_launch.WsBwdConfig] = {}
 _TOO_BIG: set[BwdConfig] = set()  # configs that did not fit this GPU's shared memory
 
 
-def forced(config: BwdConfig):
-    """Pin the tile config of every backward launch inside the block (tests, sweeps)."""
+def forced(config: BwdConfig | ws_launch.WsBwdConfig):
+    """Pin the tile config of every backward launch inside the block (tests, sweeps). A ``WsBwdConfig`` runs
+    the warp-specialized dK / dV kernel with the Triton kernel's dQ role (``choose``'s tile) beside it."""
     return runtime.pinned(_FORCED, config=config)
 
 
@@ -118,6 +120,10 @@ def launch(p: Problem) -> None:
     ``deterministic=False`` the dQ cast. Nothing is launched for an empty problem."""
     B, S_q, H, D = p.q.shape
     S_kv = p.k.shape[1]
+    ws = _FORCED.get("config") if isinstance(_FORCED.get("config"), ws_launch.WsBwdConfig) else None
+    refused = ws_launch.refusal(p) if ws else None
+    if refused:
+        raise ValueError(f"config {ws.name}: the warp-specialized dK / dV kernel cannot serve this call: {refused}")
     if B == 0 or S_q == 0 or S_kv == 0:
         return
     block_d = triton.next_power_of_2(D)
@@ -127,7 +133,12 @@ def launch(p: Problem) -> None:
         p.o, p.do, delta, dq_acc, S_q, H, *_bsh(p.o), *_bsh(p.do),
         HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=PREPROCESS_ROWS, ZERO_DQ=not p.deterministic, num_warps=4,
     )
-    _launch_any(p, delta, dq_acc)
+    if ws:
+        ws_launch.run(ws, p, delta)
+        _launch(p, delta, dq_acc, choose(D, B, S_q, S_kv, H, p.k.shape[2], p.is_causal, runtime.num_sms()),
+                dq_only=True)
+    else:
+        _launch_any(p, delta, dq_acc)
     if not p.deterministic:
         n = dq_acc.numel()
         gqa_bwd_dq_cast_kernel[(triton.cdiv(n, CAST_BLOCK),)](dq_acc, p.dq, n, p.sm_scale, BLOCK=CAST_BLOCK,
@@ -153,12 +164,13 @@ def _launch_any(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor) -> None:
     raise RuntimeError(f"GQABwd: no tile config fits this GPU for head dim {D}")
 
 
-def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfig) -> None:
+def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfig, dq_only: bool = False) -> None:
+    """The backward kernel; ``dq_only``: its dQ programs alone (the dK / dV role ran elsewhere)."""
     B, S_q, H, D = p.q.shape
     S_kv, H_kv = p.k.shape[1], p.k.shape[2]
     G = H // H_kv
     bh_kv = B * H_kv
-    num_dkdv = triton.cdiv(S_kv, cfg.block_n1) * bh_kv
+    num_dkdv = 0 if dq_only else triton.cdiv(S_kv, cfg.block_n1) * bh_kv
     num_q_blocks = triton.cdiv(S_q * G, cfg.block_m2)
     grid = (num_dkdv if not p.deterministic else num_dkdv + num_q_blocks * bh_kv,)
     gqa_bwd_kernel[grid](

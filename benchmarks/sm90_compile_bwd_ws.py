@@ -1,0 +1,70 @@
+"""Compile GQABwd's Gluon warp-specialized dK / dV kernel (``gqa_bwd/ws_kernel.py``) for sm_90 without a GPU and
+report what ptxas says (registers, spills, shared memory, wgmma), per head dim / config / mask / dtype. Exit
+status 1 on a compile error, a spill or shared memory over the sm_90 limit.
+
+    PYTHONPATH=. python -m benchmarks.sm90_compile_bwd_ws
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "0"  # before attnops / triton: build real JIT functions
+
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: E402
+from triton.runtime.jit import mangle_type  # noqa: E402
+
+from attnops.attn_core.gqa_bwd import ws_launch  # noqa: E402
+from attnops.attn_core.gqa_bwd.ws_kernel import gqa_bwd_dkdv_ws_kernel  # noqa: E402
+
+from .sm90_compile import SM90_SMEM, compile_sm90, ptxas_report  # noqa: E402
+
+
+def _desc_type(dtype: torch.dtype, d: int, rows: int) -> str:
+    """The JIT's signature string of a host descriptor over [N, 8·D] in [rows, D] boxes (a CPU tensor)."""
+    box = [rows, d]
+    layout = gl.NVMMASharedLayout.get_default_for(box, gl.float16 if dtype == torch.float16 else gl.bfloat16)
+    return mangle_type(TensorDescriptor.from_tensor(torch.empty(256, 8 * d, dtype=dtype), box, layout))
+
+
+def compile_dkdv(d: int, cfg: ws_launch.WsBwdConfig, causal: bool, dtype=torch.bfloat16):
+    pair, keys = _desc_type(dtype, d, ws_launch.pair_rows(d)), _desc_type(dtype, d, 64)
+    out = "*fp16" if dtype == torch.float16 else "*bf16"
+    types = {"q_desc": pair, "do_desc": pair, "k_desc": keys, "v_desc": keys, "lse_ptr": "*fp32",
+             "delta_ptr": "*fp32", "dk_ptr": out, "dv_ptr": out}
+    consts = {"HEAD_DIM": d, "BLOCK_M": ws_launch.pair_rows(d), "STAGES": cfg.stages, "IS_CAUSAL": causal,
+              "_float_args": ("qk_scale", "sm_scale")}
+    return compile_sm90(gqa_bwd_dkdv_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
+
+
+def main() -> int:
+    bad = 0
+    for d in ws_launch.HEAD_DIMS:
+        for cfg in ws_launch.WS_CONFIGS:
+            for causal in (True, False):
+                for dtype in (torch.bfloat16, torch.float16):
+                    name = f"D{d} {cfg.name} {'causal' if causal else 'full':6s} {str(dtype)[6:]:8s}"
+                    t0 = time.time()
+                    try:
+                        r = ptxas_report(compile_dkdv(d, cfg, causal, dtype))
+                    except Exception as e:  # noqa: BLE001 - report every failing variant, then exit 1
+                        print(f"{name} COMPILE ERROR {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+                        bad += 1
+                        continue
+                    over = r["smem"] > SM90_SMEM
+                    bad += over or r["spill"] > 0
+                    print(f"{name} regs {r['regs']:3d} spill {r['spill']:5d} B  smem {r['smem'] / 1024:6.1f} KB  "
+                          f"wgmma {r['wgmma']}  loop {r['loop_sass']:4d} SASS ({time.time() - t0:.1f}s)"
+                          f"{' SPILL' if r['spill'] > 0 else ''}{' SMEM-OVER' if over else ''}"
+                          f"{' WGMMA-SERIALIZED' if r['serialized'] else ''}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

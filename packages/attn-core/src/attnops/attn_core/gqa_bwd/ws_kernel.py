@@ -1,0 +1,169 @@
+"""GQABwd's dK / dV role, warp-specialized for Hopper in Gluon (the dQ role stays the Triton kernel's).
+
+Why: the Triton backward issues its products serially (0.65-0.80x cuDNN, docs/perf/attn-core.md). Here one
+program owns a 128-key block of one KV head of one batch element, as the Triton dK/dV role does, split FA3's way:
+
+* a 1-warp loader partition copies the block's K and V once by TMA (two [64, D] tiles each, one per consumer),
+  then for every (query head of the group, 64-query block) pair that sees the keys, Q_i and dO_i ([64, D]) into
+  a ring of ``STAGES`` slots (``ready`` counts the bytes; a slot is refilled after both consumers released it);
+* two 4-warp consumer partitions own 64 keys each, with dK and dV ([64, D] fp32) in registers. Per pair:
+  Sᵀ = K_w·Q_iᵀ (wgmma from shared memory), Pᵀ = 2^(Sᵀ·c − lse), then dV += Pᵀ·dO_i with dPᵀ = V_w·dO_iᵀ
+  behind it, dSᵀ = Pᵀ ⊙ (dPᵀ − Δ), dK += dSᵀ·Q_i (Pᵀ / dSᵀ as register operands). The two
+  warpgroups are independent (different keys), so one's exponentials run while the other's products hold the
+  tensor cores.
+
+Shapes: dense ``[B, S, H, D]`` q / dO read through ``[B·S_q, H·D]`` row views, k / v through ``[B·S_kv,
+H_kv·D]``; D 64 or 128, fp16 / bf16; causal (bottom-right) or not. Query rows past S_q in a block are other rows
+of the view (or TMA's zeros): their lse loads as +inf (P = 0) and Δ as 0, so they add nothing. Key rows past
+S_kv are computed and not stored. lse is the forward's, base 2; Δ = rowsum(o ⊙ dO) (the preprocess kernel).
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+KEYS_PER_CONSUMER = gl.constexpr(64)  # one warpgroup's wgmma M
+
+
+@gluon.jit
+def _block(S_q, S_kv, H_kv, G, BLOCK_M: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """This program's (b, KV head, first key n0, first visible query block m_lo, query blocks it visits):
+    key blocks of 128 from the first (under the causal mask they see the most queries: the heaviest first)."""
+    pid = gl.program_id(0)
+    n_blocks = gl.cdiv(S_kv, 2 * KEYS_PER_CONSUMER)
+    bkv = pid % (gl.num_programs(0) // n_blocks)
+    n0 = (pid // (gl.num_programs(0) // n_blocks)) * (2 * KEYS_PER_CONSUMER)
+    if IS_CAUSAL:  # query row i (position S_kv − S_q + i) sees key j iff j <= its position
+        first = gl.maximum(n0 - (S_kv - S_q), 0)
+    else:
+        first = n0 * 0
+    m_lo = (first // BLOCK_M) * BLOCK_M
+    n_m = gl.cdiv(gl.maximum(S_q - m_lo, 0), BLOCK_M)
+    return bkv // H_kv, bkv % H_kv, n0, m_lo, n_m
+
+
+@gluon.jit
+def _consumer(k_tile, v_tile, q_smem, do_smem, kv_ready, ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, S_q, S_kv,
+              H_kv, G, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb,
+              stride_dvt, stride_dvh, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """Keys [n0 + 64·WG, +64) of the program's block over every pair, then their dK / dV."""
+    R: gl.constexpr = KEYS_PER_CONSUMER
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_M, 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, HEAD_DIM, 16])
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    dtype: gl.constexpr = q_smem.dtype
+    b, kvh, n0, m_lo, n_m = _block(S_q, S_kv, H_kv, G, BLOCK_M, IS_CAUSAL)
+    keys = n0 + WG * R + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout))
+    zero_s = gl.zeros([R, BLOCK_M], gl.float32, layout=s_layout)
+    dk = gl.zeros([R, HEAD_DIM], gl.float32, layout=acc_layout)
+    dv = gl.zeros([R, HEAD_DIM], gl.float32, layout=acc_layout)
+    mbarrier.wait(kv_ready.index(0), 0)
+    for t in range(G * n_m):
+        head = kvh * G + t // n_m
+        m0 = m_lo + (t % n_m) * BLOCK_M
+        slot = t % STAGES
+        mbarrier.wait(ready.index(slot), (t // STAGES) & 1)
+        s_t = warpgroup_mma(k_tile, q_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        rows = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+        row_ok = rows < S_q
+        lse = gl.load(lse_ptr + b.to(gl.int64) * stride_lb + head.to(gl.int64) * stride_lh + rows, mask=row_ok,
+                      other=float("inf"))
+        delta = gl.load(delta_ptr + (b * (H_kv * G) + head).to(gl.int64) * S_q + rows, mask=row_ok, other=0.0)
+        s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))
+        p_t = gl.exp2(s_t * qk_scale - lse[None, :])
+        if IS_CAUSAL:  # only blocks that cross the diagonal have masked pairs; the select is cheap beside exp2
+            p_t = gl.where(keys[:, None] <= (S_kv - S_q + rows)[None, :], p_t, 0.0)
+        # dV's product goes first, then dPᵀ: S's registers are free before dPᵀ's are taken (at D = 128, 64-row
+        # pairs, both score tiles in flight beside dK and dV spilled 268-696 B offline, this order 192-320 B:
+        # ws_launch gives D = 128 32-row pairs)
+        p_op = gl.convert_layout(p_t.to(dtype), op_layout)
+        dv = warpgroup_mma(p_op, do_smem.index(slot), dv, is_async=True)
+        dp_t = warpgroup_mma(v_tile, do_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        # the operands' registers are read asynchronously: live until the wait
+        done = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dp_t, p_op))
+        dv = done[0]
+        ds_op = gl.convert_layout((p_t * (done[1] - delta[None, :])).to(dtype), op_layout)
+        dk = warpgroup_mma(ds_op, q_smem.index(slot), dk, is_async=True)
+        dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk, ds_op))[0]
+        mbarrier.arrive(free.index(slot), count=1)
+
+    out_keys = n0 + WG * R + gl.arange(0, R, layout=gl.SliceLayout(1, acc_layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+    ok = (out_keys < S_kv)[:, None]
+    t64 = out_keys.to(gl.int64)[:, None]
+    gl.store(dk_ptr + b.to(gl.int64) * stride_dkb + kvh * stride_dkh + t64 * stride_dkt + cols[None, :],
+             (dk * sm_scale).to(dtype), mask=ok)
+    gl.store(dv_ptr + b.to(gl.int64) * stride_dvb + kvh * stride_dvh + t64 * stride_dvt + cols[None, :],
+             dv.to(dtype), mask=ok)
+
+
+@gluon.jit
+def _loader(q_desc, do_desc, k_desc, v_desc, k_tiles, v_tiles, q_smem, do_smem, kv_ready, ready, free, S_q, S_kv,
+            H_kv, G, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """TMA producer: the block's K / V once, then Q_i and dO_i of every pair."""
+    b, kvh, n0, m_lo, n_m = _block(S_q, S_kv, H_kv, G, BLOCK_M, IS_CAUSAL)
+    kv_row = b * S_kv + n0
+    kv_bar = kv_ready.index(0)
+    mbarrier.expect(kv_bar, 4 * k_desc.block_type.nbytes)
+    for w in gl.static_range(2):
+        tma.async_copy_global_to_shared(k_desc, [kv_row + w * KEYS_PER_CONSUMER, kvh * HEAD_DIM], kv_bar,
+                                        k_tiles.index(w))
+        tma.async_copy_global_to_shared(v_desc, [kv_row + w * KEYS_PER_CONSUMER, kvh * HEAD_DIM], kv_bar,
+                                        v_tiles.index(w))
+    for t in range(G * n_m):
+        slot = t % STAGES
+        mbarrier.wait(free.index(slot), ((t // STAGES) & 1) ^ 1)  # a fresh barrier passes parity 1
+        head = kvh * G + t // n_m
+        q_row = b * S_q + m_lo + (t % n_m) * BLOCK_M
+        bar = ready.index(slot)
+        mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [q_row, head * HEAD_DIM], bar, q_smem.index(slot))
+        tma.async_copy_global_to_shared(do_desc, [q_row, head * HEAD_DIM], bar, do_smem.index(slot))
+
+
+@gluon.jit
+def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, dk_ptr, dv_ptr, S_q, S_kv, H_kv, G,
+                           qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb,
+                           stride_dvt, stride_dvh, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                           STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """Grid: (cdiv(S_kv, 128) · B · H_kv,), key block slowest. num_warps = 4 (consumer 0), plus the worker
+    partitions (consumer 1: 4 warps, loader: 1 warp). ``qk_scale`` = sm_scale · log2 e; dK is scaled by
+    ``sm_scale`` once at the end. ``BLOCK_M``: query rows per pair (the descriptors' box rows for q / dO)."""
+    dtype: gl.constexpr = q_desc.dtype
+    k_tiles = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, HEAD_DIM], k_desc.layout)  # [consumer]
+    v_tiles = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, HEAD_DIM], v_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_ready.index(0), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(free.index(i), count=2)  # both consumers release a slot
+    fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
+    gl.warp_specialize([
+        (_consumer, (k_tiles.index(0), v_tiles.index(0), q_smem, do_smem, kv_ready, ready, free, lse_ptr, delta_ptr,
+                     dk_ptr, dv_ptr, S_q, S_kv, H_kv, G, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb,
+                     stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, 0, HEAD_DIM, BLOCK_M, STAGES,
+                     IS_CAUSAL)),
+        (_consumer, (k_tiles.index(1), v_tiles.index(1), q_smem, do_smem, kv_ready, ready, free, lse_ptr, delta_ptr,
+                     dk_ptr, dv_ptr, S_q, S_kv, H_kv, G, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb,
+                     stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, 1, HEAD_DIM, BLOCK_M, STAGES,
+                     IS_CAUSAL)),
+        (_loader, (q_desc, do_desc, k_desc, v_desc, k_tiles, v_tiles, q_smem, do_smem, kv_ready, ready, free, S_q,
+                   S_kv, H_kv, G, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL)),
+    ], [4, 1], [240, 24])
+    mbarrier.invalidate(kv_ready.index(0))
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(free.index(i))

@@ -1,0 +1,85 @@
+"""Host side of GQABwd's warp-specialized dK / dV role (``ws_kernel.py``): its configs, which calls it serves,
+TMA descriptors, the launch. ``launch.forced(config=WsBwdConfig(...))`` runs it with the Triton kernel's dQ
+role beside it (tests and sweeps); the default stays the Triton kernel until an H200 run has checked and timed
+this one (written 2026-12-02 without device time)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import triton
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from attnops.attn_core.flash_fwd.ws_launch import token_rows
+from attnops.kernel_utils import runtime
+from attnops.kernel_utils.attention_fns import LOG2E
+
+from .ws_kernel import KEYS_PER_CONSUMER, gqa_bwd_dkdv_ws_kernel
+
+if TYPE_CHECKING:
+    from .launch import Problem
+
+HEAD_DIMS = (64, 128)  # [64, D] fp32 dK and dV per consumer thread: 2 x D / 2 registers
+
+
+def pair_rows(head_dim: int) -> int:
+    """Query rows per (head, query block) pair: 64 at D = 64; 32 at D = 128, where [64, 64] fp32 Sᵀ / dPᵀ tiles
+    beside dK and dV spilled (192-320 B, offline sm_90)."""
+    return 64 if head_dim <= 64 else 32
+
+
+@dataclass(frozen=True)
+class WsBwdConfig:
+    stages: int  # (Q_i, dO_i) pairs in flight
+
+    @property
+    def name(self) -> str:
+        return f"ws-dkdv-s{self.stages}"
+
+
+WS_CONFIGS = (WsBwdConfig(2), WsBwdConfig(3), WsBwdConfig(4))
+
+
+def refusal(p: Problem) -> str | None:
+    """Why the kernel cannot serve a call, or None: D 64 / 128, 16-bit, the deterministic dQ (the Triton role
+    beside it), q / dO / k / v readable as 2-D token rows, on a Hopper GPU."""
+    d = p.q.shape[-1]
+    if d not in HEAD_DIMS:
+        return f"needs D in {HEAD_DIMS}, got {d}"
+    if p.q.dtype not in (torch.float16, torch.bfloat16):
+        return f"needs float16 / bfloat16, got {p.q.dtype}"
+    if not p.deterministic:
+        return "runs with the deterministic dQ role only (deterministic=False adds dQ from the dK / dV programs)"
+    for name in ("q", "do", "k", "v"):
+        t = getattr(p, name)
+        if token_rows(t) is None or t.data_ptr() % 16:
+            return f"{name}: strides {tuple(t.stride())} give no 2-D token-row view TMA can read"
+    if runtime.interpreting() or not runtime.is_hopper():
+        return "needs a Hopper GPU (TMA, wgmma, warp specialization; not the interpreter)"
+    return None
+
+
+def _desc(t: torch.Tensor, rows_per_box: int) -> TensorDescriptor:
+    rows, stride = token_rows(t)
+    d = t.shape[-1]
+    box = [rows_per_box, d]
+    dtype = gl.float16 if t.dtype == torch.float16 else gl.bfloat16
+    return TensorDescriptor(t, [rows, t.shape[-2] * d], [stride, 1], box,
+                            gl.NVMMASharedLayout.get_default_for(box, dtype))
+
+
+def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor) -> None:
+    """dK and dV of a ``refusal``-checked call (``delta``: the preprocess's ``[B, H, S_q]`` rows)."""
+    b, s_q, h, d = p.q.shape
+    s_kv, h_kv = p.k.shape[1], p.k.shape[2]
+    grid = (triton.cdiv(s_kv, 2 * KEYS_PER_CONSUMER.value) * b * h_kv,)
+    rows = pair_rows(d)
+    gqa_bwd_dkdv_ws_kernel[grid](
+        _desc(p.q, rows), _desc(p.do, rows), _desc(p.k, KEYS_PER_CONSUMER.value),
+        _desc(p.v, KEYS_PER_CONSUMER.value), p.lse, delta, p.dk, p.dv, s_q, s_kv, h_kv, h // h_kv,
+        p.sm_scale * LOG2E, p.sm_scale, p.lse.stride(0), p.lse.stride(1), p.dk.stride(0), p.dk.stride(1),
+        p.dk.stride(2), p.dv.stride(0), p.dv.stride(1), p.dv.stride(2),
+        HEAD_DIM=d, BLOCK_M=rows, STAGES=cfg.stages, IS_CAUSAL=p.is_causal, num_warps=4)

@@ -1,0 +1,96 @@
+"""GQABwd's Gluon warp-specialized dK / dV role (``gqa_bwd/ws_kernel.py``, with the Triton dQ role beside it):
+GPU checks of dq / dk / dv against the fp32 reference (Hopper only), and everywhere: the offline sm_90 build,
+the launch's argument binding, the refusal of calls it does not serve."""
+
+import pytest
+import torch
+
+from attnops.attn_core.gqa_bwd import launch as bwd
+from attnops.attn_core.gqa_bwd import ws_kernel, ws_launch
+from attnops.attn_core.gqa_bwd.spec import SPEC, make_case
+from attnops.kernel_utils import runtime
+from attnops.kernel_utils.pytest_plugin import run_offline_compile
+
+DEV = runtime.device()
+ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
+hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                            reason="needs a Hopper GPU")
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch):
+    monkeypatch.setenv("ATTNOPS_POISON", "1")
+
+
+def _check(case, cfg):
+    with bwd.forced(cfg):
+        SPEC.check(case)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("cfg", ws_launch.WS_CONFIGS, ids=lambda c: c.name)
+@pytest.mark.parametrize("row", ["llama-8b-short/bf16", "llama-8b-short-mha/f16", "llama-70b-short/bf16"])
+def test_seed_rows(row, cfg):
+    """GQA 32:8 and 64:8, MHA, D = 128, causal, at the benchmark's shapes."""
+    _check(make_case(ROWS[row], DEV, shrink=False, seed=3), cfg)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("cfg", ws_launch.WS_CONFIGS, ids=lambda c: c.name)
+@pytest.mark.parametrize("head_dim", ws_launch.HEAD_DIMS)
+@pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 300, 300), (True, 100, 333), (False, 77, 200),
+                                                (True, 333, 100), (False, 1, 129)],
+                         ids=["causal", "causal-q-lt-kv", "full-ragged", "causal-q-gt-kv", "one-query"])
+@pytest.mark.parametrize("heads", [(8, 8), (8, 2), (7, 1)], ids=["mha", "gqa4", "mqa7"])
+def test_edge_cases(heads, is_causal, s_q, s_kv, head_dim, cfg):
+    """Ragged key blocks (S_kv not a multiple of 128) and query blocks, S_q > S_kv under the causal mask (rows
+    that see no key), one query row, GQA ratios 1 / 4 / 7, both head dims, both dtypes by parity."""
+    w = ROWS["llama-8b-short/f16" if (s_q + s_kv) % 2 else "llama-8b-short/bf16"]
+    _check(make_case(w, DEV, seed=s_q + s_kv, batch=2, s_q=s_q, s_kv=s_kv, heads=heads, head_dim=head_dim,
+                     is_causal=is_causal), cfg)
+
+
+def test_compiles_for_sm90():
+    """Both head dims, every config, causal and not, both dtypes through Gluon's sm_90 pipeline and ptxas: no
+    compile error, no spill, shared memory under the limit (the tool exits 1 otherwise)."""
+    listing = run_offline_compile(__file__, "sm90_compile_bwd_ws")
+    lines = [ln for ln in listing.splitlines() if " regs " in ln]
+    assert len(lines) == 4 * len(ws_launch.HEAD_DIMS) * len(ws_launch.WS_CONFIGS), listing
+
+
+def test_launch_binds_every_kernel_argument(monkeypatch):
+    """Runs everywhere (TMA descriptors of host tensors): one launch binds exactly the kernel's parameters over
+    (128-key blocks x B x H_kv); 32-row query pairs at D = 128, 64 at D = 64."""
+    calls = []
+
+    class _Launches:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: calls.append(
+                (grid, {**dict(zip(ws_kernel.gqa_bwd_dkdv_ws_kernel.arg_names, args)), **kwargs}))
+
+    monkeypatch.setattr(ws_launch, "gqa_bwd_dkdv_ws_kernel", _Launches())
+    for d in (64, 128):
+        q = torch.zeros(2, 300, 8, d, dtype=torch.float16)
+        k = torch.zeros(2, 260, 2, d, dtype=torch.float16)
+        p = bwd.Problem(q, k, k, q, q, torch.zeros(2, 8, 300), q, k, k, is_causal=True, sm_scale=0.1)
+        ws_launch.run(ws_launch.WS_CONFIGS[0], p, torch.zeros(2, 8, 300))
+    assert [grid for grid, _ in calls] == [(3 * 2 * 2,)] * 2
+    for _, bound in calls:
+        assert set(bound) - {"num_warps"} == set(ws_kernel.gqa_bwd_dkdv_ws_kernel.arg_names)
+    assert [bound["BLOCK_M"] for _, bound in calls] == [64, 32] and calls[0][1]["G"] == 4
+
+
+def test_calls_it_does_not_serve_are_refused():
+    """Runs everywhere: a forced ws config on a call outside its domain raises before any launch, naming why."""
+    narrow = make_case(ROWS["llama-8b-short/f16"], DEV, shrink=True, seed=1, head_dim=32)
+    with bwd.forced(ws_launch.WS_CONFIGS[0]), pytest.raises(ValueError, match=r"needs D in \(64, 128\), got 32"):
+        narrow.run(SPEC.fn)
+    case = make_case(ROWS["llama-8b-short/f16"], DEV, shrink=True, seed=1)
+    with bwd.forced(ws_launch.WS_CONFIGS[0]), pytest.raises(ValueError, match="deterministic dQ role only"):
+        case.run(lambda **kw: SPEC.fn(**kw, deterministic=False))
+    if ws_launch.refusal(bwd.Problem(*(case.inputs[n] for n in ("q", "k", "v", "o", "do", "lse")),
+                                     case.inputs["q"], case.inputs["k"], case.inputs["v"], True, 0.1)):
+        with bwd.forced(ws_launch.WS_CONFIGS[0]), pytest.raises(ValueError, match="needs a Hopper GPU"):
+            case.run(SPEC.fn)
