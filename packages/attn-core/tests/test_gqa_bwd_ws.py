@@ -22,9 +22,9 @@ def _poison(monkeypatch):
     monkeypatch.setenv("ATTNOPS_POISON", "1")
 
 
-def _check(case, cfg):
+def _check(case, cfg, keep_views=False):
     with bwd.forced(cfg):
-        SPEC.check(case)
+        SPEC.check(case, keep_views=keep_views)
 
 
 @pytest.mark.gpu
@@ -41,15 +41,31 @@ def test_seed_rows(row, cfg):
 @pytest.mark.parametrize("cfg", ws_launch.WS_CONFIGS, ids=lambda c: c.name)
 @pytest.mark.parametrize("head_dim", ws_launch.HEAD_DIMS)
 @pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 300, 300), (True, 100, 333), (False, 77, 200),
-                                                (True, 333, 100), (False, 1, 129)],
-                         ids=["causal", "causal-q-lt-kv", "full-ragged", "causal-q-gt-kv", "one-query"])
+                                                (True, 1, 200), (False, 1, 129), (False, 333, 100)],
+                         ids=["causal", "causal-q-lt-kv", "full-ragged", "causal-one-query", "one-query",
+                              "full-q-gt-kv"])
 @pytest.mark.parametrize("heads", [(8, 8), (8, 2), (7, 1)], ids=["mha", "gqa4", "mqa7"])
 def test_edge_cases(heads, is_causal, s_q, s_kv, head_dim, cfg):
-    """Ragged key blocks (S_kv not a multiple of 128) and query blocks, S_q > S_kv under the causal mask (rows
-    that see no key), one query row, GQA ratios 1 / 4 / 7, both head dims, both dtypes by parity."""
+    """Ragged key blocks (S_kv not a multiple of 128) and query blocks, one query row (causal: it sees every key),
+    S_q > S_kv (non-causal only: the op refuses it causal), GQA ratios 1 / 4 / 7, both head dims, both dtypes
+    by parity."""
     w = ROWS["llama-8b-short/f16" if (s_q + s_kv) % 2 else "llama-8b-short/bf16"]
     _check(make_case(w, DEV, seed=s_q + s_kv, batch=2, s_q=s_q, s_kv=s_kv, heads=heads, head_dim=head_dim,
                      is_causal=is_causal), cfg)
+
+
+@pytest.mark.gpu
+@hopper
+def test_fused_qkv_views():
+    """q, k, v as views of one [B, S, H + 2·H_kv, D] buffer (rows wider than each tensor's heads): the TMA
+    descriptors read each view's own row stride."""
+    case = make_case(ROWS["llama-8b-short/bf16"], DEV, seed=5, batch=2, s_q=200, s_kv=200, heads=(8, 2),
+                     head_dim=128)
+    q, k, v = (case.inputs[n] for n in ("q", "k", "v"))
+    fused = torch.cat([q, k, v], dim=2)
+    case.inputs["q"], case.inputs["k"], case.inputs["v"] = fused[:, :, :8], fused[:, :, 8:10], fused[:, :, 10:]
+    assert case.inputs["k"].stride(1) == 12 * 128
+    _check(case, ws_launch.WS_CONFIGS[0], keep_views=True)
 
 
 def test_compiles_for_sm90():

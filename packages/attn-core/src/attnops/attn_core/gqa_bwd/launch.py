@@ -135,21 +135,19 @@ def launch(p: Problem) -> None:
     )
     if ws:
         ws_launch.run(ws, p, delta)
-        _launch(p, delta, dq_acc, choose(D, B, S_q, S_kv, H, p.k.shape[2], p.is_causal, runtime.num_sms()),
-                dq_only=True)
-    else:
-        _launch_any(p, delta, dq_acc)
+    _launch_any(p, delta, dq_acc, dq_only=ws is not None)
     if not p.deterministic:
         n = dq_acc.numel()
         gqa_bwd_dq_cast_kernel[(triton.cdiv(n, CAST_BLOCK),)](dq_acc, p.dq, n, p.sm_scale, BLOCK=CAST_BLOCK,
                                                              num_warps=4)
 
 
-def _launch_any(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor) -> None:
-    """The forced config, else ``choose``'s, falling through configs that do not fit the GPU."""
+def _launch_any(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, dq_only: bool = False) -> None:
+    """The forced tile config, else ``choose``'s, falling through configs that do not fit the GPU; ``dq_only``:
+    the kernel's dQ programs alone (a forced ``WsBwdConfig`` ran the dK / dV role)."""
     B, S_q, H, D = p.q.shape
-    if _FORCED.get("config") is not None:
-        _launch(p, delta, dq_acc, _FORCED["config"])
+    if isinstance(_FORCED.get("config"), BwdConfig):
+        _launch(p, delta, dq_acc, _FORCED["config"], dq_only)
         return
     first = choose(D, B, S_q, p.k.shape[1], H, p.k.shape[2], p.is_causal, runtime.num_sms())
     cands = [first] + [c for c in configs_for(D) if c != first]
@@ -157,7 +155,7 @@ def _launch_any(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor) -> None:
         if cfg in _TOO_BIG:
             continue
         try:
-            _launch(p, delta, dq_acc, cfg)
+            _launch(p, delta, dq_acc, cfg, dq_only)
             return
         except triton.runtime.errors.OutOfResources:
             _TOO_BIG.add(cfg)
