@@ -196,7 +196,8 @@ def floor_gap(op: str, name: str) -> str:
     ws_since = ("the Gluon warp-specialized paged layout is the default since 0.3.7 (H200 sweep, outputs checked: "
                 "falcon-7b 191.6 vs 314.2 µs, gemma-2b 154.8 vs 325.3); this record predates it")
     if op == "GQABwd":
-        return f"7 MMA products per tile pair issued serially, {serial}; atomic dQ measured slower ({core})"
+        return (f"7 MMA products per tile pair issued serially, {serial}; atomic dQ measured slower; a "
+                f"warp-specialized Gluon dK / dV kernel is written (attn-core 0.3.7), not yet run on a GPU ({core})")
     if "sink-mixed" in name:
         return ("window-128 rows: each query tile meets 2–3 key tiles, so its q load, epilogue and the launch "
                 f"dominate (hypothesis; FA3 13–24 µs; the ws paged layout swept 12 % slower) ({core})")
