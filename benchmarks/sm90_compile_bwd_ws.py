@@ -1,6 +1,6 @@
-"""Compile GQABwd's Gluon warp-specialized dK / dV kernel (``gqa_bwd/ws_kernel.py``) for sm_90 without a GPU and
-report what ptxas says (registers, spills, shared memory, wgmma), per head dim / config / mask / dtype. Exit
-status 1 on a compile error, a spill or shared memory over the sm_90 limit.
+"""Compile GQABwd's Gluon warp-specialized kernels (``gqa_bwd/ws_kernel.py`` dK / dV, ``ws_dq_kernel.py`` dQ) for
+sm_90 without a GPU and report what ptxas says (registers, spills, shared memory, wgmma), per kernel / head dim /
+ring slots / mask / dtype. Exit status 1 on a compile error, a spill or shared memory over the sm_90 limit.
 
     PYTHONPATH=. python -m benchmarks.sm90_compile_bwd_ws
 """
@@ -21,6 +21,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: E4
 from triton.runtime.jit import mangle_type  # noqa: E402
 
 from attnops.attn_core.gqa_bwd import ws_launch  # noqa: E402
+from attnops.attn_core.gqa_bwd.ws_dq_kernel import gqa_bwd_dq_ws_kernel  # noqa: E402
 from attnops.attn_core.gqa_bwd.ws_kernel import gqa_bwd_dkdv_ws_kernel  # noqa: E402
 
 from .sm90_compile import SM90_SMEM, compile_sm90, ptxas_report  # noqa: E402
@@ -33,36 +34,52 @@ def _desc_type(dtype: torch.dtype, d: int, rows: int) -> str:
     return mangle_type(TensorDescriptor.from_tensor(torch.empty(256, 8 * d, dtype=dtype), box, layout))
 
 
-def compile_dkdv(d: int, cfg: ws_launch.WsBwdConfig, causal: bool, dtype=torch.bfloat16):
+def compile_dkdv(d: int, stages: int, causal: bool, dtype=torch.bfloat16):
     pair, keys = _desc_type(dtype, d, ws_launch.pair_rows(d)), _desc_type(dtype, d, 64)
     out = "*fp16" if dtype == torch.float16 else "*bf16"
     types = {"q_desc": pair, "do_desc": pair, "k_desc": keys, "v_desc": keys, "lse_ptr": "*fp32",
              "delta_ptr": "*fp32", "dk_ptr": out, "dv_ptr": out}
-    consts = {"HEAD_DIM": d, "BLOCK_M": ws_launch.pair_rows(d), "STAGES": cfg.stages, "IS_CAUSAL": causal,
+    consts = {"HEAD_DIM": d, "BLOCK_M": ws_launch.pair_rows(d), "STAGES": stages, "IS_CAUSAL": causal,
               "_float_args": ("qk_scale", "sm_scale")}
     return compile_sm90(gqa_bwd_dkdv_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
 
-def main() -> int:
-    bad = 0
+def compile_dq(d: int, stages: int, causal: bool, dtype=torch.bfloat16):
+    tiles = _desc_type(dtype, d, 64)
+    types = {"q_desc": tiles, "do_desc": tiles, "k_desc": tiles, "v_desc": tiles, "lse_ptr": "*fp32",
+             "delta_ptr": "*fp32", "dq_ptr": "*fp16" if dtype == torch.float16 else "*bf16"}
+    consts = {"HEAD_DIM": d, "STAGES": stages, "IS_CAUSAL": causal, "_float_args": ("qk_scale", "sm_scale")}
+    return compile_sm90(gqa_bwd_dq_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
+
+
+def variants():
+    """(label, build) per kernel the configs use: dK / dV at every slot count, dQ at those of ``gluon_dq``."""
+    kernels = [("dkdv", compile_dkdv, s) for s in sorted({c.stages for c in ws_launch.WS_CONFIGS})]
+    kernels += [("dq", compile_dq, s) for s in sorted({c.stages for c in ws_launch.WS_CONFIGS if c.gluon_dq})]
     for d in ws_launch.HEAD_DIMS:
-        for cfg in ws_launch.WS_CONFIGS:
+        for kernel, build, stages in kernels:
             for causal in (True, False):
                 for dtype in (torch.bfloat16, torch.float16):
-                    name = f"D{d} {cfg.name} {'causal' if causal else 'full':6s} {str(dtype)[6:]:8s}"
-                    t0 = time.time()
-                    try:
-                        r = ptxas_report(compile_dkdv(d, cfg, causal, dtype))
-                    except Exception as e:  # noqa: BLE001 - report every failing variant, then exit 1
-                        print(f"{name} COMPILE ERROR {type(e).__name__}: {str(e).splitlines()[0][:300]}")
-                        bad += 1
-                        continue
-                    over = r["smem"] > SM90_SMEM
-                    bad += over or r["spill"] > 0
-                    print(f"{name} regs {r['regs']:3d} spill {r['spill']:5d} B  smem {r['smem'] / 1024:6.1f} KB  "
-                          f"wgmma {r['wgmma']}  loop {r['loop_sass']:4d} SASS ({time.time() - t0:.1f}s)"
-                          f"{' SPILL' if r['spill'] > 0 else ''}{' SMEM-OVER' if over else ''}"
-                          f"{' WGMMA-SERIALIZED' if r['serialized'] else ''}", flush=True)
+                    label = f"{kernel:4s} D{d} s{stages} {'causal' if causal else 'full':6s} {str(dtype)[6:]:8s}"
+                    yield label, lambda build=build, d=d, s=stages, c=causal, t=dtype: build(d, s, c, t)
+
+
+def main() -> int:
+    bad = 0
+    for name, build in variants():
+        t0 = time.time()
+        try:
+            r = ptxas_report(build())
+        except Exception as e:  # noqa: BLE001 - report every failing variant, then exit 1
+            print(f"{name} COMPILE ERROR {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            bad += 1
+            continue
+        over = r["smem"] > SM90_SMEM
+        bad += over or r["spill"] > 0
+        print(f"{name} regs {r['regs']:3d} spill {r['spill']:5d} B  smem {r['smem'] / 1024:6.1f} KB  "
+              f"wgmma {r['wgmma']}  loop {r['loop_sass']:4d} SASS ({time.time() - t0:.1f}s)"
+              f"{' SPILL' if r['spill'] > 0 else ''}{' SMEM-OVER' if over else ''}"
+              f"{' WGMMA-SERIALIZED' if r['serialized'] else ''}", flush=True)
     return 1 if bad else 0
 
 

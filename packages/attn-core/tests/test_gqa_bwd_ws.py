@@ -1,18 +1,20 @@
-"""GQABwd's Gluon warp-specialized dK / dV role (``gqa_bwd/ws_kernel.py``, with the Triton dQ role beside it):
-GPU checks of dq / dk / dv against the fp32 reference (Hopper only), and everywhere: the offline sm_90 build,
-the launch's argument binding, the refusal of calls it does not serve."""
+"""GQABwd's Gluon warp-specialized kernels (``gqa_bwd/ws_kernel.py`` dK / dV with the Triton dQ role or, with
+``gluon_dq``, ``ws_dq_kernel.py``): GPU checks of dq / dk / dv against the fp32 reference (Hopper only), and
+everywhere: the offline sm_90 build, the launches' argument binding, the refusal of calls they do not serve."""
 
 import pytest
 import torch
 
 from attnops.attn_core.gqa_bwd import launch as bwd
-from attnops.attn_core.gqa_bwd import ws_kernel, ws_launch
+from attnops.attn_core.gqa_bwd import ws_dq_kernel, ws_kernel, ws_launch
 from attnops.attn_core.gqa_bwd.spec import SPEC, make_case
 from attnops.kernel_utils import runtime
 from attnops.kernel_utils.pytest_plugin import run_offline_compile
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
+# the edge cases run one config of each kernel pairing (the seed rows run every config)
+EDGE_CONFIGS = (ws_launch.WS_CONFIGS[0], next(c for c in ws_launch.WS_CONFIGS if c.gluon_dq))
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                             reason="needs a Hopper GPU")
 
@@ -38,7 +40,7 @@ def test_seed_rows(row, cfg):
 
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize("cfg", ws_launch.WS_CONFIGS, ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", EDGE_CONFIGS, ids=lambda c: c.name)
 @pytest.mark.parametrize("head_dim", ws_launch.HEAD_DIMS)
 @pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 300, 300), (True, 100, 333), (False, 77, 200),
                                                 (True, 1, 200), (False, 1, 129), (False, 333, 100)],
@@ -69,33 +71,47 @@ def test_fused_qkv_views():
 
 
 def test_compiles_for_sm90():
-    """Both head dims, every config, causal and not, both dtypes through Gluon's sm_90 pipeline and ptxas: no
-    compile error, no spill, shared memory under the limit (the tool exits 1 otherwise)."""
+    """Both kernels at both head dims, every slot count the configs use, causal and not, both dtypes through
+    Gluon's sm_90 pipeline and ptxas: no compile error, no spill, shared memory under the limit (the tool exits 1
+    otherwise)."""
     listing = run_offline_compile(__file__, "sm90_compile_bwd_ws")
     lines = [ln for ln in listing.splitlines() if " regs " in ln]
-    assert len(lines) == 4 * len(ws_launch.HEAD_DIMS) * len(ws_launch.WS_CONFIGS), listing
+    kernels = (len({c.stages for c in ws_launch.WS_CONFIGS})
+               + len({c.stages for c in ws_launch.WS_CONFIGS if c.gluon_dq}))
+    assert len(lines) == 4 * len(ws_launch.HEAD_DIMS) * kernels, listing
 
 
-def test_launch_binds_every_kernel_argument(monkeypatch):
-    """Runs everywhere (TMA descriptors of host tensors): one launch binds exactly the kernel's parameters over
-    (128-key blocks x B x H_kv); 32-row query pairs at D = 128, 64 at D = 64."""
+class _Launches:
+    """Stands in for a Gluon kernel: ``kernel[grid](*args, **kwargs)`` is recorded as (grid, bound arguments)."""
+
+    def __init__(self, kernel, calls):
+        self.kernel, self.calls = kernel, calls
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append(
+            (self.kernel, grid, {**dict(zip(self.kernel.arg_names, args)), **kwargs}))
+
+
+def test_launches_bind_every_kernel_argument(monkeypatch):
+    """Runs everywhere (TMA descriptors of host tensors): each launch binds exactly its kernel's parameters, dK /
+    dV over (128-key blocks x B x H_kv) with 32-row query pairs at D = 128 and 64 at D = 64, dQ (``gluon_dq``)
+    over (128-row query blocks x B x H)."""
     calls = []
-
-    class _Launches:
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: calls.append(
-                (grid, {**dict(zip(ws_kernel.gqa_bwd_dkdv_ws_kernel.arg_names, args)), **kwargs}))
-
-    monkeypatch.setattr(ws_launch, "gqa_bwd_dkdv_ws_kernel", _Launches())
-    for d in (64, 128):
+    dkdv, dq = ws_kernel.gqa_bwd_dkdv_ws_kernel, ws_dq_kernel.gqa_bwd_dq_ws_kernel
+    monkeypatch.setattr(ws_launch, "gqa_bwd_dkdv_ws_kernel", _Launches(dkdv, calls))
+    monkeypatch.setattr(ws_launch, "gqa_bwd_dq_ws_kernel", _Launches(dq, calls))
+    both = next(c for c in ws_launch.WS_CONFIGS if c.gluon_dq)
+    for d, cfg in ((64, ws_launch.WS_CONFIGS[0]), (128, both)):
         q = torch.zeros(2, 300, 8, d, dtype=torch.float16)
         k = torch.zeros(2, 260, 2, d, dtype=torch.float16)
         p = bwd.Problem(q, k, k, q, q, torch.zeros(2, 8, 300), q, k, k, is_causal=True, sm_scale=0.1)
-        ws_launch.run(ws_launch.WS_CONFIGS[0], p, torch.zeros(2, 8, 300))
-    assert [grid for grid, _ in calls] == [(3 * 2 * 2,)] * 2
-    for _, bound in calls:
-        assert set(bound) - {"num_warps"} == set(ws_kernel.gqa_bwd_dkdv_ws_kernel.arg_names)
-    assert [bound["BLOCK_M"] for _, bound in calls] == [64, 32] and calls[0][1]["G"] == 4
+        ws_launch.run(cfg, p, torch.zeros(2, 8, 300))
+    assert [(kernel, grid) for kernel, grid, _ in calls] == [(dkdv, (3 * 2 * 2,)), (dkdv, (3 * 2 * 2,)),
+                                                             (dq, (3 * 2 * 8,))]
+    for kernel, _, bound in calls:
+        assert set(bound) - {"num_warps"} == set(kernel.arg_names)
+    assert [bound["BLOCK_M"] for _, _, bound in calls[:2]] == [64, 32] and calls[0][2]["G"] == 4
+    assert calls[2][2]["H"] == 8 and calls[2][2]["G"] == 4
 
 
 def test_calls_it_does_not_serve_are_refused():

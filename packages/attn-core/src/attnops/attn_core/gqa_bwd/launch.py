@@ -135,7 +135,8 @@ def launch(p: Problem) -> None:
     )
     if ws:
         ws_launch.run(ws, p, delta)
-    _launch_any(p, delta, dq_acc, dq_only=ws is not None)
+    if not (ws and ws.gluon_dq):
+        _launch_any(p, delta, dq_acc, dq_only=ws is not None)
     if not p.deterministic:
         n = dq_acc.numel()
         gqa_bwd_dq_cast_kernel[(triton.cdiv(n, CAST_BLOCK),)](dq_acc, p.dq, n, p.sm_scale, BLOCK=CAST_BLOCK,

@@ -1,7 +1,8 @@
-"""Host side of GQABwd's warp-specialized dK / dV role (``ws_kernel.py``): its configs, which calls it serves,
-TMA descriptors, the launch. ``launch.forced(config=WsBwdConfig(...))`` runs it with the Triton kernel's dQ
-role beside it (tests and sweeps); the default stays the Triton kernel until an H200 run has checked and timed
-this one (written 2026-12-02 without device time)."""
+"""Host side of GQABwd's warp-specialized kernels (``ws_kernel.py``: dK / dV, ``ws_dq_kernel.py``: dQ): their
+configs, which calls they serve, TMA descriptors, the launches. ``launch.forced(config=WsBwdConfig(...))`` runs
+the dK / dV kernel with the Triton kernel's dQ role beside it, or with ``gluon_dq`` the Gluon dQ kernel (tests and
+sweeps); the default stays the Triton kernel until an H200 run has checked and timed these (written 2026-12-02
+without device time)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ from attnops.attn_core.flash_fwd.ws_launch import token_rows
 from attnops.kernel_utils import runtime
 from attnops.kernel_utils.attention_fns import LOG2E
 
+from .ws_dq_kernel import BLOCK_N as DQ_KEYS
+from .ws_dq_kernel import ROWS as DQ_ROWS
+from .ws_dq_kernel import gqa_bwd_dq_ws_kernel
 from .ws_kernel import KEYS_PER_CONSUMER, gqa_bwd_dkdv_ws_kernel
 
 if TYPE_CHECKING:
@@ -33,14 +37,15 @@ def pair_rows(head_dim: int) -> int:
 
 @dataclass(frozen=True)
 class WsBwdConfig:
-    stages: int  # (Q_i, dO_i) pairs in flight
+    stages: int  # (Q_i, dO_i) pairs in flight in the dK / dV kernel, K / V tiles in the dQ kernel
+    gluon_dq: bool = False  # dQ by the Gluon kernel (else the Triton kernel's dQ role)
 
     @property
     def name(self) -> str:
-        return f"ws-dkdv-s{self.stages}"
+        return f"ws-{'' if self.gluon_dq else 'dkdv-'}s{self.stages}"
 
 
-WS_CONFIGS = (WsBwdConfig(2), WsBwdConfig(3), WsBwdConfig(4))
+WS_CONFIGS = (WsBwdConfig(2), WsBwdConfig(3), WsBwdConfig(4), WsBwdConfig(2, True), WsBwdConfig(3, True))
 
 
 def refusal(p: Problem) -> str | None:
@@ -72,7 +77,8 @@ def _desc(t: torch.Tensor, rows_per_box: int) -> TensorDescriptor:
 
 
 def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor) -> None:
-    """dK and dV of a ``refusal``-checked call (``delta``: the preprocess's ``[B, H, S_q]`` rows)."""
+    """dK and dV of a ``refusal``-checked call (``delta``: the preprocess's ``[B, H, S_q]`` rows), and with
+    ``gluon_dq`` dQ too."""
     b, s_q, h, d = p.q.shape
     s_kv, h_kv = p.k.shape[1], p.k.shape[2]
     grid = (triton.cdiv(s_kv, 2 * KEYS_PER_CONSUMER.value) * b * h_kv,)
@@ -83,3 +89,9 @@ def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor) -> None:
         p.sm_scale * LOG2E, p.sm_scale, p.lse.stride(0), p.lse.stride(1), p.dk.stride(0), p.dk.stride(1),
         p.dk.stride(2), p.dv.stride(0), p.dv.stride(1), p.dv.stride(2),
         HEAD_DIM=d, BLOCK_M=rows, STAGES=cfg.stages, IS_CAUSAL=p.is_causal, num_warps=4)
+    if cfg.gluon_dq:
+        gqa_bwd_dq_ws_kernel[(triton.cdiv(s_q, 2 * DQ_ROWS.value) * b * h,)](
+            _desc(p.q, DQ_ROWS.value), _desc(p.do, DQ_ROWS.value), _desc(p.k, DQ_KEYS.value),
+            _desc(p.v, DQ_KEYS.value), p.lse, delta, p.dq, s_q, s_kv, h, h // h_kv, p.sm_scale * LOG2E, p.sm_scale,
+            p.lse.stride(0), p.lse.stride(1), p.dq.stride(0), p.dq.stride(1), p.dq.stride(2),
+            HEAD_DIM=d, STAGES=cfg.stages, IS_CAUSAL=p.is_causal, num_warps=4)

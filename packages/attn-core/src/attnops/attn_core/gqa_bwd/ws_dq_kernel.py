@@ -1,0 +1,143 @@
+"""GQABwd's dQ role, warp-specialized for Hopper in Gluon (beside ``ws_kernel.py``'s dK / dV role).
+
+One program owns 128 query rows of one query head of one batch element (two 64-row halves, one per consumer
+warpgroup), as the forward's Gluon kernel does: a 1-warp loader partition copies the rows' Q and dO once by TMA,
+then K and V of every 64-key tile the rows see into a ring of ``STAGES`` slots; each consumer keeps dQ ([64, D]
+fp32) in registers and per key tile runs S = Q·Kᵀ and dP = dO·Vᵀ (wgmma from shared memory), P = 2^(S·c − lse),
+dS = P ⊙ (dP − Δ), dQ += dS·K (dS as the register operand). dQ is scaled by ``sm_scale`` at the end; every
+program writes its own rows once, so dQ stays deterministic (no atomics). The two consumers work on different
+rows: one's exponentials run while the other's products hold the tensor cores.
+
+Query blocks from the last (under the causal mask they see the most keys: the heaviest first). Keys past S_kv
+in the last tile are other rows of the view or TMA's zeros: masked (P = 0), and their K rows meet only P = 0.
+Query rows past S_q are computed from other rows of the view and not stored. Causal mask bottom-right: query row
+i (position S_kv − S_q + i) sees key j iff j <= its position.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+ROWS = gl.constexpr(64)  # query rows per consumer (one warpgroup's wgmma M)
+BLOCK_N = gl.constexpr(64)  # keys per tile
+
+
+@gluon.jit
+def _block(S_q, S_kv, H, IS_CAUSAL: gl.constexpr):
+    """(b, head, first query row m0, key tiles it visits) of this program: query blocks of 128 from the last."""
+    pid = gl.program_id(0)
+    n_m = gl.cdiv(S_q, 2 * ROWS)
+    bh = pid % (gl.num_programs(0) // n_m)
+    m0 = (n_m - 1 - pid // (gl.num_programs(0) // n_m)) * (2 * ROWS)
+    if IS_CAUSAL:  # the block's last row (position S_kv − S_q + its index) sees keys up to its position
+        hi = gl.minimum(gl.maximum(S_kv - S_q + gl.minimum(m0 + 2 * ROWS, S_q), 0), S_kv)
+    else:
+        hi = S_kv
+    return bh // H, bh % H, m0, gl.cdiv(hi, BLOCK_N)
+
+
+@gluon.jit
+def _consumer(q_tile, do_tile, k_smem, v_smem, qd_ready, ready, free, lse_ptr, delta_ptr, dq_ptr, S_q, S_kv, H, G,
+              qk_scale, sm_scale, stride_lb, stride_lh, stride_dqb, stride_dqt, stride_dqh, WG: gl.constexpr,
+              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """Query rows [m0 + 64·WG, +64) over every visible key tile, then their dQ."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, HEAD_DIM, 16])
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    dtype: gl.constexpr = q_tile.dtype
+    b, head, m0, n_tiles = _block(S_q, S_kv, H, IS_CAUSAL)
+    rows = m0 + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+    row_ok = rows < S_q
+    lse = gl.load(lse_ptr + b.to(gl.int64) * stride_lb + head.to(gl.int64) * stride_lh + rows, mask=row_ok,
+                  other=float("inf"))  # rows past S_q: P = 0
+    delta = gl.load(delta_ptr + (b * H + head).to(gl.int64) * S_q + rows, mask=row_ok, other=0.0)
+    zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
+    dq = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=acc_layout)
+    mbarrier.wait(qd_ready.index(0), 0)
+    for j in range(n_tiles):
+        slot = j % STAGES
+        mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
+        s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        dp = warpgroup_mma(do_tile, v_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        s, dp = warpgroup_mma_wait(num_outstanding=0, deps=(s, dp))
+        p = gl.exp2(s * qk_scale - lse[:, None])
+        keys = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        if IS_CAUSAL:
+            p = gl.where(keys[None, :] <= (S_kv - S_q + rows)[:, None], p, 0.0)
+        else:
+            p = gl.where((keys < S_kv)[None, :], p, 0.0)
+        ds_op = gl.convert_layout((p * (dp - delta[:, None])).to(dtype), op_layout)
+        dq = warpgroup_mma(ds_op, k_smem.index(slot), dq, is_async=True)
+        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ds_op))[0]  # ds_op's registers: live until here
+        mbarrier.arrive(free.index(slot), count=1)
+
+    out_rows = m0 + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+    gl.store(dq_ptr + b.to(gl.int64) * stride_dqb + head.to(gl.int64) * stride_dqh
+             + out_rows.to(gl.int64)[:, None] * stride_dqt + cols[None, :], (dq * sm_scale).to(dtype),
+             mask=(out_rows < S_q)[:, None])
+
+
+@gluon.jit
+def _loader(q_desc, do_desc, k_desc, v_desc, q_tiles, do_tiles, k_smem, v_smem, qd_ready, ready, free, S_q, S_kv, H,
+            G, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """TMA producer: the block's Q and dO once, then K / V of every visible key tile."""
+    b, head, m0, n_tiles = _block(S_q, S_kv, H, IS_CAUSAL)
+    q_row = b * S_q + m0
+    bar = qd_ready.index(0)
+    mbarrier.expect(bar, 2 * q_desc.block_type.nbytes + 2 * do_desc.block_type.nbytes)
+    for w in gl.static_range(2):
+        tma.async_copy_global_to_shared(q_desc, [q_row + w * ROWS, head * HEAD_DIM], bar, q_tiles.index(w))
+        tma.async_copy_global_to_shared(do_desc, [q_row + w * ROWS, head * HEAD_DIM], bar, do_tiles.index(w))
+    kv_col = (head // G) * HEAD_DIM
+    for j in range(n_tiles):
+        slot = j % STAGES
+        mbarrier.wait(free.index(slot), ((j // STAGES) & 1) ^ 1)  # a fresh barrier passes parity 1
+        tile_bar = ready.index(slot)
+        mbarrier.expect(tile_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [b * S_kv + j * BLOCK_N, kv_col], tile_bar, k_smem.index(slot))
+        tma.async_copy_global_to_shared(v_desc, [b * S_kv + j * BLOCK_N, kv_col], tile_bar, v_smem.index(slot))
+
+
+@gluon.jit
+def gqa_bwd_dq_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, dq_ptr, S_q, S_kv, H, G, qk_scale,
+                         sm_scale, stride_lb, stride_lh, stride_dqb, stride_dqt, stride_dqh, HEAD_DIM: gl.constexpr,
+                         STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """Grid: (cdiv(S_q, 128) · B · H,), query block slowest (from the last). Descriptors: q / dO over
+    ``[B·S_q, H·D]`` in [64, D] boxes, k / v over ``[B·S_kv, H_kv·D]`` in [64, D] boxes. num_warps = 4
+    (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader: 1 warp)."""
+    dtype: gl.constexpr = q_desc.dtype
+    q_tiles = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_desc.layout)  # [consumer]
+    do_tiles = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], do_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    qd_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(qd_ready.index(0), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(free.index(i), count=2)  # both consumers release a slot
+    fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
+    gl.warp_specialize([
+        (_consumer, (q_tiles.index(0), do_tiles.index(0), k_smem, v_smem, qd_ready, ready, free, lse_ptr, delta_ptr,
+                     dq_ptr, S_q, S_kv, H, G, qk_scale, sm_scale, stride_lb, stride_lh, stride_dqb, stride_dqt,
+                     stride_dqh, 0, HEAD_DIM, STAGES, IS_CAUSAL)),
+        (_consumer, (q_tiles.index(1), do_tiles.index(1), k_smem, v_smem, qd_ready, ready, free, lse_ptr, delta_ptr,
+                     dq_ptr, S_q, S_kv, H, G, qk_scale, sm_scale, stride_lb, stride_lh, stride_dqb, stride_dqt,
+                     stride_dqh, 1, HEAD_DIM, STAGES, IS_CAUSAL)),
+        (_loader, (q_desc, do_desc, k_desc, v_desc, q_tiles, do_tiles, k_smem, v_smem, qd_ready, ready, free, S_q,
+                   S_kv, H, G, HEAD_DIM, STAGES, IS_CAUSAL)),
+    ], [4, 1], [240, 24])
+    mbarrier.invalidate(qd_ready.index(0))
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(free.index(i))
