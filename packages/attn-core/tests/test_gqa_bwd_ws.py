@@ -13,8 +13,9 @@ from attnops.kernel_utils.pytest_plugin import run_offline_compile
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
-# the edge cases run one config of each kernel pairing (the seed rows run every config)
-EDGE_CONFIGS = (ws_launch.WS_CONFIGS[0], next(c for c in ws_launch.WS_CONFIGS if c.gluon_dq))
+# the edge cases run one config of each kernel pairing and the Gluon dQ kernel's other slot counts (the seed rows
+# run every config)
+EDGE_CONFIGS = (ws_launch.WS_CONFIGS[0], *(c for c in ws_launch.WS_CONFIGS if c.gluon_dq))
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                             reason="needs a Hopper GPU")
 
@@ -43,9 +44,10 @@ def test_seed_rows(row, cfg):
 @pytest.mark.parametrize("cfg", EDGE_CONFIGS, ids=lambda c: c.name)
 @pytest.mark.parametrize("head_dim", ws_launch.HEAD_DIMS)
 @pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 300, 300), (True, 100, 333), (False, 77, 200),
-                                                (True, 1, 200), (False, 1, 129), (False, 333, 100)],
+                                                (True, 1, 200), (False, 1, 129), (False, 333, 100),
+                                                (False, 77, 30), (True, 1, 1)],
                          ids=["causal", "causal-q-lt-kv", "full-ragged", "causal-one-query", "one-query",
-                              "full-q-gt-kv"])
+                              "full-q-gt-kv", "one-partial-key-tile", "one-key"])
 @pytest.mark.parametrize("heads", [(8, 8), (8, 2), (7, 1)], ids=["mha", "gqa4", "mqa7"])
 def test_edge_cases(heads, is_causal, s_q, s_kv, head_dim, cfg):
     """Ragged key blocks (S_kv not a multiple of 128) and query blocks, one query row (causal: it sees every key),
@@ -58,7 +60,8 @@ def test_edge_cases(heads, is_causal, s_q, s_kv, head_dim, cfg):
 
 @pytest.mark.gpu
 @hopper
-def test_fused_qkv_views():
+@pytest.mark.parametrize("cfg", EDGE_CONFIGS[:2], ids=lambda c: c.name)
+def test_fused_qkv_views(cfg):
     """q, k, v as views of one [B, S, H + 2·H_kv, D] buffer (rows wider than each tensor's heads): the TMA
     descriptors read each view's own row stride."""
     case = make_case(ROWS["llama-8b-short/bf16"], DEV, seed=5, batch=2, s_q=200, s_kv=200, heads=(8, 2),
@@ -67,7 +70,7 @@ def test_fused_qkv_views():
     fused = torch.cat([q, k, v], dim=2)
     case.inputs["q"], case.inputs["k"], case.inputs["v"] = fused[:, :, :8], fused[:, :, 8:10], fused[:, :, 10:]
     assert case.inputs["k"].stride(1) == 12 * 128
-    _check(case, ws_launch.WS_CONFIGS[0], keep_views=True)
+    _check(case, cfg, keep_views=True)
 
 
 def test_compiles_for_sm90():
@@ -112,6 +115,16 @@ def test_launches_bind_every_kernel_argument(monkeypatch):
         assert set(bound) - {"num_warps"} == set(kernel.arg_names)
     assert [bound["BLOCK_M"] for _, _, bound in calls[:2]] == [64, 32] and calls[0][2]["G"] == 4
     assert calls[2][2]["H"] == 8 and calls[2][2]["G"] == 4
+    # values, not only names: strides, scales and constexprs where they belong
+    for _, _, bound in calls:
+        assert bound["qk_scale"] == pytest.approx(0.1 * 1.4426950408889634) and bound["sm_scale"] == 0.1
+        assert bound["IS_CAUSAL"] is True and bound["S_q"] == 300 and bound["S_kv"] == 260
+        assert (bound["stride_lb"], bound["stride_lh"]) == (8 * 300, 300)
+    assert [calls[i][2]["STAGES"] for i in range(3)] == [ws_launch.WS_CONFIGS[0].stages, both.stages, both.stages]
+    d128 = 300 * 8 * 128
+    assert (calls[1][2]["stride_dkb"], calls[1][2]["stride_dkt"], calls[1][2]["stride_dkh"]) == (260 * 2 * 128,
+                                                                                                2 * 128, 128)
+    assert (calls[2][2]["stride_dqb"], calls[2][2]["stride_dqt"], calls[2][2]["stride_dqh"]) == (d128, 8 * 128, 128)
 
 
 def test_calls_it_does_not_serve_are_refused():

@@ -88,7 +88,8 @@ _TOO_BIG: set[BwdConfig] = set()  # configs that did not fit this GPU's shared m
 
 def forced(config: BwdConfig | ws_launch.WsBwdConfig):
     """Pin the tile config of every backward launch inside the block (tests, sweeps). A ``WsBwdConfig`` runs
-    the warp-specialized dK / dV kernel with the Triton kernel's dQ role (``choose``'s tile) beside it."""
+    the warp-specialized dK / dV kernel with the Triton kernel's dQ role (``choose``'s tile) beside it, or with
+    ``gluon_dq`` the Gluon dQ kernel."""
     return runtime.pinned(_FORCED, config=config)
 
 

@@ -49,8 +49,8 @@ WS_CONFIGS = (WsBwdConfig(2), WsBwdConfig(3), WsBwdConfig(4), WsBwdConfig(2, Tru
 
 
 def refusal(p: Problem) -> str | None:
-    """Why the kernel cannot serve a call, or None: D 64 / 128, 16-bit, the deterministic dQ (the Triton role
-    beside it), q / dO / k / v readable as 2-D token rows, on a Hopper GPU."""
+    """Why the kernels cannot serve a call, or None: D 64 / 128, 16-bit, the deterministic dQ (a separate dQ
+    launch, Triton or Gluon), q / dO / k / v readable as 2-D token rows, on a Hopper GPU."""
     d = p.q.shape[-1]
     if d not in HEAD_DIMS:
         return f"needs D in {HEAD_DIMS}, got {d}"
