@@ -89,6 +89,28 @@ def loop_sass_instructions(kernel) -> int:
     return sum(1 for a in addrs if lo <= a <= hi)
 
 
+def report_variants(variants) -> int:
+    """Compile each ``(label, build)`` (``build()`` returns a compiled kernel), print one line per variant (registers,
+    spill bytes, shared memory, wgmma, loop SASS, flags); returns the count of compile errors, spills and
+    shared-memory overflows (a tool's exit status). Used by the Gluon kernels' listings."""
+    bad = 0
+    for label, build in variants:
+        t0 = time.perf_counter()
+        try:
+            r = ptxas_report(build())
+        except Exception as e:  # noqa: BLE001 - report every failing variant, then count it
+            print(f"{label} COMPILE ERROR {type(e).__name__}: {str(e).splitlines()[0][:300]}", flush=True)
+            bad += 1
+            continue
+        over = r["smem"] > SM90_SMEM
+        bad += over or r["spill"] > 0
+        print(f"{label} regs {r['regs']:3d} spill {r['spill']:5d} B  smem {r['smem'] / 1024:6.1f} KB  "
+              f"wgmma {r['wgmma']}  loop {r['loop_sass']:4d} SASS ({time.perf_counter() - t0:.1f}s)"
+              f"{' SPILL' if r['spill'] > 0 else ''}{' SMEM-OVER' if over else ''}"
+              f"{' WGMMA-SERIALIZED' if r['serialized'] else ''}", flush=True)
+    return bad
+
+
 def ptxas_report(kernel) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(kernel.asm["ptx"])

@@ -12,7 +12,6 @@ import os
 os.environ["TRITON_INTERPRET"] = "0"  # before attnops / triton: build real JIT functions
 
 import sys  # noqa: E402
-import time  # noqa: E402
 
 import torch  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
@@ -24,7 +23,7 @@ from attnops.attn_core.gqa_bwd import ws_launch  # noqa: E402
 from attnops.attn_core.gqa_bwd.ws_dq_kernel import gqa_bwd_dq_ws_kernel  # noqa: E402
 from attnops.attn_core.gqa_bwd.ws_kernel import gqa_bwd_dkdv_ws_kernel  # noqa: E402
 
-from .sm90_compile import SM90_SMEM, compile_sm90, ptxas_report  # noqa: E402
+from .sm90_compile import compile_sm90, report_variants  # noqa: E402
 
 
 def _desc_type(dtype: torch.dtype, d: int, rows: int) -> str:
@@ -65,22 +64,7 @@ def variants():
 
 
 def main() -> int:
-    bad = 0
-    for name, build in variants():
-        t0 = time.time()
-        try:
-            r = ptxas_report(build())
-        except Exception as e:  # noqa: BLE001 - report every failing variant, then exit 1
-            print(f"{name} COMPILE ERROR {type(e).__name__}: {str(e).splitlines()[0][:300]}")
-            bad += 1
-            continue
-        over = r["smem"] > SM90_SMEM
-        bad += over or r["spill"] > 0
-        print(f"{name} regs {r['regs']:3d} spill {r['spill']:5d} B  smem {r['smem'] / 1024:6.1f} KB  "
-              f"wgmma {r['wgmma']}  loop {r['loop_sass']:4d} SASS ({time.time() - t0:.1f}s)"
-              f"{' SPILL' if r['spill'] > 0 else ''}{' SMEM-OVER' if over else ''}"
-              f"{' WGMMA-SERIALIZED' if r['serialized'] else ''}", flush=True)
-    return 1 if bad else 0
+    return 1 if report_variants(variants()) else 0
 
 
 if __name__ == "__main__":

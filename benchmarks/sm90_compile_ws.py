@@ -13,7 +13,6 @@ os.environ["TRITON_INTERPRET"] = "0"  # before attnops / triton: build real JIT 
 
 import math  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 
 import torch  # noqa: E402
 from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
@@ -25,7 +24,7 @@ from attnops.attn_core.flash_fwd.ws_kernel import gqa_fwd_ws_kernel  # noqa: E40
 
 DENSE, VARLEN, PAGED = 0, 1, 2  # ws_kernel's LAYOUT values
 
-from .sm90_compile import SM90_SMEM, compile_sm90, ptxas_report  # noqa: E402
+from .sm90_compile import compile_sm90, report_variants  # noqa: E402
 
 
 def _desc_type(dtype, block, d: int, box_rows: int | None = None) -> str:
@@ -58,8 +57,8 @@ VARIANTS = ((VARLEN, "varlen", 64, False), (DENSE, "dense", 64, False), (PAGED, 
             (PAGED, "pag48", 48, False), (VARLEN, "v-cap", 64, True))
 
 
-def main() -> int:
-    bad = 0
+def variants():
+    """(label, build) per head dim / persistent config / layout (paged only for ``paged_configs``)."""
     for d in sorted(ws_launch.CONFIGS):
         for cfg in ws_launch.CONFIGS[d]:
             if not cfg.persistent:  # the same kernel as its persistent twin (only the grid differs)
@@ -67,22 +66,13 @@ def main() -> int:
             for layout, layout_name, page_size, softcap in VARIANTS:
                 if layout == PAGED and cfg not in ws_launch.paged_configs(d):
                     continue
-                t0 = time.time()
-                name = f"D{d} {layout_name:6s} {cfg.name:13s}"
-                try:
-                    k = compile_ws(cfg, d, layout, page_size=page_size, softcap=softcap)
-                except Exception as e:  # noqa: BLE001 - report every failing variant, then exit 1
-                    print(f"{name} COMPILE ERROR {type(e).__name__}: {str(e).splitlines()[0][:300]}")
-                    bad += 1
-                    continue
-                r = ptxas_report(k)
-                over = r["smem"] > SM90_SMEM
-                bad += over
-                print(f"{name} regs {r['regs']:3d} spill {r['spill']:5d} B  smem {r['smem'] / 1024:6.1f} KB  "
-                      f"wgmma {r['wgmma']}  loop {r['loop_sass']:4d} SASS ({time.time() - t0:.1f}s)"
-                      f"{' SPILL' if r['spill'] > 0 else ''}{' SMEM-OVER' if over else ''}"
-                      f"{' WGMMA-SERIALIZED' if r['serialized'] else ''}", flush=True)
-    return 1 if bad else 0
+                yield (f"D{d} {layout_name:6s} {cfg.name:13s}",
+                       lambda cfg=cfg, d=d, layout=layout, ps=page_size, cap=softcap:
+                       compile_ws(cfg, d, layout, page_size=ps, softcap=cap))
+
+
+def main() -> int:
+    return 1 if report_variants(variants()) else 0
 
 
 if __name__ == "__main__":

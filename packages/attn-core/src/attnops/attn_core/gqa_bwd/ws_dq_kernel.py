@@ -24,6 +24,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from attnops.kernel_utils.gluon_fns import init_ring, invalidate_ring, wgmma_acc_layout, wgmma_lhs_layout
+
 ROWS = gl.constexpr(64)  # query rows per consumer (one warpgroup's wgmma M)
 BLOCK_N = gl.constexpr(64)  # keys per tile
 
@@ -47,11 +49,9 @@ def _consumer(q_tile, do_tile, k_smem, v_smem, qd_ready, ready, free, lse_ptr, d
               qk_scale, sm_scale, stride_lb, stride_lh, stride_dqb, stride_dqt, stride_dqh, WG: gl.constexpr,
               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
     """Query rows [m0 + 64·WG, +64) over every visible key tile, then their dQ."""
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                         instr_shape=[16, HEAD_DIM, 16])
-    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
+    acc_layout: gl.constexpr = wgmma_acc_layout(HEAD_DIM)
+    op_layout: gl.constexpr = wgmma_lhs_layout(HEAD_DIM)
     dtype: gl.constexpr = q_tile.dtype
     b, head, m0, n_tiles = _block(S_q, S_kv, H, IS_CAUSAL)
     rows = m0 + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
@@ -123,9 +123,7 @@ def gqa_bwd_dq_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, dq
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(qd_ready.index(0), count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(free.index(i), count=2)  # both consumers release a slot
+    init_ring(ready, free, STAGES, 1, 2)  # one TMA expect per fill; both consumers release a slot
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
     gl.warp_specialize([
         (_consumer, (q_tiles.index(0), do_tiles.index(0), k_smem, v_smem, qd_ready, ready, free, lse_ptr, delta_ptr,
@@ -138,6 +136,4 @@ def gqa_bwd_dq_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, dq
                    S_kv, H, G, HEAD_DIM, STAGES, IS_CAUSAL)),
     ], [4, 1], [240, 24])
     mbarrier.invalidate(qd_ready.index(0))
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
-        mbarrier.invalidate(free.index(i))
+    invalidate_ring(ready, free, STAGES)

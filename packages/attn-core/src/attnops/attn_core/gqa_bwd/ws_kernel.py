@@ -28,6 +28,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from attnops.kernel_utils.gluon_fns import init_ring, invalidate_ring, wgmma_acc_layout, wgmma_lhs_layout
+
 KEYS_PER_CONSUMER = gl.constexpr(64)  # one warpgroup's wgmma M
 
 
@@ -55,11 +57,9 @@ def _consumer(k_tile, v_tile, q_smem, do_smem, kv_ready, ready, free, lse_ptr, d
               STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
     """Keys [n0 + 64·WG, +64) of the program's block over every pair, then their dK / dV."""
     R: gl.constexpr = KEYS_PER_CONSUMER
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_M, 16])
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                         instr_shape=[16, HEAD_DIM, 16])
-    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_M)
+    acc_layout: gl.constexpr = wgmma_acc_layout(HEAD_DIM)
+    op_layout: gl.constexpr = wgmma_lhs_layout(HEAD_DIM)
     dtype: gl.constexpr = q_smem.dtype
     b, kvh, n0, m_lo, n_m = _block(S_q, S_kv, H_kv, G, BLOCK_M, IS_CAUSAL)
     keys = n0 + WG * R + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout))
@@ -147,9 +147,7 @@ def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, 
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(kv_ready.index(0), count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(free.index(i), count=2)  # both consumers release a slot
+    init_ring(ready, free, STAGES, 1, 2)  # one TMA expect per fill; both consumers release a slot
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
     gl.warp_specialize([
         (_consumer, (k_tiles.index(0), v_tiles.index(0), q_smem, do_smem, kv_ready, ready, free, lse_ptr, delta_ptr,
@@ -164,6 +162,4 @@ def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, 
                    S_kv, H_kv, G, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL)),
     ], [4, 1], [240, 24])
     mbarrier.invalidate(kv_ready.index(0))
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
-        mbarrier.invalidate(free.index(i))
+    invalidate_ring(ready, free, STAGES)

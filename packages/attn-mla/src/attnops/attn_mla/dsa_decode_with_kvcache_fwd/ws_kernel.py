@@ -25,6 +25,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from attnops.attn_mla.latent_ws import HALF, HEADS, consume_keys
+from attnops.kernel_utils.gluon_fns import init_ring, invalidate_ring, wgmma_acc_layout, wgmma_lhs_layout
 
 LOADER_WARPS = gl.constexpr(4)  # the gather's warps (warp_specialize's second worker)
 
@@ -45,11 +46,9 @@ def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready
               S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, WG: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr):
     """Latent columns [256·WG, +256) of the program's 64 heads over the row's selected keys, then their store."""
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HALF, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
+    o_layout: gl.constexpr = wgmma_acc_layout(HALF)
+    p_layout: gl.constexpr = wgmma_lhs_layout(HALF)
     row, b, s, g, head0, local0 = _program(S, H_kv, group, head_blocks_per_kv)
     count = gl.load(count_ptr + row)
     n_tiles = gl.cdiv(count, BLOCK_N)
@@ -146,9 +145,7 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
     kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     xchg = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready.index(0), count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=32 * LOADER_WARPS)  # every loader thread's copies
-        mbarrier.init(kv_free.index(i), count=2)
+    init_ring(k_ready, kv_free, STAGES, 32 * LOADER_WARPS, 2)  # both consumers release a slot
     for i in gl.static_range(2):
         mbarrier.init(xchg.index(i), count=2)
     fence_async_shared()
@@ -164,8 +161,6 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
                    BLOCK_K, BLOCK_N, STAGES)),
     ], [4, LOADER_WARPS], [224, 56])  # (224 + 224 + 56) x 128 threads <= 64 K registers; 232 / 40 spilled 32 B (loader)
     mbarrier.invalidate(q_ready.index(0))
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(k_ready.index(i))
-        mbarrier.invalidate(kv_free.index(i))
+    invalidate_ring(k_ready, kv_free, STAGES)
     for i in gl.static_range(2):
         mbarrier.invalidate(xchg.index(i))

@@ -26,6 +26,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from attnops.attn_mla.latent_ws import HALF, HEADS, consume_keys
+from attnops.kernel_utils.gluon_fns import init_ring, invalidate_ring, wgmma_acc_layout, wgmma_lhs_layout
 
 
 @gluon.jit
@@ -34,11 +35,9 @@ def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready
               WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr):
     """Latent columns [256·WG, +256) of the program's 64 heads over the split's key tiles
     (``latent_ws.consume_keys``), then their store."""
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HALF, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
+    o_layout: gl.constexpr = wgmma_acc_layout(HALF)
+    p_layout: gl.constexpr = wgmma_lhs_layout(HALF)
     hb = gl.program_id(0)
     split = gl.program_id(1)
     b = gl.program_id(2)
@@ -123,9 +122,7 @@ def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr
     kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     xchg = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready.index(0), count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(kv_free.index(i), count=2)  # both consumers release a slot
+    init_ring(k_ready, kv_free, STAGES, 1, 2)  # both consumers release a slot
     for i in gl.static_range(2):
         mbarrier.init(xchg.index(i), count=2)  # both consumers meet at an exchange
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
@@ -140,8 +137,6 @@ def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr
                    kv_free, H, n_kv, group, head_blocks_per_kv, split_len, BLOCK_N, STAGES)),
     ], [4, 1], [240, 24])
     mbarrier.invalidate(q_ready.index(0))
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(k_ready.index(i))
-        mbarrier.invalidate(kv_free.index(i))
+    invalidate_ring(k_ready, kv_free, STAGES)
     for i in gl.static_range(2):
         mbarrier.invalidate(xchg.index(i))
