@@ -3,13 +3,13 @@ slot validity (padding, −1, future rows, repeats), empty rows, strides, groups
 
 import pytest
 import torch
+from mla_testlib import dsa_case as _case
 from mla_testlib import every_config, pinned
 
 from attnops.attn_mla import dsa_decode_with_kvcache_fwd
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd.spec import SPEC, make_case
 from attnops.kernel_utils import runtime, testing
-from attnops.kernel_utils.opspec import Case
 from attnops.kernel_utils.pytest_plugin import seed_rows
 
 DEV = runtime.device()
@@ -46,24 +46,6 @@ def test_every_config_full_size(row):
     """Every config on 576- and 512-wide rows, H = 128 (two head blocks) and H = 64, mostly-padded index
     rows (kv4k); one reference per row."""
     SPEC.check_each(make_case(ROWS[row], DEV, shrink=False, seed=5), every_config(dsa_op))
-
-
-def _case(
-    indices, *, s_kv=48, h=16, h_kv=1, d=64, tail=16, q_start=40, stride=1, dtype=torch.float16, seed=0, **params
-) -> Case:
-    gen = testing.generator(seed)
-    indices = torch.as_tensor(indices, dtype=torch.int32)
-    b, s = indices.shape[:2]
-    inputs = {
-        "q": testing.randn((b, s, h, d + tail), dtype, DEV, gen),
-        "kv": testing.randn((b, s_kv, h_kv, d + tail), dtype, DEV, gen),
-        "indices": indices.to(DEV),
-        "q_start_index_s": q_start,
-        "stride_kv": stride,
-        "dim_tail": tail,
-        **params,
-    }
-    return Case(inputs, outputs=("o",))
 
 
 def test_slot_validity_and_repeats():

@@ -2,32 +2,25 @@
 fp32 reference on seed rows and edge cases (Hopper only: TMA, cp.async gathers, wgmma, warp specialization),
 and everywhere: the offline sm_90 build, the launch's argument binding and grid, q's row view, refusals."""
 
+import functools
+
 import pytest
 import torch
-from mla_testlib import pinned
+from mla_testlib import dsa_case, pinned
 
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import ws_kernel, ws_launch
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd.spec import SPEC, make_case
 from attnops.kernel_utils import runtime, testing
-from attnops.kernel_utils.opspec import Case
 from attnops.kernel_utils.pytest_plugin import run_offline_compile
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
 CONFIG_IDS = [c.name for c in ws_launch.WS_CONFIGS]
+# the kernel's shape: D = 512 with a 64-channel tail, 64-head blocks, 300 cache rows, query rows at 290..
+_case = functools.partial(dsa_case, s_kv=300, h=64, d=512, tail=64, q_start=290)
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                             reason="needs a Hopper GPU")
-
-
-def _case(indices, *, s_kv=300, h=64, h_kv=1, tail=64, q_start=290, dtype=torch.float16, seed=0, **params) -> Case:
-    gen = testing.generator(seed)
-    indices = torch.as_tensor(indices, dtype=torch.int32)
-    b, s = indices.shape[:2]
-    return Case({"q": testing.randn((b, s, h, 512 + tail), dtype, DEV, gen),
-                 "kv": testing.randn((b, s_kv, h_kv, 512 + tail), dtype, DEV, gen),
-                 "indices": indices.to(DEV), "q_start_index_s": q_start, "dim_tail": tail, **params},
-                outputs=("o",))
 
 
 def _random_indices(b, s, h_kv, k, s_kv, seed):

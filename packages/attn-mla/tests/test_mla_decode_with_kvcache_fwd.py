@@ -4,12 +4,12 @@ split-KV path, grouped KV heads, the fused-cache layout, edge cases, bad input."
 import pytest
 import torch
 from mla_testlib import every_config, pinned
+from mla_testlib import mla_case as _case
 
 from attnops.attn_mla import mla_decode_with_kvcache_fwd
 from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op
 from attnops.attn_mla.mla_decode_with_kvcache_fwd.spec import SPEC, make_case
 from attnops.kernel_utils import runtime, testing
-from attnops.kernel_utils.opspec import Case
 from attnops.kernel_utils.pytest_plugin import run_offline_compile, seed_rows
 
 DEV = runtime.device()
@@ -93,17 +93,6 @@ def test_kernels_compile_for_sm90():
     gpu_lines = [ln for ln in listing.splitlines() if " h200 " in ln]
     assert len(gpu_lines) == 6 and not any("SPILL" in ln or "SERIALIZED" in ln or "FAIL" in ln for ln in gpu_lines), \
         listing
-
-
-def _case(b=2, h=16, n_kv=40, h_kv=1, d=512, pe=64, dtype=torch.float16, seed=0) -> Case:
-    gen = testing.generator(seed)
-    inputs = {
-        "q": testing.randn((b, h, d), dtype, DEV, gen),
-        "q_pe": testing.randn((b, h, pe), dtype, DEV, gen),
-        "k": testing.randn((b, n_kv, h_kv, d), dtype, DEV, gen),
-        "k_pe": testing.randn((b, n_kv, h_kv, pe), dtype, DEV, gen),
-    }
-    return Case(inputs, outputs=("o",))
 
 
 def test_grouped_kv_heads():

@@ -3,9 +3,11 @@ fp32 reference on seed rows and edge cases (Hopper only: TMA, wgmma, warp specia
 offline sm_90 build, the launch's argument binding and grid, which layouts it takes, the refusal of calls it
 does not serve."""
 
+import functools
+
 import pytest
 import torch
-from mla_testlib import pinned
+from mla_testlib import mla_case, pinned
 
 from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op
 from attnops.attn_mla.mla_decode_with_kvcache_fwd import ws_kernel, ws_launch
@@ -17,6 +19,7 @@ from attnops.kernel_utils.pytest_plugin import run_offline_compile
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
 CONFIG_IDS = [c.name for c in ws_launch.WS_CONFIGS]
+_case = functools.partial(mla_case, h=64)  # whole 64-head blocks unless a test says otherwise
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                             reason="needs a Hopper GPU")
 
@@ -25,14 +28,6 @@ hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_devi
 def _poison(monkeypatch):
     """Split partials start NaN-filled on the GPU too: a partial column or lse the kernel never wrote fails."""
     monkeypatch.setenv("ATTNOPS_POISON", "1")
-
-
-def _case(b=2, h=64, n_kv=40, h_kv=1, dtype=torch.float16, seed=0, scale=1.0) -> Case:
-    gen = testing.generator(seed)
-    return Case({"q": testing.randn((b, h, 512), dtype, DEV, gen, scale=scale),
-                 "q_pe": testing.randn((b, h, 64), dtype, DEV, gen),
-                 "k": testing.randn((b, n_kv, h_kv, 512), dtype, DEV, gen),
-                 "k_pe": testing.randn((b, n_kv, h_kv, 64), dtype, DEV, gen)}, outputs=("o",))
 
 
 @pytest.mark.gpu
@@ -57,7 +52,7 @@ def test_seed_rows(row, cfg):
     (dict(h=128, b=3, n_kv=257), 5),  # two head blocks per KV head, splits
     (dict(h=96, b=3, n_kv=70), None),  # the second head block half full: its Q box reads the next request's heads
     (dict(h=192, h_kv=2, n_kv=300), 3),  # groups of 96 over two KV heads, splits
-    (dict(n_kv=96, scale=8.0), None),  # a sharp softmax: a few keys dominate each row
+    (dict(n_kv=96, q_scale=8.0), None),  # a sharp softmax: a few keys dominate each row
 ], ids=["one-key", "tail", "splits", "two-kv-heads", "two-head-blocks", "partial-head-block", "kv-heads-splits",
         "sharp"])
 def test_edge_cases(shape, splits, dtype, cfg):
