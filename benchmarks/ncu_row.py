@@ -1,29 +1,40 @@
 """Run one seed row's op a few times on the GPU, for Nsight Compute to profile its kernels (stall reasons,
 achieved occupancy, L2 / shared-memory traffic: what timing variants cannot separate). The first call compiles
 and is checked against the reference; the next ``--repeats`` calls are the ones to profile. ``--config`` forces
-one launch config of an op whose ``op.py`` has ``CONFIGS`` and ``_run(..., config=)`` (attn-nsa), by name.
+one launch config by name: attn-nsa ops (``CONFIGS`` and ``_run(..., config=)``) and attn-mla ops (``with_config``:
+a key of ``CONFIGS`` or the name of a Gluon ``ws_launch.WS_CONFIGS`` entry). ``--breakdown`` prints the median
+device time per kernel of the call (CUPTI, cold L2: the prepare / attention / combine launches apart).
 
     ncu --clock-control none --set full --kernel-name regex:nsa_varlen --launch-skip 1 --launch-count 1 \\
         --export $OUT/2x4k python3 -m benchmarks.ncu_row --family attn-nsa --row NSAVarlenFwd/prefill-2x4k \\
         --config KB1-TMA0-w1-s2
+    python3 -m benchmarks.ncu_row --family attn-mla --row mla-b128-8192/bf16 --config ws-n32s3 --breakdown
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 
 import torch
 
 from .fault_scan import op_module
 from .run import family_specs
 from .sweep import seed_cases
+from .timing import L2Flusher, kernel_breakdown
 
 
 def forced(spec, name: str):
-    """The op's ``_run`` pinned to the config called ``name`` (``config_name`` of attn-nsa's launch rules)."""
+    """The op pinned to the launch config called ``name``."""
+    mod = op_module(spec)
+    if hasattr(mod, "with_config"):  # attn-mla
+        ws = importlib.import_module(mod.__name__.rsplit(".", 1)[0] + ".ws_launch")
+        named = {**mod.CONFIGS, **{c.name: c for c in ws.WS_CONFIGS}}
+        if name not in named:
+            raise SystemExit(f"{spec.name}: no config {name}; have {sorted(named)}")
+        return mod.with_config(named[name])
     from attnops.attn_nsa._tuning import config_name
 
-    mod = op_module(spec)
     config = next((c for c in mod.CONFIGS if config_name(c) == name), None)
     if config is None:
         raise SystemExit(f"{spec.name}: no config {name}; have {[config_name(c) for c in mod.CONFIGS]}")
@@ -34,8 +45,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--family", required=True)
     p.add_argument("--row", required=True, help="a seed row id (or a part of one that names a single row)")
-    p.add_argument("--config", default="", help="force this launch config (attn-nsa ops)")
+    p.add_argument("--config", default="", help="force this launch config (attn-nsa, attn-mla ops)")
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--breakdown", action="store_true", help="then print the median device time per kernel")
     args = p.parse_args()
     rows = list(seed_cases(family_specs(args.family), args.row))
     if len(rows) != 1:
@@ -47,6 +59,10 @@ def main():
         case.fresh().run(fn)
     torch.cuda.synchronize()
     print(f"{w.id}: checked, then {args.repeats} calls{' with ' + args.config if args.config else ''}")
+    if args.breakdown:
+        run = lambda inputs=case.inputs: fn(**inputs)  # noqa: E731
+        for kernel, ms in kernel_breakdown(run, 20, L2Flusher()).items():
+            print(f"  {ms * 1e3:9.1f} us  {kernel[:110]}")
 
 
 if __name__ == "__main__":
