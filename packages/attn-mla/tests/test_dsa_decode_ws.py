@@ -147,7 +147,8 @@ def test_default_rule(monkeypatch):
     full = _case([[[[1, 2]]]], h=128).inputs
     narrow = _case([[[[1, 2]]]], h=32).inputs
     monkeypatch.setattr(ws_launch, "applies", lambda *args: True)
-    assert dsa_op.default_config(full["q"], full["kv"], 64) == dsa_op.pick_config()  # WS_DEFAULT off
+    monkeypatch.setattr(dsa_op, "WS_DEFAULT", False)
+    assert dsa_op.default_config(full["q"], full["kv"], 64) == dsa_op.pick_config()
     monkeypatch.setattr(dsa_op, "WS_DEFAULT", True)
     assert dsa_op.default_config(full["q"], full["kv"], 64) == ws_launch.WS_CONFIGS[0]
     assert dsa_op.default_config(narrow["q"], narrow["kv"], 64) == dsa_op.pick_config()

@@ -25,6 +25,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 HEADS = gl.constexpr(64)  # query heads per program: one warpgroup's wgmma M, shared by both consumers
 HALF = gl.constexpr(256)  # latent channels per consumer
 SMEM_LIMIT = 227 * 1024  # shared memory one program may use on sm_90
+# The fp32 score-exchange slots [2, HEADS, BLOCK_N]: a warp stores / loads its accumulator fragment as 8-byte
+# pieces (rows lane // 4, column pairs lane % 4 + 4j), served a half-warp (4 rows) at a time. 32-byte units
+# XOR-swizzled over 4 rows give each of those 4 rows its own quarter of the banks: 2 wavefronts per warp access,
+# the minimum. (The first layout, 8-byte units over 8 rows, left the rows of a half-warp on the same 16 banks:
+# Nsight Compute measured 8 wavefronts per access on the H200, 2026-12-02.) Valid for rows of >= 32 keys.
+EXCHANGE_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=4, order=[1, 0]))
 
 
 @dataclass(frozen=True)

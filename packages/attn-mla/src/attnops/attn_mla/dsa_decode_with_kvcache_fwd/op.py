@@ -41,9 +41,9 @@ def pick_config() -> DSAConfig:
 
 
 # The warp-specialized kernel (``ws_launch``) by default where it serves the call and the KV groups fill its
-# 64-head blocks: off until an H200 run has checked it and timed it beside the Triton kernel (written 2026-12-02
-# without device time; docs/perf/attn-mla.md).
-WS_DEFAULT = False
+# 64-head blocks: on the H200 (2026-12-02) it passed its GPU tests and ran all 17 seed rows 7-16 % faster than
+# the Triton kernel (benchmarks/results/h200/20261202-0610-attn-mla-dsa-ws.jsonl; docs/perf/attn-mla.md).
+WS_DEFAULT = True
 
 
 def default_config(q, kv, dim_tail: int) -> DSAConfig | ws_launch.WsConfig:

@@ -25,7 +25,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from attnops.attn_mla.latent_ws import HALF, HEADS, consume_keys
+from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys
 from attnops.kernel_utils.gluon_fns import init_ring, invalidate_ring, wgmma_acc_layout, wgmma_lhs_layout
 
 
@@ -112,11 +112,8 @@ def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr
     k_lo = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HALF], k_desc.layout)
     k_hi = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HALF], k_desc.layout)
     kpe_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, PE], kpe_desc.layout)
-    # 8-byte pieces XOR-swizzled over 8 rows: a warp's accumulator fragment (8 rows x 4 column pairs per store)
-    # meets 16 bank pairs instead of 4 (row-major fp32 rows of 32 keys all start on bank 0)
-    xchg_layout: gl.constexpr = gl.SwizzledSharedLayout(vec=2, per_phase=1, max_phase=8, order=[1, 0])
-    x_lo = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], xchg_layout)  # warpgroup 0's partials
-    x_hi = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], xchg_layout)  # warpgroup 1's
+    x_lo = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], EXCHANGE_LAYOUT)  # warpgroup 0's partials
+    x_hi = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], EXCHANGE_LAYOUT)  # warpgroup 1's
     q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
