@@ -47,7 +47,8 @@ def main():
     p.add_argument("--row", required=True, help="a seed row id (or a part of one that names a single row)")
     p.add_argument("--config", default="", help="force this launch config (attn-nsa, attn-mla ops)")
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--breakdown", action="store_true", help="then print the median device time per kernel (CUPTI: not under Nsight Compute)")
+    p.add_argument("--breakdown", action="store_true",
+                   help="then print the median device time per kernel (CUPTI: not under Nsight Compute)")
     args = p.parse_args()
     rows = list(seed_cases(family_specs(args.family), args.row))
     if len(rows) != 1:
