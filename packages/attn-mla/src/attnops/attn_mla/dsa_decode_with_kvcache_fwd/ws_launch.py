@@ -1,7 +1,7 @@
 """Host side of the Gluon warp-specialized DSA kernel (``ws_kernel.py``): which calls it serves, the TMA
 descriptors of q, the launch. ``op.launch`` runs it when its config is a ``WsConfig`` (tests and sweeps:
-``op.with_config(WS_CONFIGS[0])``); the default stays on the Triton kernel until an H200 run has checked and
-timed this one (written 2026-12-02 without device time)."""
+``op.with_config(WS_CONFIGS[0])``), and by default (``op.default_config``, ``WS_DEFAULT``) on the calls it serves
+whose KV groups fill 64-head blocks: on the H200 it ran every seed row faster than the Triton kernel."""
 
 from __future__ import annotations
 
