@@ -33,6 +33,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: E4
 from triton.runtime.jit import mangle_type  # noqa: E402
 
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op  # noqa: E402
+from attnops.attn_mla.dsa_decode_with_kvcache_fwd import ws_launch as dsa_ws  # noqa: E402
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd.kernel import dsa_decode_kernel, dsa_prepare_indices_kernel  # noqa: E402
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd.ws_kernel import dsa_decode_ws_kernel  # noqa: E402
 from attnops.attn_mla.fp8_lightning_indexer_fwd import op as indexer_op  # noqa: E402
@@ -150,7 +151,7 @@ def mla_ws_variants():
             ints = dict(H=128, n_kv=4096, group=128, head_blocks_per_kv=2, split_len=4096, n_splits=16,
                         stride_ob=128 * 512, stride_oh=512)
             for split in (False, True):
-                cx = dict(BLOCK_N=cfg.block_n, STAGES=cfg.stages, SPLIT=split)
+                cx = dict(BLOCK_N=cfg.block_n, STAGES=cfg.stages, SPLIT=split, ALTERNATING=cfg.alternating)
                 yield f"mla-ws {cfg.name} {name} split={split}", lambda cx=cx, ptrs=ptrs, ints=ints: compile_sm90(
                     mla_decode_ws_kernel, ptrs, ints, cx, 4, 1, floats=("qk_scale",), source=GluonASTSource)
 
@@ -162,7 +163,7 @@ def dsa_ws_variants():
                                (torch.bfloat16, 64, 584)):
         name = "bf16" if dtype == torch.bfloat16 else "fp16"
         width = 512 + tail
-        for cfg in mla_ws.WS_CONFIGS:
+        for cfg in dsa_ws.WS_CONFIGS:
             q_desc = _desc_type(dtype, width, [64, 256])
             ptrs = {"q_desc": q_desc, "qpe_desc": _desc_type(dtype, width, [64, tail]) if tail else q_desc,
                     "kv_ptr": f"*{name}", "clean_ptr": "*i32", "count_ptr": "*i32", "out_ptr": f"*{name}"}

@@ -71,12 +71,15 @@ def test_fused_cache_views():
 
 @pytest.mark.gpu
 @hopper
-def test_another_requests_nan_keys_stay_out():
-    """Request 0's 33 keys end one row into a 32-key tile whose other rows are request 1's keys, all NaN here:
-    request 0's output must not see them (request 1's is NaN, as the reference's)."""
-    case = _case(b=2, n_kv=33, seed=4)
+@pytest.mark.parametrize("cfg", ws_launch.WS_CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("n_kv", [33, 65], ids=["tail-in-tile-1", "tail-in-tile-2"])
+def test_another_requests_nan_keys_stay_out(n_kv, cfg):
+    """Request 0's keys end one row into a 32-key tile whose other rows are request 1's keys, all NaN here:
+    request 0's output must not see them (request 1's is NaN, as the reference's). The last tile is the second
+    or the third (alternating configs: the other warpgroup's block, or the first one's)."""
+    case = _case(b=2, n_kv=n_kv, seed=4)
     case.inputs["k"][1] = float("nan")
-    out = pinned(mla_op, ws_launch.WS_CONFIGS[0])(**case.inputs)
+    out = pinned(mla_op, cfg)(**case.inputs)
     first = Case({n: t[:1] for n, t in case.inputs.items()}, outputs=("o",))
     SPEC.compare({"o": out[:1]}, first.fresh().run(SPEC.reference), first)
     assert bool(out[1].isnan().all())
@@ -112,13 +115,15 @@ def test_launch_binds_every_kernel_argument(monkeypatch):
     inputs = _case(b=3, h=128, n_kv=64, h_kv=2, dtype=torch.float16).inputs
     out = torch.empty_like(inputs["q"])
     part = torch.empty(1)
-    for splits in (1, 4):
-        ws_launch.run(ws_launch.WS_CONFIGS[0], *inputs.values(), out, part, part, head_blocks_per_kv=1,
-                      split_len=16, splits=splits, qk_scale=0.1)
-    assert launches.grids == [(2, 1, 3), (2, 4, 3)]
+    for cfg in ws_launch.WS_CONFIGS:
+        for splits in (1, 4):
+            ws_launch.run(cfg, *inputs.values(), out, part, part, head_blocks_per_kv=1, split_len=16, splits=splits,
+                          qk_scale=0.1)
+    assert launches.grids == [(2, 1, 3), (2, 4, 3)] * len(ws_launch.WS_CONFIGS)
     for bound in launches.arguments:
         assert set(bound) - {"num_warps"} == set(ws_kernel.mla_decode_ws_kernel.arg_names)
-    assert [a["SPLIT"] for a in launches.arguments] == [False, True]
+    assert [a["SPLIT"] for a in launches.arguments] == [False, True] * len(ws_launch.WS_CONFIGS)
+    assert [a["ALTERNATING"] for a in launches.arguments[::2]] == [c.alternating for c in ws_launch.WS_CONFIGS]
     assert launches.arguments[0]["group"] == 64 and launches.arguments[0]["n_kv"] == 64
 
 

@@ -35,27 +35,35 @@ EXCHANGE_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(vec=8, per_phase=1, max_p
 
 @dataclass(frozen=True)
 class WsConfig:
-    """A launch config of the kernels built on ``consume_keys`` (host side)."""
+    """A launch config of the kernels built on ``consume_keys`` (the channel split) or, ``alternating``,
+    ``latent_alt.consume_blocks`` (each warpgroup scores every other key block whole; host side)."""
 
     block_n: int  # keys per tile (the score wgmma's N)
     stages: int  # key tiles in flight (the ring's slots)
     block_h: int = HEADS.value  # query heads per program (fixed: one warpgroup's M)
+    alternating: bool = False
 
     @property
     def name(self) -> str:
-        return f"ws-n{self.block_n}s{self.stages}"
+        return f"ws-{'alt-' if self.alternating else ''}n{self.block_n}s{self.stages}"
 
 
 def smem_bytes(cfg: WsConfig, rope: int) -> int:
-    """Queries and the key ring (2 x 256 latent channels plus ``rope``), and both warpgroups' two fp32
-    score-exchange slots."""
+    """Queries and the key ring (2 x 256 latent channels plus ``rope``), and either both warpgroups' two fp32
+    score-exchange slots or (``alternating``) the two 16-bit P hand-off slots with their row maxima and sums."""
     width = 2 * HALF.value + rope
-    return 2 * (HEADS.value * width + cfg.stages * cfg.block_n * width) + 4 * 2 * 2 * HEADS.value * cfg.block_n
+    operands = 2 * (HEADS.value * width + cfg.stages * cfg.block_n * width)
+    if cfg.alternating:
+        return operands + 2 * 2 * HEADS.value * cfg.block_n + 4 * 4 * HEADS.value
+    return operands + 4 * 2 * 2 * HEADS.value * cfg.block_n
 
 
 # 64-key tiles do not fit beside the exchange slots (Q 72 KB + 2 x 72 KB ring + 64 KB of exchange): 32-key tiles,
-# 3 slots first (212 KB with a 64-channel rope part).
-CONFIGS = tuple(c for c in (WsConfig(32, 3), WsConfig(32, 2)) if smem_bytes(c, 64) <= SMEM_LIMIT)
+# 3 slots first (212 KB with a 64-channel rope part). The alternating consumer (docs/perf/attn-mla.md, fourteenth
+# session): 32-key blocks in 4 slots (225 KB); 64-key blocks need 233 KB, TMA boxes have power-of-2 rows (no
+# 48-key blocks), and with 3 slots ptxas spilled 12 B.
+CONFIGS = tuple(c for c in (WsConfig(32, 3), WsConfig(32, 2), WsConfig(32, 4, alternating=True))
+                if smem_bytes(c, 64) <= SMEM_LIMIT)
 
 
 @gluon.jit
@@ -88,33 +96,38 @@ def _full_scores(s, mine, theirs, xchg, x, s_layout: gl.constexpr):
 
 
 @gluon.jit
-def _zero_rows_from(tile, valid, BLOCK_N: gl.constexpr):
-    """Zero rows ``valid..`` of this warpgroup's own shared [BLOCK_N, 256] key half in place (its scores are
-    done; no other partition reads it), ordered before the wgmma that reads it next."""
-    rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # 16-byte pieces, 4 warps
-    keys = tile.load(rows_layout)
-    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, rows_layout))
-    tile.store(gl.where((rows < valid)[:, None], keys, gl.zeros_like(keys)))
+def zero_rows_from(tile, valid, BLOCK_N: gl.constexpr):
+    """Zero rows ``valid..`` of this warpgroup's own shared [BLOCK_N, 256] key half in place (no other partition
+    reads it any more), ordered before the wgmma that reads it next. Eight rows (one swizzle pattern) at a
+    time, only the chunks that hold such rows: 16 values a thread live at once (the whole tile at once, 64, made
+    the alternating consumer spill beside its accumulator)."""
+    rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])  # 16-byte pieces, 4 rows a pass
+    for c in gl.static_range(BLOCK_N // 8):
+        if (c + 1) * 8 > valid:
+            chunk = tile.slice(c * 8, 8)
+            keys = chunk.load(rows_layout)
+            rows = c * 8 + gl.arange(0, 8, layout=gl.SliceLayout(1, rows_layout))
+            chunk.store(gl.where((rows < valid)[:, None], keys, gl.zeros_like(keys)))
     fence_async_shared()  # this thread's stores visible to the async proxy (wgmma) ...
     gl.thread_barrier()  # ... and every thread of the warpgroup done before the wgmma reads the tile
 
 
 @gluon.jit
-def _softmax(s, n0, end, m_i, l_i, qk_scale, BLOCK_N: gl.constexpr, s_layout: gl.constexpr,
-             p_layout: gl.constexpr, o_layout: gl.constexpr, dtype: gl.constexpr):
+def softmax_tile(s, n0, end, m_i, l_i, qk_scale, BLOCK_N: gl.constexpr, s_layout: gl.constexpr,
+                 p_layout: gl.constexpr, o_layout: gl.constexpr, dtype: gl.constexpr):
     """Online-softmax step (base 2, the scale folded into exp2) of key tile [n0, n0 + BLOCK_N), keys >= end
     masked (only the last tile has any): (P as the P·V wgmma's register operand, the rescale factor in
-    the accumulator's layout, m, l). ``kernel_utils.attention_fns.online_softmax_step``'s arithmetic with the
-    wgmma layouts (a Gluon kernel cannot call ``triton.jit`` functions)."""
+    the accumulator's layout, m, l, the tile's row sums of P). ``kernel_utils.attention_fns.online_softmax_step``'s
+    arithmetic with the wgmma layouts (a Gluon kernel cannot call ``triton.jit`` functions)."""
     if n0 + BLOCK_N > end:
         k_pos = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         s = gl.where((k_pos < end)[None, :], s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)  # every tile has a visible key: m_new is finite
     p = gl.exp2(s * qk_scale - m_new[:, None])
     alpha = gl.exp2(m_i - m_new)
-    l_new = l_i * alpha + gl.sum(p, axis=1)
+    row_sum = gl.sum(p, axis=1)
     p_op = gl.convert_layout(p.to(dtype), p_layout)
-    return p_op, gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), m_new, l_new
+    return p_op, gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), m_new, l_i * alpha + row_sum, row_sum
 
 
 
@@ -139,7 +152,8 @@ def consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_f
     s = _partial_scores(q_half, k_half, qpe_smem, kpe_smem, k_ready, 0, zero_s, WG, STAGES, HAS_PE, GENERIC_COPIES)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
     s = _full_scores(s, mine, theirs, xchg, 0, s_layout)
-    p_op, alpha, m_i, l_i = _softmax(s, n0, end, m_i, l_i, qk_scale, BLOCK_N, s_layout, p_layout, o_layout, dtype)
+    p_op, alpha, m_i, l_i, _ = softmax_tile(s, n0, end, m_i, l_i, qk_scale, BLOCK_N, s_layout, p_layout, o_layout,
+                                            dtype)
     for j in range(1, n_tiles):
         s_next = _partial_scores(q_half, k_half, qpe_smem, kpe_smem, k_ready, j, zero_s, WG, STAGES, HAS_PE,
                                  GENERIC_COPIES)
@@ -147,8 +161,8 @@ def consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_f
         acc = warpgroup_mma(p_op, k_half.index(slot), acc, is_async=True)  # O += P·V of tile j - 1
         s_next = warpgroup_mma_wait(num_outstanding=1, deps=(s_next, ))  # the scores of j; P·V may run on
         s_next = _full_scores(s_next, mine, theirs, xchg, j, s_layout)
-        p_next, alpha_next, m_i, l_i = _softmax(s_next, n0 + j * BLOCK_N, end, m_i, l_i, qk_scale, BLOCK_N,
-                                                s_layout, p_layout, o_layout, dtype)
+        p_next, alpha_next, m_i, l_i, _ = softmax_tile(s_next, n0 + j * BLOCK_N, end, m_i, l_i, qk_scale, BLOCK_N,
+                                                       s_layout, p_layout, o_layout, dtype)
         # p_op stays live until its wgmma is waited for: its registers are read asynchronously
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
         mbarrier.arrive(kv_free.index(slot), count=1)
@@ -157,7 +171,7 @@ def consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_f
     last = (n_tiles - 1) % STAGES
     n_last = n0 + (n_tiles - 1) * BLOCK_N
     if not GENERIC_COPIES and n_last + BLOCK_N > end:  # (cp.async gathers zero-fill those rows themselves)
-        _zero_rows_from(k_half.index(last), end - n_last, BLOCK_N)
+        zero_rows_from(k_half.index(last), end - n_last, BLOCK_N)
     acc = warpgroup_mma(p_op, k_half.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
     mbarrier.arrive(kv_free.index(last), count=1)

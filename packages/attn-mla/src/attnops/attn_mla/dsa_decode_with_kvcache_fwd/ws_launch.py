@@ -9,13 +9,15 @@ import torch
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from attnops.attn_mla.latent_ws import CONFIGS as WS_CONFIGS
-from attnops.attn_mla.latent_ws import HALF, HEADS, WsConfig
+from attnops.attn_mla.latent_ws import CONFIGS, HALF, HEADS, WsConfig
 from attnops.kernel_utils import runtime
 
 from .ws_kernel import dsa_decode_ws_kernel
 
 __all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run"]
+
+# the channel-split consumer only (``latent_ws.consume_keys``); the alternating one is the MLA kernel's so far
+WS_CONFIGS = tuple(c for c in CONFIGS if not c.alternating)
 LATENT = 2 * HALF.value  # the value width the kernel serves (D = 512)
 TAILS = (0, 64)  # the rope tails it serves
 

@@ -25,29 +25,28 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
+from attnops.attn_mla.latent_alt import STATS_LAYOUT, consume_blocks
 from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys
 from attnops.kernel_utils.gluon_fns import init_ring, invalidate_ring, wgmma_acc_layout, wgmma_lhs_layout
 
 
 @gluon.jit
-def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready, kv_free, xchg, out_ptr, part_o_ptr,
-              part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits, qk_scale, stride_ob, stride_oh,
-              WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr):
-    """Latent columns [256·WG, +256) of the program's 64 heads over the split's key tiles
-    (``latent_ws.consume_keys``), then their store."""
-    s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
-    o_layout: gl.constexpr = wgmma_acc_layout(HALF)
-    p_layout: gl.constexpr = wgmma_lhs_layout(HALF)
+def _split_keys(n_kv, split_len, BLOCK_N: gl.constexpr):
+    """(start, end, tiles) of this program's split of its request's keys."""
+    start = gl.program_id(1) * split_len
+    end = gl.minimum(start + split_len, n_kv)
+    return start, end, gl.cdiv(end - start, BLOCK_N)  # >= 1: the launcher makes no empty split and no empty cache
+
+
+@gluon.jit
+def _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_blocks_per_kv, n_splits, stride_ob,
+           stride_oh, dtype: gl.constexpr, WG: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
+           SPLIT: gl.constexpr):
+    """Latent columns [256·WG, +256) of the program's heads: normalized output, or (``SPLIT``) the split's
+    normalized fp32 partial and (warpgroup 0) its base-2 log-sum-exp."""
     hb = gl.program_id(0)
     split = gl.program_id(1)
     b = gl.program_id(2)
-    start = split * split_len
-    end = gl.minimum(start + split_len, n_kv)
-    n_tiles = gl.cdiv(end - start, BLOCK_N)  # >= 1: the launcher makes no empty split and no empty cache
-    mbarrier.wait(q_ready.index(0), 0)
-    acc, m_i, l_i = consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_free, xchg, start, end,
-                                 n_tiles, qk_scale, WG, BLOCK_N, STAGES, True, s_layout, o_layout, p_layout, False)
-
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     out = acc / l_o[:, None]  # l >= 1: the row's largest score contributes 2^0
     local = (hb % head_blocks_per_kv) * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, o_layout))
@@ -63,7 +62,42 @@ def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready
             gl.store(part_lse_ptr + lse_rows, m_i + gl.log2(l_i), mask=lse_ok)
     else:
         ptrs = out_ptr + b.to(gl.int64) * stride_ob + heads.to(gl.int64)[:, None] * stride_oh + cols[None, :]
-        gl.store(ptrs, out.to(q_half.dtype), mask=row_ok)
+        gl.store(ptrs, out.to(dtype), mask=row_ok)
+
+
+@gluon.jit
+def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready, kv_free, xchg, out_ptr, part_o_ptr,
+              part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits, qk_scale, stride_ob, stride_oh,
+              WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr):
+    """Channel split: latent columns [256·WG, +256) of the program's 64 heads over the split's key tiles
+    (``latent_ws.consume_keys``), then their store."""
+    s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
+    o_layout: gl.constexpr = wgmma_acc_layout(HALF)
+    start, end, n_tiles = _split_keys(n_kv, split_len, BLOCK_N)
+    mbarrier.wait(q_ready.index(0), 0)
+    acc, m_i, l_i = consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_free, xchg, start, end,
+                                 n_tiles, qk_scale, WG, BLOCK_N, STAGES, True, s_layout, o_layout,
+                                 wgmma_lhs_layout(HALF), False)
+    _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_blocks_per_kv, n_splits, stride_ob,
+           stride_oh, q_half.dtype, WG, s_layout, o_layout, SPLIT)
+
+
+@gluon.jit
+def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_smem, stats, full, empty, q_ready, k_ready,
+                  kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len,
+                  n_splits, qk_scale, stride_ob, stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr,
+                  STAGES: gl.constexpr, SPLIT: gl.constexpr):
+    """Alternating blocks: latent columns [256·WG, +256) of the program's 64 heads, this warpgroup scoring every
+    other key block (``latent_alt.consume_blocks``), then their store."""
+    s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
+    o_layout: gl.constexpr = wgmma_acc_layout(HALF)
+    start, end, n_tiles = _split_keys(n_kv, split_len, BLOCK_N)
+    mbarrier.wait(q_ready.index(0), 0)
+    acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_smem, stats, full, empty,
+                                   k_ready, kv_free, start, end, n_tiles, qk_scale, WG, BLOCK_N, STAGES, True,
+                                   s_layout, o_layout, wgmma_lhs_layout(HALF), False)
+    _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_blocks_per_kv, n_splits, stride_ob,
+           stride_oh, q_lo.dtype, WG, s_layout, o_layout, SPLIT)
 
 
 @gluon.jit
@@ -100,9 +134,11 @@ def _loader(q_desc, qpe_desc, k_desc, kpe_desc, q_lo, q_hi, qpe_smem, k_lo, k_hi
 @gluon.jit
 def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group,
                          head_blocks_per_kv, split_len, n_splits, qk_scale, stride_ob, stride_oh,
-                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr):
+                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
+                         ALTERNATING: gl.constexpr):
     """Descriptors over 2-D row views: q ``[B·H, 512]`` in [64, 256] boxes, q_pe ``[B·H, PE]`` in [64, PE],
     latent keys ``[B·N_kv, H_kv·512]`` in [BLOCK_N, 256], rope keys ``[B·N_kv, H_kv·PE]`` in [BLOCK_N, PE].
+    ``ALTERNATING``: the consumers alternate whole key blocks (``latent_alt``) instead of splitting the channels.
     num_warps = 4 (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader: 1 warp)."""
     dtype: gl.constexpr = q_desc.dtype
     PE: gl.constexpr = qpe_desc.block_type.shape[1]
@@ -112,28 +148,49 @@ def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr
     k_lo = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HALF], k_desc.layout)
     k_hi = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HALF], k_desc.layout)
     kpe_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, PE], kpe_desc.layout)
-    x_lo = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], EXCHANGE_LAYOUT)  # warpgroup 0's partials
-    x_hi = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], EXCHANGE_LAYOUT)  # warpgroup 1's
     q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    xchg = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready.index(0), count=1)
     init_ring(k_ready, kv_free, STAGES, 1, 2)  # both consumers release a slot
-    for i in gl.static_range(2):
-        mbarrier.init(xchg.index(i), count=2)  # both consumers meet at an exchange
-    fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
-    gl.warp_specialize([
-        (_consumer, (q_lo, qpe_smem, k_lo, kpe_smem, x_lo, x_hi, q_ready, k_ready, kv_free, xchg, out_ptr,
-                     part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits, qk_scale,
-                     stride_ob, stride_oh, 0, BLOCK_N, STAGES, SPLIT)),
-        (_consumer, (q_hi, qpe_smem, k_hi, kpe_smem, x_hi, x_lo, q_ready, k_ready, kv_free, xchg, out_ptr,
-                     part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits, qk_scale,
-                     stride_ob, stride_oh, 1, BLOCK_N, STAGES, SPLIT)),
-        (_loader, (q_desc, qpe_desc, k_desc, kpe_desc, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready, k_ready,
-                   kv_free, H, n_kv, group, head_blocks_per_kv, split_len, BLOCK_N, STAGES)),
-    ], [4, 1], [240, 24])
+    if ALTERNATING:
+        # P hand-off slots [publisher, 64, BLOCK_N] (wgmma operands in place), their row maxima / sums, barriers
+        p_smem = gl.allocate_shared_memory(dtype, [2, HEADS, BLOCK_N],
+                                           gl.NVMMASharedLayout.get_default_for([HEADS, BLOCK_N], dtype))
+        stats = gl.allocate_shared_memory(gl.float32, [4, HEADS], STATS_LAYOUT)
+        full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        init_ring(full, empty, 2, 1, 1)  # one publisher, one reader per slot
+        fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
+        gl.warp_specialize([
+            (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_lo, p_smem, stats, full, empty, q_ready,
+                             k_ready, kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv,
+                             split_len, n_splits, qk_scale, stride_ob, stride_oh, 0, BLOCK_N, STAGES, SPLIT)),
+            (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_hi, p_smem, stats, full, empty, q_ready,
+                             k_ready, kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv,
+                             split_len, n_splits, qk_scale, stride_ob, stride_oh, 1, BLOCK_N, STAGES, SPLIT)),
+            (_loader, (q_desc, qpe_desc, k_desc, kpe_desc, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
+                       k_ready, kv_free, H, n_kv, group, head_blocks_per_kv, split_len, BLOCK_N, STAGES)),
+        ], [4, 1], [232, 24])  # (240: ptxas spilled 12 B of the second consumer)
+        invalidate_ring(full, empty, 2)
+    else:
+        x_lo = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], EXCHANGE_LAYOUT)  # warpgroup 0's partials
+        x_hi = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], EXCHANGE_LAYOUT)  # warpgroup 1's
+        xchg = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(xchg.index(i), count=2)  # both consumers meet at an exchange
+        fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
+        gl.warp_specialize([
+            (_consumer, (q_lo, qpe_smem, k_lo, kpe_smem, x_lo, x_hi, q_ready, k_ready, kv_free, xchg, out_ptr,
+                         part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits, qk_scale,
+                         stride_ob, stride_oh, 0, BLOCK_N, STAGES, SPLIT)),
+            (_consumer, (q_hi, qpe_smem, k_hi, kpe_smem, x_hi, x_lo, q_ready, k_ready, kv_free, xchg, out_ptr,
+                         part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits, qk_scale,
+                         stride_ob, stride_oh, 1, BLOCK_N, STAGES, SPLIT)),
+            (_loader, (q_desc, qpe_desc, k_desc, kpe_desc, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
+                       k_ready, kv_free, H, n_kv, group, head_blocks_per_kv, split_len, BLOCK_N, STAGES)),
+        ], [4, 1], [240, 24])
+        for i in gl.static_range(2):
+            mbarrier.invalidate(xchg.index(i))
     mbarrier.invalidate(q_ready.index(0))
     invalidate_ring(k_ready, kv_free, STAGES)
-    for i in gl.static_range(2):
-        mbarrier.invalidate(xchg.index(i))

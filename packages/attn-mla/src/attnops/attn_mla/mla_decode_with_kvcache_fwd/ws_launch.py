@@ -82,4 +82,4 @@ def run(cfg: WsConfig, q, q_pe, k, k_pe, out, part_o, part_lse, head_blocks_per_
         _desc(q, [HEADS.value, HALF.value]), _desc(q_pe, [HEADS.value, ROPE]), _desc(k, [cfg.block_n, HALF.value]),
         _desc(k_pe, [cfg.block_n, ROPE]), out, part_o, part_lse, h, n_kv, h // h_kv, head_blocks_per_kv, split_len,
         splits, qk_scale, out.stride(0), out.stride(1),
-        BLOCK_N=cfg.block_n, STAGES=cfg.stages, SPLIT=splits > 1, num_warps=4)
+        BLOCK_N=cfg.block_n, STAGES=cfg.stages, SPLIT=splits > 1, ALTERNATING=cfg.alternating, num_warps=4)
