@@ -88,6 +88,7 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_smem, s
     of the ring, the values). Returns (O [64, 256] f32 unnormalized, m, l in base 2), the same m and l in both
     warpgroups. ``p_smem`` [2, 64, BLOCK_N] / ``full`` / ``empty``: the hand-off slots, index = the publisher;
     ``GENERIC_COPIES``: the ring is filled by cp.async (no TMA zero rows: the gather zero-fills them)."""
+    gl.static_assert(STAGES >= 2, "warpgroup 0 waits for block b's keys before it frees block b - 1's slot")
     OTHER: gl.constexpr = 1 - WG
     dtype: gl.constexpr = q_lo.dtype
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
@@ -122,7 +123,9 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_smem, s
                                                       o_layout, dtype)
         _publish(p_op, m_i, row_sum, p_smem.index(WG), stats, full.index(WG), empty.index(WG), b // 2, WG)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        mbarrier.arrive(empty.index(OTHER), count=1)  # the other's slot read
+        # the other's slot read (its stats loads precede this arrival through _publish's thread barrier: keep
+        # the arrival after _publish)
+        mbarrier.arrive(empty.index(OTHER), count=1)
         mbarrier.arrive(kv_free.index((b - 1) % STAGES), count=1)
         if not GENERIC_COPIES and n_b + BLOCK_N > end:
             zero_rows_from(k_half.index(b % STAGES), end - n_b, BLOCK_N)
