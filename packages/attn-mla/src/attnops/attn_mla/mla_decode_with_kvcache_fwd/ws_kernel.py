@@ -10,7 +10,8 @@ FlashInfer's 550-600 (docs/perf/attn-mla.md). This kernel splits the work like t
   both consumers released it on ``kv_free``). The values are the latent keys: no separate V copy.
 * two 4-warp consumer partitions split the channels (``latent_ws.consume_keys``: partial scores exchanged
   through shared memory, the same softmax in both, each warpgroup's P·V on its own 256 latent columns, the next
-  tile's scores in flight during the softmax), then store their columns.
+  tile's scores in flight during the softmax), or (``ALTERNATING``) take turns scoring whole key blocks and hand
+  P to each other (``latent_alt.consume_blocks``), then store their columns.
 
 Grid ``(head blocks, KV splits, B)``: one program per (64-head block, split, request); the splits and their
 merge are ``op.launch``'s (one split: the normalized output; several: a normalized fp32 partial and its base-2
