@@ -1,14 +1,17 @@
 """Run one seed row's op a few times on the GPU, for Nsight Compute to profile its kernels (stall reasons,
 achieved occupancy, L2 / shared-memory traffic: what timing variants cannot separate). The first call compiles
 and is checked against the reference; the next ``--repeats`` calls are the ones to profile. ``--config`` forces
-one launch config by name: attn-nsa ops (``CONFIGS`` and ``_run(..., config=)``) and attn-mla ops (``with_config``:
-a key of ``CONFIGS`` or the name of a Gluon ``ws_launch.WS_CONFIGS`` entry). ``--breakdown`` prints the median
-device time per kernel of the call (CUPTI, cold L2: the prepare / attention / combine launches apart).
+one launch config by name: attn-nsa ops (``CONFIGS`` and ``_run(..., config=)``), attn-mla ops (``with_config``:
+a key of ``CONFIGS`` or the name of a Gluon ``ws_launch.WS_CONFIGS`` entry) and GQABwd (a tile config of
+``launch.configs_for(D)`` or a Gluon ``ws_launch.WS_CONFIGS`` entry, pinned by ``launch.forced``).
+``--breakdown`` prints the median device time per kernel of the call (CUPTI, cold L2: the prepare / attention /
+combine launches apart).
 
     ncu --clock-control none --set full --kernel-name regex:nsa_varlen --launch-skip 1 --launch-count 1 \\
         --export $OUT/2x4k python3 -m benchmarks.ncu_row --family attn-nsa --row NSAVarlenFwd/prefill-2x4k \\
         --config KB1-TMA0-w1-s2
     python3 -m benchmarks.ncu_row --family attn-mla --row mla-b128-8192/bf16 --config ws-n32s3 --breakdown
+    python3 -m benchmarks.ncu_row --family attn-core --row GQABwd/llama-8b-long/bf16 --config ws-s2 --breakdown
 """
 
 from __future__ import annotations
@@ -24,8 +27,25 @@ from .sweep import seed_cases
 from .timing import L2Flusher, kernel_breakdown
 
 
+def _pinned_bwd(spec, name: str):
+    """GQABwd's public function run under ``launch.forced`` of the tile or Gluon config called ``name``."""
+    from attnops.attn_core.gqa_bwd import launch, ws_launch
+
+    named = {c.name: c for d in (64, 128, 256) for c in launch.configs_for(d)}
+    named.update({c.name: c for c in ws_launch.WS_CONFIGS})
+    if name not in named:
+        raise SystemExit(f"{spec.name}: no config {name}; have {sorted(named)}")
+
+    def run(**inputs):
+        with launch.forced(named[name]):
+            return spec.fn(**inputs)
+    return run
+
+
 def forced(spec, name: str):
     """The op pinned to the launch config called ``name``."""
+    if spec.name == "GQABwd":
+        return _pinned_bwd(spec, name)
     mod = op_module(spec)
     if hasattr(mod, "with_config"):  # attn-mla
         ws = importlib.import_module(mod.__name__.rsplit(".", 1)[0] + ".ws_launch")
@@ -45,7 +65,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--family", required=True)
     p.add_argument("--row", required=True, help="a seed row id (or a part of one that names a single row)")
-    p.add_argument("--config", default="", help="force this launch config (attn-nsa, attn-mla ops)")
+    p.add_argument("--config", default="", help="force this launch config (attn-nsa, attn-mla ops, GQABwd)")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--breakdown", action="store_true",
                    help="then print the median device time per kernel (CUPTI: not under Nsight Compute)")
