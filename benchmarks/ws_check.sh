@@ -9,6 +9,8 @@
 #   STEPS="tests-latent tune-latent" bash benchmarks/ws_check.sh # attn-mla MLA decode and DSA
 #   STEPS="tests-bwd tune-bwd" bash benchmarks/ws_check.sh       # attn-core GQABwd dK / dV and dQ
 # TUNE_CORE / TUNE_PAGED / TUNE_LATENT / TUNE_BWD: the rows (--filter) of the four sweeps.
+# tests-latent first runs NEW_LATENT (configs never run on a GPU; default the alternating MLA config) on two small
+# cases under a short timeout: if that fails or hangs, the config is deselected from the tests and the sweep.
 set -u
 OUT=${OUT:-/tmp/attnops-out}
 mkdir -p "$OUT"
@@ -25,6 +27,8 @@ TUNE_CORE=${TUNE_CORE:-llama-8b-uniform/bf16,short-w256/bf16,llama-8b-q-lt-kv/bf
 TUNE_PAGED=${TUNE_PAGED:-GQAPagedFwd/llama-8b/,serving-step,qwen3-ragged-odd,gpt-oss-sink-mixed,starcoder,gemma-2b,falcon-7b,synthetic-softcap/f16,qwen35-9b-mixed}
 TUNE_LATENT=${TUNE_LATENT:-mla-b128-8192/bf16,ds-v3-serving-batch/bf16,ds-v3-4k/bf16,mla-tp-b64/bf16,d576-h128-kv32k,d512-h64-kv32k}
 TUNE_BWD=${TUNE_BWD:-long}
+NEW_LATENT=${NEW_LATENT:-ws-alt-n32s4}
+SKIP_LATENT=""
 # PYTEST_PAR: pytest-xdist workers for a test group (the Gluon kernels' tests are compile-bound: 8 on the 16-core host)
 tests() {  # tests <name> <seconds> <-k expression> <files...>
   local name=$1 seconds=$2 expr=$3; shift 3
@@ -57,8 +61,14 @@ for step in ${STEPS:-tests-core tune-core tests-paged tune-paged}; do
     tune-core) tune core 330 tune_attn_core "$TUNE_CORE" --ws ;;
     tests-paged) tests paged 200 "paged" $FLASH_TESTS ;;
     tune-paged) tune paged 330 tune_attn_core_paged "$TUNE_PAGED" --ws ;;
-    tests-latent) tests latent 240 "" $LATENT_TESTS ;;
-    tune-latent) tune latent 330 tune_attn_mla "$TUNE_LATENT" ;;
+    tests-latent)
+      if [ -n "$NEW_LATENT" ]; then
+        tests latent-smoke 100 "$NEW_LATENT and (one-key or tail) and f16" packages/attn-mla/tests/test_mla_decode_ws.py
+        grep -q " passed" "$OUT/tests-latent-smoke.log" && ! grep -qE "failed|error|Timeout" "$OUT/tests-latent-smoke.log" \
+          || { SKIP_LATENT=$NEW_LATENT; echo "smoke failed: $NEW_LATENT left out"; }
+      fi
+      tests latent 240 "${SKIP_LATENT:+not $SKIP_LATENT}" $LATENT_TESTS ;;
+    tune-latent) tune latent 330 tune_attn_mla "$TUNE_LATENT" ${SKIP_LATENT:+--skip "$SKIP_LATENT"} ;;
     tests-bwd) tests bwd 240 "" $BWD_TESTS ;;
     tune-bwd) tune bwd 330 tune_gqa_bwd "$TUNE_BWD" ;;
     *) echo "unknown step $step" >&2 ;;
