@@ -1,6 +1,6 @@
 """Gluon (Hopper) device helpers shared by the families' warp-specialized kernels: the layouts of one 4-warp
-warpgroup's wgmma, and the init / teardown of a TMA ring's mbarriers. Imported only by Gluon kernels (Triton
-3.4+), never by the portable Triton ones."""
+warpgroup's wgmma, and the allocation / init / teardown of a TMA ring's mbarriers. Imported only by Gluon
+kernels (Triton 3.4+), never by the portable Triton ones."""
 
 from __future__ import annotations
 
@@ -28,6 +28,15 @@ def init_ring(ready, free, STAGES: gl.constexpr, READY_COUNT: gl.constexpr, FREE
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=READY_COUNT)
         mbarrier.init(free.index(i), count=FREE_COUNT)
+
+
+@gluon.jit
+def ring_barriers(STAGES: gl.constexpr, READY_COUNT: gl.constexpr, FREE_COUNT: gl.constexpr):
+    """A ring's ``ready`` and ``free`` mbarriers ([STAGES, 1] each), allocated and initialized (``init_ring``)."""
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    init_ring(ready, free, STAGES, READY_COUNT, FREE_COUNT)
+    return ready, free
 
 
 @gluon.jit

@@ -24,7 +24,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from attnops.kernel_utils.gluon_fns import init_ring, invalidate_ring, wgmma_acc_layout, wgmma_lhs_layout
+from attnops.kernel_utils.gluon_fns import invalidate_ring, ring_barriers, wgmma_acc_layout, wgmma_lhs_layout
 
 ROWS = gl.constexpr(64)  # query rows per consumer (one warpgroup's wgmma M)
 BLOCK_N = gl.constexpr(64)  # keys per tile
@@ -120,10 +120,8 @@ def gqa_bwd_dq_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, dq
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     qd_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(qd_ready.index(0), count=1)
-    init_ring(ready, free, STAGES, 1, 2)  # one TMA expect per fill; both consumers release a slot
+    ready, free = ring_barriers(STAGES, 1, 2)  # one TMA expect per fill; both consumers release a slot
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
     gl.warp_specialize([
         (_consumer, (q_tiles.index(0), do_tiles.index(0), k_smem, v_smem, qd_ready, ready, free, lse_ptr, delta_ptr,

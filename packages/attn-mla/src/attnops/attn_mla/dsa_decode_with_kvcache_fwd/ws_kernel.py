@@ -25,7 +25,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys
-from attnops.kernel_utils.gluon_fns import init_ring, invalidate_ring, wgmma_acc_layout, wgmma_lhs_layout
+from attnops.kernel_utils.gluon_fns import invalidate_ring, ring_barriers, wgmma_acc_layout, wgmma_lhs_layout
 
 LOADER_WARPS = gl.constexpr(4)  # the gather's warps (warp_specialize's second worker)
 
@@ -140,11 +140,9 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
     x_lo = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], EXCHANGE_LAYOUT)
     x_hi = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], EXCHANGE_LAYOUT)
     q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     xchg = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready.index(0), count=1)
-    init_ring(k_ready, kv_free, STAGES, 32 * LOADER_WARPS, 2)  # both consumers release a slot
+    k_ready, kv_free = ring_barriers(STAGES, 32 * LOADER_WARPS, 2)  # both consumers release a slot
     for i in gl.static_range(2):
         mbarrier.init(xchg.index(i), count=2)
     fence_async_shared()

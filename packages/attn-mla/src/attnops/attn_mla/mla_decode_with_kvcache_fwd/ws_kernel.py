@@ -28,7 +28,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from attnops.attn_mla.latent_alt import STATS_LAYOUT, consume_blocks
 from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys
-from attnops.kernel_utils.gluon_fns import init_ring, invalidate_ring, wgmma_acc_layout, wgmma_lhs_layout
+from attnops.kernel_utils.gluon_fns import invalidate_ring, ring_barriers, wgmma_acc_layout, wgmma_lhs_layout
 
 
 @gluon.jit
@@ -150,18 +150,14 @@ def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr
     k_hi = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HALF], k_desc.layout)
     kpe_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, PE], kpe_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready.index(0), count=1)
-    init_ring(k_ready, kv_free, STAGES, 1, 2)  # both consumers release a slot
+    k_ready, kv_free = ring_barriers(STAGES, 1, 2)  # both consumers release a slot
     if ALTERNATING:
         # P hand-off slots [publisher, 64, BLOCK_N] (wgmma operands in place), their row maxima / sums, barriers
         p_smem = gl.allocate_shared_memory(dtype, [2, HEADS, BLOCK_N],
                                            gl.NVMMASharedLayout.get_default_for([HEADS, BLOCK_N], dtype))
         stats = gl.allocate_shared_memory(gl.float32, [4, HEADS], STATS_LAYOUT)
-        full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        init_ring(full, empty, 2, 1, 1)  # one publisher, one reader per slot
+        full, empty = ring_barriers(2, 1, 1)  # one publisher, one reader per slot
         fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
         gl.warp_specialize([
             (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_lo, p_smem, stats, full, empty, q_ready,
