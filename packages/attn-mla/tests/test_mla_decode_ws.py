@@ -163,9 +163,11 @@ def test_default_rule(monkeypatch):
     fill 64-head blocks, others (groups of 16, or a call it refuses) the Triton kernel; off, every call."""
     full, narrow = _case(h=128).inputs, _case(h=16).inputs
     monkeypatch.setattr(ws_launch, "applies", lambda *tensors: True)
-    assert mla_op.default_config(*full.values()) == mla_op.pick_config()  # WS_DEFAULT off
+    monkeypatch.setattr(mla_op, "WS_DEFAULT", False)
+    assert mla_op.default_config(*full.values()) == mla_op.pick_config()
     monkeypatch.setattr(mla_op, "WS_DEFAULT", True)
     assert mla_op.default_config(*full.values()) == ws_launch.WS_CONFIGS[0]
+    assert ws_launch.WS_CONFIGS[0].alternating  # the fastest on every seed row
     assert mla_op.default_config(*narrow.values()) == mla_op.pick_config()
     monkeypatch.setattr(ws_launch, "applies", lambda *tensors: False)
     assert mla_op.default_config(*full.values()) == mla_op.pick_config()
