@@ -156,3 +156,29 @@ def test_a_call_may_not_write_its_inputs():
     case.fresh().run_untouched(lambda x, y: x + y)
     inplace = Case({"x": torch.zeros(4), "y": torch.ones(4)}, ("x",), inplace=True)
     assert torch.equal(inplace.fresh().run_untouched(add_into_x)["x"], torch.ones(4))
+
+
+def test_memo_remakes_after_an_input_changes():
+    """``Case.memo`` (the specs' low-precision baselines): made once per state of the inputs; writing an input in
+    place or replacing it makes it again."""
+    made = []
+    case = Case({"x": torch.zeros(4), "n": 3}, ("z",))
+
+    def make():
+        made.append(1)
+        return case.inputs["x"].sum().item()
+
+    assert case.memo("s", make) == 0 and case.memo("s", make) == 0 and len(made) == 1
+    case.inputs["x"] += 1
+    assert case.memo("s", make) == 4 and len(made) == 2
+    case.inputs["x"] = torch.full((4,), 2.0)
+    assert case.memo("s", make) == 8 and len(made) == 3
+
+
+def test_randn_is_seeded_and_scaled():
+    """``testing.randn``: the same generator seed gives the same values; scale and fp8 saturation apply."""
+    a = testing.randn((64,), torch.float32, "cpu", testing.generator(5), scale=3.0)
+    b = testing.randn((64,), torch.float32, "cpu", testing.generator(5), scale=3.0)
+    assert torch.equal(a, b) and 1.0 < float(a.std()) < 6.0
+    big = testing.randn((4096,), torch.float8_e4m3fn, "cpu", testing.generator(5), scale=1000.0)
+    assert float(big.float().abs().max()) == 448.0

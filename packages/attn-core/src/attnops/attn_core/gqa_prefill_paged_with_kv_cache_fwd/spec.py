@@ -186,7 +186,8 @@ def compare(out: dict, ref: dict, case: Case) -> None:
     RoPE within one rounding step of the stored dtype, as the rotation may fuse multiply-adds); every other
     row keeps its value or its NaN poison."""
     o = out["out"]
-    lowp = gqa_prefill_paged_with_kv_cache_fwd_ref(**case.fresh().inputs, lowp=o.dtype)
+    lowp = case.memo(f"lowp-{o.dtype}",
+                     lambda: gqa_prefill_paged_with_kv_cache_fwd_ref(**case.fresh().inputs, lowp=o.dtype))
     testing.assert_close_dual("o", o, ref["out"], lowp)
     for name in ("k_pages", "v_pages"):
         if not case.inputs.get("fuse_rope") or name == "v_pages":

@@ -86,7 +86,7 @@ def lowp_baseline(q, q_pe, k, k_pe) -> torch.Tensor:
 
 
 def compare(out: dict, ref: dict, case: Case) -> None:
-    lowp = lowp_baseline(**case.inputs) if case.inputs["k"].shape[1] else ref["o"]
+    lowp = case.memo("lowp", lambda: lowp_baseline(**case.inputs)) if case.inputs["k"].shape[1] else ref["o"]
     testing.assert_close_dual("o", out["o"], ref["o"], lowp)
 
 
