@@ -52,15 +52,22 @@ def variants(spec, case, skip=frozenset()):
             for cfg in mla_ws.WS_CONFIGS:
                 if cfg.name not in skip:
                     yield cfg.name, mla_op.with_config(cfg)
+        # split counts around the planner's, for the config the call runs by default (the ws kernel where it
+        # serves the call) and, merged in the kernel, for the Triton kernel
         q, k = case.inputs["q"], case.inputs["k"]
-        block_h = mla_op.block_h_for(q.shape[1] // k.shape[2], default)
-        heads = k.shape[2] * -(-(q.shape[1] // k.shape[2]) // block_h)
-        planned = mla_op.plan_splits(q.shape[0], heads, k.shape[1], default.block_n)
-        for splits in sorted({1, max(1, planned // 2), planned * 2, planned * 4} - {planned}):
-            yield f"default, {splits} splits (planner: {planned})", mla_op.with_config(default, num_splits=splits)
-        for splits in sorted({planned, max(1, planned // 2), planned * 2} - {1}):
-            yield (f"default, {splits} splits merged in the kernel (planner: {planned})",
-                   mla_op.with_config(default, num_splits=splits, fused_combine=True))
+        chosen = mla_op.default_config(*(case.inputs[n] for n in ("q", "q_pe", "k", "k_pe")))
+        for cfg in dict.fromkeys((chosen, default)):
+            ws = isinstance(cfg, mla_ws.WsConfig)
+            block_h = cfg.block_h if ws else mla_op.block_h_for(q.shape[1] // k.shape[2], cfg)
+            heads = k.shape[2] * -(-(q.shape[1] // k.shape[2]) // block_h)
+            planned = mla_op.plan_splits(q.shape[0], heads, k.shape[1], cfg.block_n)
+            label = cfg.name if ws else "default"
+            for splits in sorted({1, max(1, planned // 2), planned * 2, planned * 4} - {planned}):
+                yield f"{label}, {splits} splits (planner: {planned})", mla_op.with_config(cfg, num_splits=splits)
+            if not ws:  # (the ws kernel always merges in the combine launch)
+                for splits in sorted({planned, max(1, planned // 2), planned * 2} - {1}):
+                    yield (f"default, {splits} splits merged in the kernel (planner: {planned})",
+                           mla_op.with_config(cfg, num_splits=splits, fused_combine=True))
 
 
 def main():

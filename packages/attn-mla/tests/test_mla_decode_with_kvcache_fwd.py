@@ -186,3 +186,12 @@ def test_custom_op_schema_and_fake():
         (a["q"], a["q_pe"], a["k"], a["k_pe"]),
         test_utils=("test_schema", "test_faketensor"),
     )
+
+
+@pytest.mark.parametrize("batch, n_kv, planned", [(4, 32768, 16), (12, 6144, 5), (8, 32768, 8), (16, 4096, 4),
+                                                   (1, 4096, 32), (128, 8192, 1)])
+def test_split_planner_prefers_one_wave(monkeypatch, batch, n_kv, planned):
+    """On 132 SMs with two 64-head blocks a request: one wave of longer splits over two waves of half-length ones
+    (ds-v3-32k, ds-v3-serving-batch, measured faster on the H200), the other seed rows' counts unchanged."""
+    monkeypatch.setattr(runtime, "num_sms", lambda: 132)
+    assert mla_op.plan_splits(batch, 2, n_kv, 32) == planned

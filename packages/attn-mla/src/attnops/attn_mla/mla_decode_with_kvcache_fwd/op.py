@@ -20,6 +20,12 @@ LOG2E = 1.4426950408889634
 # keys 15-17 % faster than the 16 of 256 that a 256-key floor allowed (mla-tp-b1 22.9 -> 18.9 us, b2 23.7 -> 20.2,
 # ds-v3-single-request 22.6 -> 18.9); 64-key splits were slower again.
 MIN_SPLIT_KEYS = 128
+# What one more program costs beyond its keys (loading its queries, its epilogue, its partial's write and read in
+# the combine), in keys: a second wave of half-length splits loses to one wave. H200, Triton kernel
+# (20261202-0733-tune-latent-alt.json): ds-v3-32k 32 splits (two waves) 0.141 ms, 16 (one) 0.122; ds-v3-serving-batch
+# 11 (two) 0.094, 5 (one) 0.084; the other rows' planned counts were already the fastest and stay (any value in
+# 128-512 changes only these two rows).
+PROGRAM_OVERHEAD_KEYS = 256
 
 
 @dataclass(frozen=True)
@@ -67,14 +73,14 @@ def block_h_for(group_size: int, config: MLAConfig) -> int:
 
 
 def plan_splits(batch: int, head_blocks: int, n_kv: int, block_n: int) -> int:
-    """KV splits per request: fill the SMs in whole waves (fewest splits among the best wave efficiencies),
-    never splitting below MIN_SPLIT_KEYS keys."""
+    """KV splits per request: the fewest that minimize waves x (keys per split + PROGRAM_OVERHEAD_KEYS), never
+    splitting below MIN_SPLIT_KEYS keys."""
     base = batch * head_blocks
     sms = runtime.num_sms()
     most = max(1, min(n_kv // MIN_SPLIT_KEYS, (2 * sms) // max(base, 1)))
     best, best_cost = 1, math.inf
     for s in range(1, most + 1):
-        cost = math.ceil(base * s / sms) / s
+        cost = math.ceil(base * s / sms) * (n_kv / s + PROGRAM_OVERHEAD_KEYS)
         if cost < best_cost - 1e-9:
             best, best_cost = s, cost
     split_len = triton.cdiv(triton.cdiv(n_kv, best), block_n) * block_n
