@@ -220,13 +220,14 @@ def floor_gap(op: str, name: str) -> str:
     if op == "MHADecodePagedWithKVCacheFwd":
         return f"latency row: split policy (min_split_keys 64 + in-kernel merge faster on serving rows) ({core})"
     if op == "MLADecodeWithKVCacheFwd":
-        return ("scores, softmax and rescale not overlapped with the MMA in the Triton kernel; the warp-specialized "
-                "Gluon kernel (attn-mla 0.2.6, opt-in) swept 1.16-1.18x faster on mla-b128-8192 / ds-v3-4k "
-                f"(2026-12-02), not yet benchmarked on every row ({mla})")
+        return ("the alternating warp-specialized kernel (default since 0.2.6) ran this row as two waves of 32 "
+                "splits; the planner now picks one wave of 16 (attn-mla 0.2.7: the Triton kernel ran 13 % faster "
+                f"so), not yet timed ({mla})")
     if op == "DSADecodeWithKVCacheFwd":
-        return ("the warp-specialized kernel (default since 0.2.6) at 0.45-0.60x FlashMLA; its exchange-slot "
-                "swizzle fix swept 1.22-1.25x faster on the d576 / d512 kv32k rows after this record: the "
-                f"dependent index → row gather and the partial-score exchange per 32-key tile ({mla})")
+        return ("the warp-specialized channel-split kernel at 0.55-0.60x FlashMLA: ~1.6x below the same consumer on "
+                "MLA's contiguous keys (the index → row gather, short non-persistent programs of 16-64 tiles) and "
+                "~1.14x from the channel split itself (MLA's alternating consumer; for DSA compile-checked only, "
+                f"branch mla-alt-handoff) ({mla})")
     if op == "FP8LightningIndexerFwd" and "ctx4096" in name:
         return (f"short context: 650 TF/s against ~890 from 8 k keys on (same kernel) — the grid's tail / per-program "
                 f"fixed cost (hypothesis) ({mla})")
