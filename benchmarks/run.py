@@ -113,7 +113,9 @@ def bench_row(spec: OpSpec, w, flush, use_peers: bool, exclude: frozenset[str] =
             entry.update(check="fail", note=_short(e))
         except Exception as e:  # a peer that crashes on a row is reported, the run goes on
             if type(e).__name__ == "MissingJITCacheError":  # FlashInfer, FLASHINFER_DISABLE_JIT=1
-                entry.update(check="unsupported", note="FlashInfer module not prebuilt; JIT disabled in this run")
+                module = getattr(getattr(e, "spec", None), "name", "?")
+                entry.update(check="unsupported",
+                             note=f"FlashInfer module not prebuilt ({module}); JIT disabled in this run")
             else:
                 entry.update(check="error", note=_short(e))
         record[name] = entry

@@ -35,8 +35,16 @@ CONFIGS = {
 }
 
 
-def pick_config() -> IndexerConfig:
-    return CONFIGS["interpreter" if runtime.interpreting() else "h200-wide"]
+# Keys up to which the narrow tile wins: on both 4096-key rows it ran 22 % (q2048) and 14 % (q4096) faster than
+# the wide one (H200, 2026-12-02 sweep): twice the programs per SM hide the short rows' fixed per-program cost.
+# Longer rows keep the wide tile (863-914 TF/s there; narrow not yet timed on them).
+NARROW_MAX_KEYS = 4096
+
+
+def pick_config(s_kv: int = 1 << 30) -> IndexerConfig:
+    if runtime.interpreting():
+        return CONFIGS["interpreter"]
+    return CONFIGS["h200-narrow" if s_kv <= NARROW_MAX_KEYS else "h200-wide"]
 
 
 def launch(index_q, index_k, weights, ks, ke, index_k_scale, clean_logits: bool, out, config: IndexerConfig):
@@ -78,7 +86,7 @@ def _indexer(
     s_kv, g = index_k.shape[1:3]
     out = torch.empty((b, s, s_kv, g), dtype=torch.float32, device=index_q.device)
     return launch(index_q, index_k, weights, cu_seqlen_ks, cu_seqlen_ke, index_k_scale, clean_logits, out,
-                  pick_config())
+                  pick_config(s_kv))
 
 
 @_indexer.register_fake
