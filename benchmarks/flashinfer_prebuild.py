@@ -4,7 +4,7 @@ FlashInfer JIT-compiles a module per (dtype, head dim, window, softcap, RoPE, ba
 14 of them. On the H200 machine the rest took ~4 min each and a whole call did not finish them (2026-12-02), so
 issue 8's rows that need them had no FlashInfer time. The compile needs only nvcc (13.0 here and there) and the
 headers, so it runs here, and the `.so` files travel in `.peers-jit/` (git-ignored, carried like `.peers`;
-`benchmarks/peers_env.sh` puts them in FlashInfer's JIT cache).
+`benchmarks/peers_env.sh` adds them to the unpacked kit's AOT folder).
 
     python -m benchmarks.flashinfer_prebuild census --filter GQADenseFwd,GQAVarlenFwd   # which modules
     python -m benchmarks.flashinfer_prebuild build                                      # compile the missing
@@ -139,11 +139,12 @@ def build(names: list[str]) -> None:
 
 
 def pack(names: list[str]) -> Path:
-    """One tar.xz of the built modules' .so files, laid out as under FlashInfer's cache dir (version/arch/
-    cached_ops), so that a call can carry what is built while the rest still compiles."""
+    """One tar.xz of the built modules as `<name>/<name>.so`: the layout of FlashInfer's own AOT folder
+    (`flashinfer/data/aot`), the only place it loads a module from without running ninja first (a module in
+    the JIT cache is rebuilt-or-confirmed by ninja, which FLASHINFER_DISABLE_JIT forbids)."""
     from flashinfer.jit import env
 
-    root = env.FLASHINFER_CACHE_DIR
+    root = env.FLASHINFER_JIT_DIR
     files = [jit_spec(n).jit_library_path.relative_to(root) for n in names]
     built = [f for f in files if (root / f).exists()]
     for f in files:

@@ -5,11 +5,11 @@
 export PEERS_DIR=${PEERS_DIR:-$PWD/.peers-run}
 if [ -f .peers/setup.sh ]; then eval "$(bash .peers/setup.sh 2>"$OUT/peers-setup.log")"; fi
 # FlashInfer modules the kit does not ship prebuilt, compiled off the GPU machine by
-# benchmarks/flashinfer_prebuild.py (same nvcc 13.0, sm_90a) and carried in the git-ignored .peers-jit/: placed
-# where FlashInfer looks first, so FLASHINFER_DISABLE_JIT=1 runs find them and no call spends minutes compiling.
-if [ -n "${FLASHINFER_WORKSPACE_BASE:-}" ] && ls .peers-jit/flashinfer-jit-*.tar.xz >/dev/null 2>&1; then
-  jit_cache="$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer"
-  mkdir -p "$jit_cache"
-  for f in .peers-jit/flashinfer-jit-*.tar.xz; do tar xJf "$f" -C "$jit_cache"; done
-  echo "prebuilt FlashInfer modules: $(ls "$jit_cache"/*/*/cached_ops | wc -l)" >>"$OUT/peers-setup.log"
+# benchmarks/flashinfer_prebuild.py (same nvcc 13.0, sm_90a) and carried in the git-ignored .peers-jit/: added to
+# the unpacked kit's AOT folder, the one place FlashInfer loads a module from with FLASHINFER_DISABLE_JIT=1 (its
+# JIT cache is only read through ninja), so no call spends minutes compiling them.
+aot_dir="$PEERS_DIR/flashinfer/flashinfer/data/aot"
+if [ -d "$aot_dir" ] && ls .peers-jit/flashinfer-jit-*.tar.xz >/dev/null 2>&1; then
+  for f in .peers-jit/flashinfer-jit-*.tar.xz; do tar xJf "$f" -C "$aot_dir"; done
+  echo "FlashInfer AOT modules with the prebuilt ones: $(ls "$aot_dir" | wc -l)" >>"$OUT/peers-setup.log"
 fi

@@ -9,9 +9,12 @@ folds every block into them in key order: O = O·2^(m_{b-1} - m_b) + P_b·V_b, w
 blocks) or shared memory (the other's, a wgmma operand read in place). The running max passes along the chain of
 blocks, so one warpgroup's softmax runs while the other's score and P·V wgmmas occupy the tensor cores.
 
-Hand-off slot w (``p_smem.index(w)``, ``stats`` rows 2w / 2w + 1) is written only by warpgroup w and read only by
-the other: ``full[w]`` (one arrival: warpgroup w published) and ``empty[w]`` (one arrival: the other retired the
-P·V that read it). Block b's use of slot b % 2 is number b // 2 of that slot: the barriers' phases. Every wgmma is
+Hand-off slot w (P buffer ``p_mine`` of warpgroup w, statistics ``st_mine``: row 0 m_b, row 1 row sums) is written
+only by warpgroup w and read only by the other: ``full[w]`` (one arrival: warpgroup w published) and ``empty[w]``
+(one arrival: the other retired the P·V that read it). The two slots are separate allocations: as halves of one
+[2, ...] buffer, Triton's membar analysis (which cannot tell the halves apart) put a CTA barrier between every
+access to one half and the next to the other (2 of the loop's 17 ``BAR.SYNC`` per 2 blocks, Nsight Compute /
+SASS of 2026-12-02). Block b's use of slot b % 2 is number b // 2 of that slot: the barriers' phases. Every wgmma is
 retired inside its loop step (one in flight across the loop's boundary makes ptxas serialize them all, C7514).
 """
 
@@ -26,7 +29,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from attnops.attn_mla.latent_ws import HALF, HEADS, softmax_tile, zero_rows_from
 
-# [4, HEADS] fp32: rows 2w (running max m_b) and 2w + 1 (row sums of P_b) of warpgroup w's last hand-off
+# [2, HEADS] fp32 per publisher: row 0 the running max m_b, row 1 the row sums of P_b of its last hand-off
 STATS_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
 
 
@@ -48,24 +51,24 @@ def _block_scores(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_ready, b, s_layo
 
 
 @gluon.jit
-def _publish(p_op, m_b, row_sum, p_slot, stats, full, empty, use, WG: gl.constexpr):
+def _publish(p_op, m_b, row_sum, p_slot, st_slot, full, empty, use):
     """Hand this warpgroup's P_b, m_b and row sums to the other: once the other has retired the P·V that read the
     slot's previous contents, store, order the stores before the other's wgmma (async proxy) and loads, arrive."""
     mbarrier.wait(empty, (use & 1) ^ 1)  # a fresh barrier passes parity 1
     p_slot.store(p_op)
-    stats.index(2 * WG).store(m_b)
-    stats.index(2 * WG + 1).store(row_sum)
+    st_slot.index(0).store(m_b)
+    st_slot.index(1).store(row_sum)
     fence_async_shared()
     gl.thread_barrier()  # every thread's stores done before the single arrival releases them
     mbarrier.arrive(full, count=1)
 
 
 @gluon.jit
-def _receive(stats, full, b, row_layout: gl.constexpr, OTHER: gl.constexpr):
+def _receive(st_slot, full, b, row_layout: gl.constexpr):
     """Wait for the other warpgroup's hand-off of its block b: (m_b, row sums of P_b). Its wait for block b's
     keys happened before it published: they have landed."""
     mbarrier.wait(full, (b // 2) & 1)
-    return stats.index(2 * OTHER).load(row_layout), stats.index(2 * OTHER + 1).load(row_layout)
+    return st_slot.index(0).load(row_layout), st_slot.index(1).load(row_layout)
 
 
 @gluon.jit
@@ -79,14 +82,15 @@ def _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_slot, k_half, b, o_layout: gl.co
 
 
 @gluon.jit
-def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_smem, stats, full, empty, k_ready, kv_free,
-                   n0, end, n_tiles, qk_scale, WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                   HAS_PE: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
-                   GENERIC_COPIES: gl.constexpr):
+def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs, st_mine, st_theirs, full,
+                   empty, k_ready, kv_free, n0, end, n_tiles, qk_scale, WG: gl.constexpr, BLOCK_N: gl.constexpr,
+                   STAGES: gl.constexpr, HAS_PE: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
+                   p_layout: gl.constexpr, GENERIC_COPIES: gl.constexpr):
     """Warpgroup WG's part of ``n_tiles`` >= 1 key blocks of the ring (keys n0, n0 + 1, ...; those >= end masked):
     it scores blocks WG, WG + 2, ... and folds every block into its output columns (``k_half``: its latent half
     of the ring, the values). Returns (O [64, 256] f32 unnormalized, m, l in base 2), the same m and l in both
-    warpgroups. ``p_smem`` [2, 64, BLOCK_N] / ``full`` / ``empty``: the hand-off slots, index = the publisher;
+    warpgroups. ``p_mine`` / ``p_theirs`` [64, BLOCK_N] and ``st_mine`` / ``st_theirs`` [2, 64]: the two hand-off
+    slots (this warpgroup's, the other's); ``full`` / ``empty`` [2]: their barriers, index = the publisher;
     ``GENERIC_COPIES``: the ring is filled by cp.async (no TMA zero rows: the gather zero-fills them)."""
     gl.static_assert(STAGES >= 2, "warpgroup 0 waits for block b's keys before it frees block b - 1's slot")
     OTHER: gl.constexpr = 1 - WG
@@ -104,7 +108,7 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_smem, s
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
         p_op, alpha, m_i, l_i, row_sum = softmax_tile(s, n0, end, m_i, l_i, qk_scale, BLOCK_N, s_layout, p_layout,
                                                       o_layout, dtype)
-        _publish(p_op, m_i, row_sum, p_smem.index(WG), stats, full.index(WG), empty.index(WG), 0, WG)
+        _publish(p_op, m_i, row_sum, p_mine, st_mine, full.index(WG), empty.index(WG), 0)
         if not GENERIC_COPIES and n0 + BLOCK_N > end:
             zero_rows_from(k_half.index(0), end - n0, BLOCK_N)
         acc = warpgroup_mma(p_op, k_half.index(0), acc * alpha[:, None], is_async=True)
@@ -114,14 +118,13 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_smem, s
         b = WG + 2 * i  # this warpgroup's block; b - 1 is the other's
         s = _block_scores(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_ready, b, s_layout, BLOCK_N, STAGES,
                           HAS_PE, GENERIC_COPIES)
-        m_b, row_sum = _receive(stats, full.index(OTHER), b - 1, row_layout, OTHER)
-        acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_smem.index(OTHER), k_half, b - 1, o_layout,
-                                     STAGES)
+        m_b, row_sum = _receive(st_theirs, full.index(OTHER), b - 1, row_layout)
+        acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, b - 1, o_layout, STAGES)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_b; the other's P·V runs on
         n_b = n0 + b * BLOCK_N
         p_op, alpha, m_i, l_i, row_sum = softmax_tile(s, n_b, end, m_i, l_i, qk_scale, BLOCK_N, s_layout, p_layout,
                                                       o_layout, dtype)
-        _publish(p_op, m_i, row_sum, p_smem.index(WG), stats, full.index(WG), empty.index(WG), b // 2, WG)
+        _publish(p_op, m_i, row_sum, p_mine, st_mine, full.index(WG), empty.index(WG), b // 2)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         # the other's slot read (its stats loads precede this arrival through _publish's thread barrier: keep
         # the arrival after _publish)
@@ -133,12 +136,11 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_smem, s
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
         mbarrier.arrive(kv_free.index(b % STAGES), count=1)
     if last % 2 == OTHER:  # the last block is the other's: fold it in too
-        m_b, row_sum = _receive(stats, full.index(OTHER), last, row_layout, OTHER)
+        m_b, row_sum = _receive(st_theirs, full.index(OTHER), last, row_layout)
         n_last = n0 + last * BLOCK_N
         if not GENERIC_COPIES and n_last + BLOCK_N > end:  # (after the owner's scores: nobody reads them any more)
             zero_rows_from(k_half.index(last % STAGES), end - n_last, BLOCK_N)
-        acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_smem.index(OTHER), k_half, last, o_layout,
-                                     STAGES)
+        acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, last, o_layout, STAGES)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         mbarrier.arrive(empty.index(OTHER), count=1)
         mbarrier.arrive(kv_free.index(last % STAGES), count=1)

@@ -84,19 +84,19 @@ def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready
 
 
 @gluon.jit
-def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_smem, stats, full, empty, q_ready, k_ready,
-                  kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len,
-                  n_splits, qk_scale, stride_ob, stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr,
-                  STAGES: gl.constexpr, SPLIT: gl.constexpr):
+def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs, st_mine, st_theirs, full,
+                  empty, q_ready, k_ready, kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group,
+                  head_blocks_per_kv, split_len, n_splits, qk_scale, stride_ob, stride_oh, WG: gl.constexpr,
+                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr):
     """Alternating blocks: latent columns [256·WG, +256) of the program's 64 heads, this warpgroup scoring every
     other key block (``latent_alt.consume_blocks``), then their store."""
     s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
     o_layout: gl.constexpr = wgmma_acc_layout(HALF)
     start, end, n_tiles = _split_keys(n_kv, split_len, BLOCK_N)
     mbarrier.wait(q_ready.index(0), 0)
-    acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_smem, stats, full, empty,
-                                   k_ready, kv_free, start, end, n_tiles, qk_scale, WG, BLOCK_N, STAGES, True,
-                                   s_layout, o_layout, wgmma_lhs_layout(HALF), False)
+    acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs, st_mine,
+                                   st_theirs, full, empty, k_ready, kv_free, start, end, n_tiles, qk_scale, WG,
+                                   BLOCK_N, STAGES, True, s_layout, o_layout, wgmma_lhs_layout(HALF), False)
     _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_blocks_per_kv, n_splits, stride_ob,
            stride_oh, q_lo.dtype, WG, s_layout, o_layout, SPLIT)
 
@@ -153,17 +153,20 @@ def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr
     mbarrier.init(q_ready.index(0), count=1)
     k_ready, kv_free = ring_barriers(STAGES, 1, 2)  # both consumers release a slot
     if ALTERNATING:
-        # P hand-off slots [publisher, 64, BLOCK_N] (wgmma operands in place), their row maxima / sums, barriers
-        p_smem = gl.allocate_shared_memory(dtype, [2, HEADS, BLOCK_N],
-                                           gl.NVMMASharedLayout.get_default_for([HEADS, BLOCK_N], dtype))
-        stats = gl.allocate_shared_memory(gl.float32, [4, HEADS], STATS_LAYOUT)
+        # each warpgroup's P hand-off slot [64, BLOCK_N] (a wgmma operand in place) and its row maxima / sums,
+        # separate allocations (latent_alt: no membar barriers between the two slots); barriers [publisher]
+        p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HEADS, BLOCK_N], dtype)
+        p0 = gl.allocate_shared_memory(dtype, [HEADS, BLOCK_N], p_layout)
+        p1 = gl.allocate_shared_memory(dtype, [HEADS, BLOCK_N], p_layout)
+        st0 = gl.allocate_shared_memory(gl.float32, [2, HEADS], STATS_LAYOUT)
+        st1 = gl.allocate_shared_memory(gl.float32, [2, HEADS], STATS_LAYOUT)
         full, empty = ring_barriers(2, 1, 1)  # one publisher, one reader per slot
         fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
         gl.warp_specialize([
-            (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_lo, p_smem, stats, full, empty, q_ready,
+            (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_lo, p0, p1, st0, st1, full, empty, q_ready,
                              k_ready, kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv,
                              split_len, n_splits, qk_scale, stride_ob, stride_oh, 0, BLOCK_N, STAGES, SPLIT)),
-            (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_hi, p_smem, stats, full, empty, q_ready,
+            (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_hi, p1, p0, st1, st0, full, empty, q_ready,
                              k_ready, kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv,
                              split_len, n_splits, qk_scale, stride_ob, stride_oh, 1, BLOCK_N, STAGES, SPLIT)),
             (_loader, (q_desc, qpe_desc, k_desc, kpe_desc, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
