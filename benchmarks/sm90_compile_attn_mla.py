@@ -134,9 +134,10 @@ def mla_variants():
 
 
 def _desc_type(dtype: torch.dtype, width: int, box: list[int]) -> str:
-    """The JIT's signature string of a host TMA descriptor over a [rows, width] view (a CPU tensor stands in)."""
+    """The JIT's signature string of a host TMA descriptor over a [rows, width] view, or over [4, rows, width]
+    for a 3-D box (a CPU tensor stands in)."""
     gl_dtype = gl.float16 if dtype == torch.float16 else gl.bfloat16
-    t = torch.empty(256, width, dtype=dtype)
+    t = torch.empty(*[4] * (len(box) - 2), 256, width, dtype=dtype)
     return mangle_type(TensorDescriptor.from_tensor(t, box, gl.NVMMASharedLayout.get_default_for(box, gl_dtype)))
 
 
@@ -145,7 +146,7 @@ def mla_ws_variants():
         name = "bf16" if dtype == torch.bfloat16 else "fp16"
         for cfg in mla_ws.WS_CONFIGS:
             ptrs = {"q_desc": _desc_type(dtype, 512, [64, 256]), "qpe_desc": _desc_type(dtype, 64, [64, 64]),
-                    "k_desc": _desc_type(dtype, 512, [cfg.block_n, 256]),
+                    "k_desc": _desc_type(dtype, 512, [1, cfg.block_n, 256]),
                     "kpe_desc": _desc_type(dtype, 64, [cfg.block_n, 64]), "out_ptr": f"*{name}",
                     "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32"}
             ints = dict(H=128, n_kv=4096, group=128, head_blocks_per_kv=2, split_len=4096, n_splits=16,

@@ -27,7 +27,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from attnops.attn_mla.latent_ws import HALF, HEADS, softmax_tile, zero_rows_from
+from attnops.attn_mla.latent_ws import HALF, HEADS, softmax_tile
 
 # [2, HEADS] fp32 per publisher: row 0 the running max m_b, row 1 the row sums of P_b of its last hand-off
 STATS_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
@@ -91,7 +91,8 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
     of the ring, the values). Returns (O [64, 256] f32 unnormalized, m, l in base 2), the same m and l in both
     warpgroups. ``p_mine`` / ``p_theirs`` [64, BLOCK_N] and ``st_mine`` / ``st_theirs`` [2, 64]: the two hand-off
     slots (this warpgroup's, the other's); ``full`` / ``empty`` [2]: their barriers, index = the publisher;
-    ``GENERIC_COPIES``: the ring is filled by cp.async (no TMA zero rows: the gather zero-fills them)."""
+    ``GENERIC_COPIES``: the ring is filled by cp.async. The rows of a block past its request's keys must hold
+    zeros (the TMA descriptor's or the gather's fill): P's zeros multiply them."""
     gl.static_assert(STAGES >= 2, "warpgroup 0 waits for block b's keys before it frees block b - 1's slot")
     OTHER: gl.constexpr = 1 - WG
     dtype: gl.constexpr = q_lo.dtype
@@ -109,8 +110,6 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
         p_op, alpha, m_i, l_i, row_sum = softmax_tile(s, n0, end, m_i, l_i, qk_scale, BLOCK_N, s_layout, p_layout,
                                                       o_layout, dtype)
         _publish(p_op, m_i, row_sum, p_mine, st_mine, full.index(WG), empty.index(WG), 0)
-        if not GENERIC_COPIES and n0 + BLOCK_N > end:
-            zero_rows_from(k_half.index(0), end - n0, BLOCK_N)
         acc = warpgroup_mma(p_op, k_half.index(0), acc * alpha[:, None], is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
         mbarrier.arrive(kv_free.index(0), count=1)
@@ -130,16 +129,11 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
         # the arrival after _publish)
         mbarrier.arrive(empty.index(OTHER), count=1)
         mbarrier.arrive(kv_free.index((b - 1) % STAGES), count=1)
-        if not GENERIC_COPIES and n_b + BLOCK_N > end:
-            zero_rows_from(k_half.index(b % STAGES), end - n_b, BLOCK_N)
         acc = warpgroup_mma(p_op, k_half.index(b % STAGES), acc * alpha[:, None], is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
         mbarrier.arrive(kv_free.index(b % STAGES), count=1)
     if last % 2 == OTHER:  # the last block is the other's: fold it in too
         m_b, row_sum = _receive(st_theirs, full.index(OTHER), last, row_layout)
-        n_last = n0 + last * BLOCK_N
-        if not GENERIC_COPIES and n_last + BLOCK_N > end:  # (after the owner's scores: nobody reads them any more)
-            zero_rows_from(k_half.index(last % STAGES), end - n_last, BLOCK_N)
         acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, last, o_layout, STAGES)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         mbarrier.arrive(empty.index(OTHER), count=1)

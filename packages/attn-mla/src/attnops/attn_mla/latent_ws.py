@@ -97,23 +97,6 @@ def _full_scores(s, mine, theirs, xchg, x, s_layout: gl.constexpr):
 
 
 @gluon.jit
-def zero_rows_from(tile, valid, BLOCK_N: gl.constexpr):
-    """Zero rows ``valid..`` of this warpgroup's own shared [BLOCK_N, 256] key half in place (no other partition
-    reads it any more), ordered before the wgmma that reads it next. Eight rows (one swizzle pattern) at a
-    time, only the chunks that hold such rows: 16 values a thread live at once (the whole tile at once, 64, made
-    the alternating consumer spill beside its accumulator)."""
-    rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])  # 16-byte pieces, 4 rows a pass
-    for c in gl.static_range(BLOCK_N // 8):
-        if (c + 1) * 8 > valid:
-            chunk = tile.slice(c * 8, 8)
-            keys = chunk.load(rows_layout)
-            rows = c * 8 + gl.arange(0, 8, layout=gl.SliceLayout(1, rows_layout))
-            chunk.store(gl.where((rows < valid)[:, None], keys, gl.zeros_like(keys)))
-    fence_async_shared()  # this thread's stores visible to the async proxy (wgmma) ...
-    gl.thread_barrier()  # ... and every thread of the warpgroup done before the wgmma reads the tile
-
-
-@gluon.jit
 def softmax_tile(s, n0, end, m_i, l_i, qk_scale, BLOCK_N: gl.constexpr, s_layout: gl.constexpr,
                  p_layout: gl.constexpr, o_layout: gl.constexpr, dtype: gl.constexpr):
     """Online-softmax step (base 2, the scale folded into exp2) of key tile [n0, n0 + BLOCK_N), keys >= end
@@ -170,9 +153,6 @@ def consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_f
         acc = acc * alpha_next[:, None]
         p_op = p_next
     last = (n_tiles - 1) % STAGES
-    n_last = n0 + (n_tiles - 1) * BLOCK_N
-    if not GENERIC_COPIES and n_last + BLOCK_N > end:  # (cp.async gathers zero-fill those rows themselves)
-        zero_rows_from(k_half.index(last), end - n_last, BLOCK_N)
     acc = warpgroup_mma(p_op, k_half.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
     mbarrier.arrive(kv_free.index(last), count=1)

@@ -17,9 +17,9 @@ Grid ``(head blocks, KV splits, B)``: one program per (64-head block, split, req
 merge are ``op.launch``'s (one split: the normalized output; several: a normalized fp32 partial and its base-2
 log-sum-exp per split, merged by ``mla_combine_kernel``). Shapes: D = 512, PE = 64, 16-bit q / keys; query heads
 past the KV head's group (groups under 64) are computed from whatever rows the Q box holds and never stored.
-Keys past the split's end are masked; their rows (other keys of the cache, another request's included, or TMA's
-zeros) are zeroed in each warpgroup's half of the last tile before its P·V (``latent_ws``), so that P's zeros
-never meet a NaN / Inf of another request.
+Keys past the split's end are masked; the latent rows of a tile past its request's keys are TMA's zeros (3-D
+per-request descriptor), so P's zeros never meet a NaN / Inf of another request; rope rows there only feed
+masked scores.
 """
 
 from triton.experimental import gluon
@@ -117,7 +117,7 @@ def _loader(q_desc, qpe_desc, k_desc, kpe_desc, q_lo, q_hi, qpe_smem, k_lo, k_hi
     tma.async_copy_global_to_shared(qpe_desc, [q_row, 0], ready, qpe_smem)
     start = split * split_len
     n_tiles = gl.cdiv(gl.minimum(start + split_len, n_kv) - start, BLOCK_N)
-    key_row = b * n_kv + start
+    key_row = b * n_kv + start  # (rope keys: 2-D rows; latent keys: request b, rows from start)
     k_col = kvh * (2 * HALF)
     pe_col = kvh * kpe_desc.block_type.shape[1]
     tile_bytes: gl.constexpr = 2 * k_desc.block_type.nbytes + kpe_desc.block_type.nbytes
@@ -127,8 +127,11 @@ def _loader(q_desc, qpe_desc, k_desc, kpe_desc, q_lo, q_hi, qpe_smem, k_lo, k_hi
         tile_ready = k_ready.index(slot)
         mbarrier.expect(tile_ready, tile_bytes)
         row = key_row + j * BLOCK_N
-        tma.async_copy_global_to_shared(k_desc, [row, k_col], tile_ready, k_lo.index(slot))
-        tma.async_copy_global_to_shared(k_desc, [row, k_col + HALF], tile_ready, k_hi.index(slot))
+        key = start + j * BLOCK_N
+        lo_box = k_lo.index(slot).reshape([1, BLOCK_N, HALF])
+        hi_box = k_hi.index(slot).reshape([1, BLOCK_N, HALF])
+        tma.async_copy_global_to_shared(k_desc, [b, key, k_col], tile_ready, lo_box)
+        tma.async_copy_global_to_shared(k_desc, [b, key, k_col + HALF], tile_ready, hi_box)
         tma.async_copy_global_to_shared(kpe_desc, [row, pe_col], tile_ready, kpe_smem.index(slot))
 
 
@@ -137,8 +140,9 @@ def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr
                          head_blocks_per_kv, split_len, n_splits, qk_scale, stride_ob, stride_oh,
                          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
                          ALTERNATING: gl.constexpr):
-    """Descriptors over 2-D row views: q ``[B·H, 512]`` in [64, 256] boxes, q_pe ``[B·H, PE]`` in [64, PE],
-    latent keys ``[B·N_kv, H_kv·512]`` in [BLOCK_N, 256], rope keys ``[B·N_kv, H_kv·PE]`` in [BLOCK_N, PE].
+    """Descriptors over 2-D row views: q ``[B·H, 512]`` in [64, 256] boxes, q_pe ``[B·H, PE]`` in [64, PE], rope
+    keys ``[B·N_kv, H_kv·PE]`` in [BLOCK_N, PE]; latent keys per request, ``[B, N_kv, H_kv·512]`` in [1, BLOCK_N,
+    256] boxes (zeros past N_kv: ``ws_launch._key_desc``).
     ``ALTERNATING``: the consumers alternate whole key blocks (``latent_alt``) instead of splitting the channels.
     num_warps = 4 (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader: 1 warp)."""
     dtype: gl.constexpr = q_desc.dtype
@@ -146,8 +150,10 @@ def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr
     q_lo = gl.allocate_shared_memory(dtype, [HEADS, HALF], q_desc.layout)  # latent channels 0-255
     q_hi = gl.allocate_shared_memory(dtype, [HEADS, HALF], q_desc.layout)  # 256-511
     qpe_smem = gl.allocate_shared_memory(dtype, [HEADS, PE], qpe_desc.layout)
-    k_lo = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HALF], k_desc.layout)
-    k_hi = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HALF], k_desc.layout)
+    # the latent key ring: 3-D boxes [1, BLOCK_N, 256] land as [BLOCK_N, 256] tiles (the slot is the leading dim)
+    k_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HALF], dtype)
+    k_lo = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HALF], k_layout)
+    k_hi = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HALF], k_layout)
     kpe_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, PE], kpe_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready.index(0), count=1)

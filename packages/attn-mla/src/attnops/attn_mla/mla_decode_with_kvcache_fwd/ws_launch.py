@@ -1,6 +1,6 @@
 """Host side of the Gluon warp-specialized MLA decode (``ws_kernel.py``): its configs, which calls it serves,
-TMA descriptors over 2-D row views of q / q_pe / k / k_pe, the launch. ``op.launch`` runs it when the config it
-is given is a ``WsConfig`` (tests and sweeps: ``op.with_config(WS_CONFIGS[i])``), and by default
+TMA descriptors (2-D row views of q / q_pe / k_pe, a 3-D per-request view of k), the launch. ``op.launch`` runs
+it when the config it is given is a ``WsConfig`` (tests and sweeps: ``op.with_config(WS_CONFIGS[i])``), and by default
 (``op.default_config``, ``WS_DEFAULT``: ``WS_CONFIGS[0]``, the alternating consumer) on the calls it serves whose
 KV groups fill 64-head blocks: on the H200 it ran every seed row faster than the Triton kernel."""
 
@@ -72,6 +72,19 @@ def _desc(t: torch.Tensor, box: list[int]) -> TensorDescriptor:
     return TensorDescriptor(t, [rows, width], [stride, 1], box, gl.NVMMASharedLayout.get_default_for(box, dtype))
 
 
+def _key_desc(k: torch.Tensor, cfg: WsConfig) -> TensorDescriptor:
+    """The latent keys as ``[B, N_kv, H_kv·512]`` in [1, BLOCK_N, 256] boxes: TMA zero-fills a box's rows past its
+    request's N_kv, so a split's last tile holds zeros there (P's zeros then never meet another request's
+    keys, which may hold anything) and no consumer zeroes rows in shared memory (docs/perf/attn-mla.md: 2 CTA
+    barriers and a branch per block in the loop)."""
+    _, stride = _row_view(k)
+    b, n = k.shape[:2]
+    box = [1, cfg.block_n, HALF.value]
+    dtype = gl.float16 if k.dtype == torch.float16 else gl.bfloat16
+    return TensorDescriptor(k, [b, n, k.shape[2] * k.shape[3]], [n * stride, stride, 1], box,
+                            gl.NVMMASharedLayout.get_default_for(box, dtype))
+
+
 def run(cfg: WsConfig, q, q_pe, k, k_pe, out, part_o, part_lse, head_blocks_per_kv: int, split_len: int,
         splits: int, qk_scale: float) -> None:
     """Launch over (head blocks, splits, B) for ``applies``-checked inputs; ``part_o`` / ``part_lse`` as
@@ -80,7 +93,7 @@ def run(cfg: WsConfig, q, q_pe, k, k_pe, out, part_o, part_lse, head_blocks_per_
     n_kv, h_kv = k.shape[1], k.shape[2]
     grid = (h_kv * head_blocks_per_kv, splits, b)
     mla_decode_ws_kernel[grid](
-        _desc(q, [HEADS.value, HALF.value]), _desc(q_pe, [HEADS.value, ROPE]), _desc(k, [cfg.block_n, HALF.value]),
+        _desc(q, [HEADS.value, HALF.value]), _desc(q_pe, [HEADS.value, ROPE]), _key_desc(k, cfg),
         _desc(k_pe, [cfg.block_n, ROPE]), out, part_o, part_lse, h, n_kv, h // h_kv, head_blocks_per_kv, split_len,
         splits, qk_scale, out.stride(0), out.stride(1),
         BLOCK_N=cfg.block_n, STAGES=cfg.stages, SPLIT=splits > 1, ALTERNATING=cfg.alternating, num_warps=4)
