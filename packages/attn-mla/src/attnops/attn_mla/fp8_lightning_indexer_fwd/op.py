@@ -35,16 +35,18 @@ CONFIGS = {
 }
 
 
-# Keys up to which the narrow tile wins: on both 4096-key rows it ran 22 % (q2048) and 14 % (q4096) faster than
-# the wide one (H200, 2026-12-02 sweep): twice the programs per SM hide the short rows' fixed per-program cost.
-# Longer rows keep the wide tile (863-914 TF/s there; narrow not yet timed on them).
-NARROW_MAX_KEYS = 4096
+# Multiply-adds (B·S·S_kv·H·D) up to which the narrow tile wins. H200 sweep of all 18 seed rows (2026-12-02,
+# 20261202-1311-tune-indexer.json): narrow faster on 15 — by 20-32 % on the 4096-key and decode rows (twice the
+# programs per SM hide a short row's fixed per-program cost), 5-9 % on chunk-prefill (2^39), 1-2 % up to 2^40;
+# wide faster on the three rows of 2^41 and more (1-4 %: there the narrow tile's double L2 traffic per FLOP shows).
+NARROW_MAX_WORK = 1 << 40
 
 
-def pick_config(s_kv: int = 1 << 30) -> IndexerConfig:
+def pick_config(work: int = 1 << 62) -> IndexerConfig:
+    """The launch config for ``work`` = B·S·S_kv·H·D multiply-adds."""
     if runtime.interpreting():
         return CONFIGS["interpreter"]
-    return CONFIGS["h200-narrow" if s_kv <= NARROW_MAX_KEYS else "h200-wide"]
+    return CONFIGS["h200-narrow" if work <= NARROW_MAX_WORK else "h200-wide"]
 
 
 def launch(index_q, index_k, weights, ks, ke, index_k_scale, clean_logits: bool, out, config: IndexerConfig):
@@ -86,7 +88,7 @@ def _indexer(
     s_kv, g = index_k.shape[1:3]
     out = torch.empty((b, s, s_kv, g), dtype=torch.float32, device=index_q.device)
     return launch(index_q, index_k, weights, cu_seqlen_ks, cu_seqlen_ke, index_k_scale, clean_logits, out,
-                  pick_config(s_kv))
+                  pick_config(b * s * s_kv * index_q.shape[2] * index_q.shape[3]))
 
 
 @_indexer.register_fake
