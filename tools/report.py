@@ -220,19 +220,19 @@ def floor_gap(op: str, name: str) -> str:
     if op == "MHADecodePagedWithKVCacheFwd":
         return f"latency row: split policy (min_split_keys 64 + in-kernel merge faster on serving rows) ({core})"
     if op == "MLADecodeWithKVCacheFwd":
-        return ("the alternating warp-specialized kernel (default since 0.2.6) ran this row as two waves of 32 "
-                "splits; the planner now picks one wave of 16 (attn-mla 0.2.7: the Triton kernel ran 13 % faster "
-                f"so), not yet timed ({mla})")
+        return (f"the 32-key blocks of the alternating warp-specialized kernel (the score GEMM bound by shared-memory "
+                f"operand reads at N = 32; FlashMLA's 64-key seesaw is the next step) ({mla})")
     if op == "DSADecodeWithKVCacheFwd":
         return ("the warp-specialized channel-split kernel at 0.55-0.60x FlashMLA: ~1.6x below the same consumer on "
                 "MLA's contiguous keys (the index → row gather, short non-persistent programs of 16-64 tiles) and "
-                "~1.14x from the channel split itself (MLA's alternating consumer; for DSA compile-checked only, "
-                f"branch mla-alt-handoff) ({mla})")
-    if op == "FP8LightningIndexerFwd" and "ctx4096" in name:
-        return (f"short context: 650 TF/s against ~890 from 8 k keys on (same kernel) — the grid's tail / per-program "
-                f"fixed cost (hypothesis) ({mla})")
+                "~1.14x from the channel split itself (MLA's alternating consumer, not yet written for DSA: its "
+                f"compile-checked first form was lost with an unmerged branch) ({mla})")
+    if op == "FP8LightningIndexerFwd":
+        return (f"the narrow / wide tile rule (attn-mla 0.2.7, swept on all 18 rows) is the lever measured so far "
+                f"({mla})")
     if op == "TopKSelectFwd":
-        return f"one program per row (FlashInfer splits a row over CTAs); radix select candidate ({mla})"
+        return (f"one program per row (FlashInfer splits a row over CTAs); the radix selects measured slower on this "
+                f"row (70 / 109 µs against 36) ({mla})")
     return "not analysed yet"
 
 
