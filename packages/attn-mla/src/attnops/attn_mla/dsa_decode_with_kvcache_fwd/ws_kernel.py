@@ -99,21 +99,29 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
     slot_layout: gl.constexpr = gl.BlockedLayout([1], [32], [LOADER_WARPS], [0])
     kv_base = b.to(gl.int64) * stride_kb + g.to(gl.int64) * stride_kh
     idx_row = clean_ptr + row.to(gl.int64) * BLOCK_K
+    # Each tile's slot indices are loaded one tile ahead, before the wait for its slot: the index load (an L2
+    # round trip) then overlaps the wait and the previous tile's copies instead of sitting between the slot
+    # coming free and its gathers being issued (docs/perf/attn-mla.md, "DSA: where the 0.55-0.60x goes").
+    n = gl.arange(0, BLOCK_N, layout=slot_layout)
+    idx = gl.load(idx_row + n, mask=n < count, other=0)
     for j in range(n_tiles):
         slot = j % STAGES
-        mbarrier.wait(kv_free.index(slot), ((j // STAGES) & 1) ^ 1)  # a fresh barrier passes parity 1
-        n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=slot_layout)
         sel = n < count
+        n_next = n + BLOCK_N
+        idx_next = gl.load(idx_row + n_next, mask=n_next < count, other=0)
+        mbarrier.wait(kv_free.index(slot), ((j // STAGES) & 1) ^ 1)  # a fresh barrier passes parity 1
         # every row starts on 16 bytes (the launcher keeps the cache strides multiples of 8 elements,
         # ws_launch.refusal): said here so that the 16-byte cp.async pieces compile for padded rows too (Triton
         # only specializes strides that are multiples of 16 elements)
-        offsets = gl.multiple_of(kv_base + gl.load(idx_row + n, mask=sel, other=0).to(gl.int64) * stride_kt, 8)
+        offsets = gl.multiple_of(kv_base + idx.to(gl.int64) * stride_kt, 8)
         key_rows = kv_ptr + offsets
         _gather(k_lo.index(slot), key_rows, 0, sel, HALF, BLOCK_N)
         _gather(k_hi.index(slot), key_rows, HALF, sel, HALF, BLOCK_N)
         if TAIL > 0:
             _gather(kpe_smem.index(slot), key_rows, 2 * HALF, sel, TAIL, BLOCK_N)
         async_copy.mbarrier_arrive(k_ready.index(slot), increment_count=False)  # once this thread's copies land
+        n = n_next
+        idx = idx_next
 
 
 @gluon.jit
