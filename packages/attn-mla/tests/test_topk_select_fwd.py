@@ -46,6 +46,7 @@ def test_every_config_shrunk(name):
 
 
 @pytest.mark.gpu
+@pytest.mark.timeout(900)  # six configs on 8.6 GB of scores: over 240 s beside three other test shards (H200)
 @pytest.mark.parametrize("w", SPEC.workloads, ids=lambda w: w.id)
 def test_every_config_full_size(w):
     """Every config on the full rows (8.6 GB of scores); one reference per row (a loop of 32768 sorts)."""
