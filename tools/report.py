@@ -163,11 +163,10 @@ def gap_reason(op: str, name: str, workload_name: str, measured_over_published: 
         return "§6: the page's call re-concatenates q and the whole cache"
     if "chunked" in workload_name:
         return "§2: the page times one query token"
-    if name == "flashinfer" and op == "GQADenseFwd":
-        return ("§2: no prebuilt tensor-core decode module in the kit for this dtype / head dim (JIT off): "
-                "CUDA-core decode measured")
     if name == "flashinfer" and op == "GQAPagedFwd" and faster:
         return "§3: the page used FlashInfer's CUDA-core decode / prefill wrapper"
+    if name == "flashinfer" and op == "GQAVarlenFwd" and "rope" in workload_name and not faster:
+        return "§4: the page's FlashInfer call rotates nothing; ours rotates in its FA2 kernel"
     if name == "fa3" and "rope" in workload_name and not faster:
         return "§4: our RoPE pre-pass is unfused fp32 torch"
     if name == "fa3" and faster and (op in ("MHADecodePagedWithKVCacheFwd", "GQADenseFwd")):
