@@ -186,6 +186,9 @@ def flashinfer_paged(case: Case) -> Runner:
         raise Unsupported(f"FlashInfer head dim 64/128/256, got {c.D}")
     if c.wr >= 0 and not c.causal:
         raise Unsupported("FlashInfer has no right window")
+    if c.sinks is not None:  # (its run() accepts sinks= and drops them: docs/peer-gaps.md §10)
+        raise Unsupported("FlashInfer's FA2 / FA3 modules of this build take no sinks (attention-sink module not "
+                          "prebuilt)")
     rope_kw = {}
     if c.rope:
         cos = case.inputs["rope_cos"]
