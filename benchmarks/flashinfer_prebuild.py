@@ -96,8 +96,11 @@ def census(row_filter: str) -> list[str]:
                     outcome = f"census failed: {type(e).__name__}: {str(e)[:120]}"
                 print(f"{w.id}: {outcome} {sorted(set(wanted) - before)}", flush=True)
     missing = sorted(name for name, aot in wanted.items() if not aot)
-    MODULE_LIST.write_text(json.dumps(missing, indent=1) + "\n")
-    print(f"{len(wanted)} modules asked for, {len(missing)} not in the kit -> {MODULE_LIST}")
+    if row_filter:  # a partial census must not shrink the list the build and the pack read
+        print(f"{len(wanted)} modules asked for, not in the kit: {missing} (list unchanged: --filter given)")
+    else:
+        MODULE_LIST.write_text(json.dumps(missing, indent=1) + "\n")
+        print(f"{len(wanted)} modules asked for, {len(missing)} not in the kit -> {MODULE_LIST}")
     return missing
 
 

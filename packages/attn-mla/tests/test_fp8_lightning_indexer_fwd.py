@@ -1,6 +1,8 @@
 """FP8LightningIndexerFwd against its reference: every seed row (shrunk on CPU), each launch config,
 windows, groups, strides, bad input."""
 
+import math
+
 import pytest
 import torch
 from mla_testlib import every_config, pinned
@@ -48,6 +50,18 @@ def test_every_config_shrunk(name):
         make_case(ROWS["chunk-prefill-kscale/fp8e4m3"], DEV, shrink=True, seed=3),
         pinned(indexer_op, indexer_op.CONFIGS[name]),
     )
+
+
+def test_tile_rule_follows_the_work(monkeypatch):
+    """Runs everywhere (the rule, not a launch): off the interpreter, narrow tiles up to NARROW_MAX_WORK
+    multiply-adds and wide ones above; the seed rows the H200 sweep put on either side land there."""
+    monkeypatch.setattr(indexer_op.runtime, "interpreting", lambda: False)
+    narrow, wide = indexer_op.CONFIGS["h200-narrow"], indexer_op.CONFIGS["h200-wide"]
+    assert indexer_op.pick_config(indexer_op.NARROW_MAX_WORK) == narrow
+    assert indexer_op.pick_config(indexer_op.NARROW_MAX_WORK + 1) == wide
+    for row, config in (("index-q2048-ctx4096/fp8e4m3", narrow), ("index-q2048-ctx131072/fp8e4m3", wide)):
+        w = ROWS[row]
+        assert indexer_op.pick_config(math.prod(w.shape("index_q")) * w.shape("index_k")[1]) == config, row
 
 
 @pytest.mark.gpu
