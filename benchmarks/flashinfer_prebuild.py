@@ -112,6 +112,8 @@ def jit_spec(name: str):
     def field(key):
         return re.search(key + r"_([A-Za-z0-9]+)", name).group(1)
 
+    if name.startswith("batch_prefill_attention_sink_"):
+        return _sink_spec(name)
     dq, dkv, do = (_DTYPES[field(k)] for k in ("dtype_q", "dtype_kv", "dtype_o"))
     if name.startswith("batch_mla_attention"):
         spec = gen_batch_mla_module("fa3", dq, dkv, do, torch.int32, int(field("head_dim_ckv")),
@@ -125,6 +127,28 @@ def jit_spec(name: str):
             stride_mode = "equal" if name.endswith("_kv_stride_equal") else "runtime"  # FA2's paged specialisation
             spec = _gen_batch_prefill_module("fa3" if name.endswith("_sm90") else "fa2", *args, False,
                                              paged_kv_stride_mode=stride_mode, module_surface="full")
+    if spec.name != name:
+        raise ValueError(f"module name round trip: asked {name}, FlashInfer names it {spec.name}")
+    return spec
+
+
+def _sink_spec(name: str):
+    """The attention-sink variant (a customized prefill module, also what its decode wrapper runs): its name is
+    ``batch_prefill_attention_sink_<q>_<kv>_<dqk>_<dvo>_posenc_<n>_f16qk_<b>_swa_<b>_<backend>``; FlashInfer's own
+    argument builder makes the spec from those fields."""
+    from flashinfer.attention._core import BatchAttentionWithAttentionSinkWrapper
+    from flashinfer.jit.attention import gen_customize_batch_prefill_module
+    from flashinfer.utils import PosEncodingMode
+
+    m = re.fullmatch(r"batch_prefill_attention_sink_([a-z0-9]+)_([a-z0-9]+)_(\d+)_(\d+)_posenc_(\d)_f16qk_(\w+?)"
+                     r"_swa_(\w+?)_(fa2|fa3)", name)
+    if m is None:
+        raise ValueError(f"not an attention-sink module name: {name}")
+    dq, dkv, dqk, dvo, posenc, f16qk, swa, backend = m.groups()
+    backend, args, kwargs = BatchAttentionWithAttentionSinkWrapper._sink_jit_args(
+        torch.device("cpu"), backend, _DTYPES[dq], _DTYPES[dkv], int(dqk), int(dvo), 0 if swa == "True" else -1,
+        PosEncodingMode(int(posenc)).name, f16qk == "True")
+    spec = gen_customize_batch_prefill_module(backend, *args, **kwargs)
     if spec.name != name:
         raise ValueError(f"module name round trip: asked {name}, FlashInfer names it {spec.name}")
     return spec

@@ -181,8 +181,6 @@ adapter("fa3", VARLEN)(_fa3)
 def _fi_common(c: _Call, case: Case) -> dict:
     if c.fp8:
         raise Unsupported("FlashInfer fp8 prefill/decode take per-tensor scales, not per-[B, H_kv]")
-    if c.sinks is not None:
-        raise Unsupported("sinks need FlashInfer's attention-sink wrapper (not in the shipped build)")
     if c.D not in (64, 128, 256):
         raise Unsupported(f"FlashInfer head dim 64/128/256, got {c.D}")
     if c.wr >= 0 and not c.causal:
@@ -203,7 +201,9 @@ def _flashinfer(case: Case) -> Runner:
     ws = _workspace(c.q.device)
     t0 = time.perf_counter()
     decode = c.dense and c.out_shape[1] == 1
-    if decode:
+    if c.sinks is not None:
+        run, note = _flashinfer_sink_varlen(fi, c, rope_kw={"pos_encoding_mode": "ROPE_LLAMA"} if c.rope else {})
+    elif decode:
         # Contiguous dense K/V [B, S_kv, H_kv, D] is a paged NHD cache whose pages are consecutive: request b
         # owns pages [b·S_kv/PS, (b+1)·S_kv/PS). A view, no copy.
         B, S_kv = len(c.kv_lens), c.kv_lens[0] if c.kv_lens else 0
@@ -242,6 +242,23 @@ def _flashinfer(case: Case) -> Runner:
     run()  # JIT / first-use setup outside the timing
     torch.cuda.synchronize()
     return _runner(run, c, note=note, setup_s=time.perf_counter() - t0)
+
+
+def _flashinfer_sink_varlen(fi, c: _Call, rope_kw: dict):
+    """Sinks run only through FlashInfer's paged attention-sink wrapper (as on the seed page:
+    "flashinfer-paged-sink"): contiguous K/V [T_kv, H_kv, D] is a paged NHD cache of one-token pages, page i =
+    token i (a view, no copy); request b owns pages cu_kv[b]..cu_kv[b+1]."""
+    from .attn_core_paged import flashinfer_sink_run
+
+    dev = c.q.device
+    T_kv = c.k.shape[0]
+    kv = (c.k.view(T_kv, 1, c.H_kv, c.D), c.v.view(T_kv, 1, c.H_kv, c.D))
+    last = torch.tensor([1 if n else 0 for n in c.kv_lens], dtype=torch.int32, device=dev)
+    run = flashinfer_sink_run(fi, c.q, kv, decode=False, qo_indptr=c.cu_q, kv_indices=torch.arange(
+        T_kv, dtype=torch.int32, device=dev), kv_last=last, kv_indptr=c.cu_kv, H=c.H, H_kv=c.H_kv, D=c.D, PS=1,
+        causal=c.causal, wl=c.wl, softcap=c.softcap, sm_scale=c.sm_scale, dtype=c.q.dtype, kv_dtype=c.k.dtype,
+        rope_kw=rope_kw, sinks=c.sinks)
+    return run, "attention-sink paged prefill wrapper, K/V viewed as one-token pages; plan outside the timing"
 
 
 adapter("flashinfer", DENSE)(_flashinfer)

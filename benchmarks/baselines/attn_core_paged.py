@@ -165,6 +165,11 @@ def _fi_run(fi, case_q, kv, *, decode: bool, qo_indptr, kv_indices, kv_last, kv_
             wl, softcap, sm_scale, dtype, kv_dtype, rope_kw, sinks, group):
     ws = _workspace(case_q.device)
     kw = dict(window_left=wl, logits_soft_cap=softcap or None, sm_scale=sm_scale, **rope_kw)
+    if sinks is not None:
+        return flashinfer_sink_run(fi, case_q, kv, decode=decode, qo_indptr=qo_indptr, kv_indices=kv_indices,
+                            kv_last=kv_last, kv_indptr=kv_indptr, H=H, H_kv=H_kv, D=D, PS=PS, causal=causal,
+                            wl=wl, softcap=softcap, sm_scale=sm_scale, dtype=dtype, kv_dtype=kv_dtype,
+                            rope_kw=rope_kw, sinks=sinks)
     if decode:
         w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=group >= 4)
         w.plan(kv_indptr, kv_indices, kv_last, H, H_kv, D, PS, q_data_type=dtype, kv_data_type=kv_dtype, **kw)
@@ -172,8 +177,29 @@ def _fi_run(fi, case_q, kv, *, decode: bool, qo_indptr, kv_indices, kv_last, kv_
         w = fi.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend="auto")
         w.plan(qo_indptr, kv_indptr, kv_indices, kv_last, H, H_kv, D, PS, causal=causal, q_data_type=dtype,
                kv_data_type=kv_dtype, **kw)
-    run_kw = {"sinks": sinks} if sinks is not None else {}
-    return lambda: w.run(case_q, kv, **run_kw)
+    return lambda: w.run(case_q, kv)
+
+
+def flashinfer_sink_run(fi, case_q, kv, *, decode: bool, qo_indptr, kv_indices, kv_last, kv_indptr, H, H_kv, D, PS,
+                 causal, wl, softcap, sm_scale, dtype, kv_dtype, rope_kw, sinks):
+    """FlashInfer's attention-sink wrappers: a separate JIT variant (``AttentionSink``) whose softmax adds
+    ``exp(sink_h - m)`` to each row's denominator, sinks in the scores' natural-log units as the spec's. Its
+    plain FA2 / FA3 modules take ``sinks=`` and drop it (docs/peer-gaps.md §10). The kernel reads the scale from
+    ``run``'s positional ``sm_scale``; the window is fixed when the wrapper is built."""
+    if softcap or rope_kw:
+        raise Unsupported("FlashInfer's attention-sink variant has no softcap / RoPE")
+    ws = _workspace(case_q.device)
+    sinks32 = sinks.float().contiguous()
+    variant = dict(q_data_type=dtype, kv_data_type=kv_dtype, head_dim_qk=D, head_dim_vo=D, window_left=wl)
+    if decode:
+        w = fi.BatchDecodeWithAttentionSinkWrapper(ws, "NHD", backend="auto", **variant)
+        w.plan(kv_indptr, kv_indices, kv_last, H, H_kv, D, PS, window_left=wl, sm_scale=sm_scale,
+               q_data_type=dtype, kv_data_type=kv_dtype)
+    else:
+        w = fi.BatchAttentionWithAttentionSinkWrapper(ws, "NHD", backend="auto", **variant)
+        w.plan(qo_indptr, kv_indptr, kv_indices, kv_last, H, H_kv, D, PS, causal=causal, window_left=wl,
+               sm_scale=sm_scale, q_data_type=dtype, kv_data_type=kv_dtype)
+    return lambda: w.run(case_q, kv, sinks32, sm_scale)
 
 
 @adapter("flashinfer", PAGED)
@@ -186,9 +212,6 @@ def flashinfer_paged(case: Case) -> Runner:
         raise Unsupported(f"FlashInfer head dim 64/128/256, got {c.D}")
     if c.wr >= 0 and not c.causal:
         raise Unsupported("FlashInfer has no right window")
-    if c.sinks is not None:  # (its run() accepts sinks= and drops them: docs/peer-gaps.md §10)
-        raise Unsupported("FlashInfer's FA2 / FA3 modules of this build take no sinks (attention-sink module not "
-                          "prebuilt)")
     rope_kw = {}
     if c.rope:
         cos = case.inputs["rope_cos"]
@@ -212,6 +235,8 @@ def flashinfer_paged(case: Case) -> Runner:
         raise Unsupported(f"FlashInfer: {str(e).splitlines()[0][:200]}") from None
     _sync(c.dev)
     note = ("decode wrapper" if decode else "paged prefill wrapper") + "; plan outside the timing"
+    if c.sinks is not None:
+        note = "attention-sink " + note
     return _single_output_runner(run, note=note, setup_s=time.perf_counter() - t0)
 
 

@@ -12,8 +12,10 @@ Why: the Triton kernel (``kernel.py``) runs at 200-250 TF/s against FlashMLA's s
   128 loader threads), slots past ``count`` are zero-filled. A slot is refilled after both consumers released
   it (``kv_free``).
 * two 4-warp consumer partitions run ``latent_ws.consume_keys`` (channel split, partial scores exchanged, the
-  same softmax in both, P·V on each one's 256 latent columns; a proxy fence orders the loader's generic-proxy
-  copies before the wgmma reads them), then store their output columns. A row with no valid slot stores zeros.
+  same softmax in both, P·V on each one's 256 latent columns) or, ``ALTERNATING``, ``latent_alt.consume_blocks``
+  (each scores every other tile whole and hands P to the other); a proxy fence orders the loader's generic-proxy
+  copies before the wgmma reads them; then they store their output columns. A row with no valid slot stores
+  zeros.
 
 Shapes: D = 512, TAIL 64 or 0, 16-bit; q readable as a 2-D row view ``[B·S·H, D + TAIL]`` (TMA), the KV cache
 any strides with 16-byte aligned rows.
@@ -24,6 +26,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
+from attnops.attn_mla.latent_alt import STATS_LAYOUT, consume_blocks
 from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys
 from attnops.kernel_utils.gluon_fns import invalidate_ring, ring_barriers, wgmma_acc_layout, wgmma_lhs_layout
 
@@ -42,47 +45,105 @@ def _program(S, H_kv, group, head_blocks_per_kv):
 
 
 @gluon.jit
-def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready, kv_free, xchg, out_ptr, count_ptr,
-              S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, WG: gl.constexpr,
-              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr):
-    """Latent columns [256·WG, +256) of the program's 64 heads over the row's selected keys, then their store."""
-    s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
-    o_layout: gl.constexpr = wgmma_acc_layout(HALF)
-    p_layout: gl.constexpr = wgmma_lhs_layout(HALF)
-    row, b, s, g, head0, local0 = _program(S, H_kv, group, head_blocks_per_kv)
-    count = gl.load(count_ptr + row)
-    n_tiles = gl.cdiv(count, BLOCK_N)
+def _out_ptrs(out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG: gl.constexpr,
+              o_layout: gl.constexpr):
+    """(pointers, mask) of latent columns [256·WG, +256) of the program's heads in the output."""
     local = local0 + gl.arange(0, HEADS, layout=gl.SliceLayout(1, o_layout))
     cols = WG * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, o_layout))
     ptrs = (out_ptr + b.to(gl.int64) * stride_ob + s.to(gl.int64) * stride_os
             + (g * group + local).to(gl.int64)[:, None] * stride_oh + cols[None, :])
+    return ptrs, (local < group)[:, None]
+
+
+@gluon.jit
+def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready, kv_free, xchg, out_ptr, count_ptr,
+              S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, WG: gl.constexpr,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr):
+    """Channel split: latent columns [256·WG, +256) of the program's 64 heads over the row's selected keys, then
+    their store."""
+    s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
+    o_layout: gl.constexpr = wgmma_acc_layout(HALF)
+    row, b, s, g, head0, local0 = _program(S, H_kv, group, head_blocks_per_kv)
+    count = gl.load(count_ptr + row)
+    n_tiles = gl.cdiv(count, BLOCK_N)
+    ptrs, mask = _out_ptrs(out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG, o_layout)
     if n_tiles > 0:
         mbarrier.wait(q_ready.index(0), 0)
         acc, m_i, l_i = consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_free, xchg, 0,
                                      count, n_tiles, qk_scale, WG, BLOCK_N, STAGES, HAS_PE, s_layout, o_layout,
-                                     p_layout, True)
+                                     wgmma_lhs_layout(HALF), True)
         out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]  # l >= 1
     else:  # no valid slot: zeros (the loader copies nothing)
         out = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
-    gl.store(ptrs, out.to(q_half.dtype), mask=(local < group)[:, None])
+    gl.store(ptrs, out.to(q_half.dtype), mask=mask)
 
 
 @gluon.jit
-def _gather(dst, key_rows, col0, sel, WIDTH: gl.constexpr, BLOCK_N: gl.constexpr):
+def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs, st_mine, st_theirs, full,
+                  empty, q_ready, k_ready, kv_free, out_ptr, count_ptr, S, H_kv, group, head_blocks_per_kv, qk_scale,
+                  stride_ob, stride_os, stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                  HAS_PE: gl.constexpr):
+    """Alternating tiles: latent columns [256·WG, +256) of the program's 64 heads, this warpgroup scoring every
+    other tile of the row's selected keys whole (``latent_alt.consume_blocks``), then their store."""
+    s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
+    o_layout: gl.constexpr = wgmma_acc_layout(HALF)
+    row, b, s, g, head0, local0 = _program(S, H_kv, group, head_blocks_per_kv)
+    count = gl.load(count_ptr + row)
+    n_tiles = gl.cdiv(count, BLOCK_N)
+    if n_tiles > 0:
+        mbarrier.wait(q_ready.index(0), 0)
+        acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs,
+                                       st_mine, st_theirs, full, empty, k_ready, kv_free, 0, count, n_tiles,
+                                       qk_scale, WG, BLOCK_N, STAGES, HAS_PE, s_layout, o_layout,
+                                       wgmma_lhs_layout(HALF), True)
+        out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]  # l >= 1
+    else:  # no valid slot: zeros (the loader copies nothing)
+        out = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
+    # (the output pointers made after the loop: live across it they took registers the consumer needs)
+    ptrs, mask = _out_ptrs(out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG, o_layout)
+    gl.store(ptrs, out.to(q_lo.dtype), mask=mask)
+
+
+@gluon.constexpr_function
+def piece_layout(chunk):
+    """The gather's 16-byte pieces over ``chunk`` columns: the loader's warps split the rows, a row's columns spread
+    over its lanes."""
+    return gl.BlockedLayout([1, 8], [32 * 8 // chunk, chunk // 8], [LOADER_WARPS.value, 1], [1, 0])
+
+
+@gluon.constexpr_function
+def index_layout(chunk):
+    """Where the loader keeps a tile's slot indices: in the 64-column gather's row slice (2 per thread: no
+    conversion at the gather); at 256 columns that slice holds 8 rows a thread and, prefetched a tile ahead, spilled
+    (140 B), so one index a thread there and a conversion per gather."""
+    if chunk == 64:
+        return gl.SliceLayout(1, piece_layout(chunk))
+    return gl.BlockedLayout([1], [32], [LOADER_WARPS.value], [0])
+
+
+@gluon.jit
+def _gather(dst, key_rows, col0, sel, WIDTH: gl.constexpr, CHUNK: gl.constexpr):
     """cp.async of [BLOCK_N, WIDTH] elements from columns col0.. of the selected rows (``key_rows``: their
-    pointers) into ``dst``; rows not ``sel`` are zero-filled."""
-    piece_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // WIDTH, WIDTH // 8], [LOADER_WARPS, 1], [1, 0])
-    rows = gl.convert_layout(key_rows, gl.SliceLayout(1, piece_layout))
-    ok = gl.convert_layout(sel, gl.SliceLayout(1, piece_layout))
-    cols = col0 + gl.arange(0, WIDTH, layout=gl.SliceLayout(0, piece_layout))
-    async_copy.async_copy_global_to_shared(dst, rows[:, None] + cols[None, :], mask=ok[:, None])
+    pointers, ``sel``: which are) into ``dst``; rows not ``sel`` are zero-filled. CHUNK columns per copy: with
+    CHUNK = 64 (one 128-byte swizzle row) two 16-byte pieces a loader thread, which fits the 40 registers the
+    loader has beside the alternating consumers (256 columns at once: 8 pieces a thread, and ptxas spilled); but
+    Triton 3.6's shared-memory barrier pass cannot tell the chunks of one buffer apart and puts a barrier of the
+    loader's warps between consecutive copies, so the channel split (56 registers) copies 256 at once."""
+    layout: gl.constexpr = piece_layout(CHUNK)
+    rows = gl.convert_layout(key_rows, gl.SliceLayout(1, layout))  # (a no-op where index_layout is this slice)
+    ok = gl.convert_layout(sel, gl.SliceLayout(1, layout))
+    cols = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, layout))
+    for c in gl.static_range(WIDTH // CHUNK):
+        async_copy.async_copy_global_to_shared(dst.slice(c * CHUNK, CHUNK, dim=1),
+                                               rows[:, None] + (col0 + c * CHUNK + cols)[None, :], mask=ok[:, None])
 
 
 @gluon.jit
 def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
             k_ready, kv_free, S, H, H_kv, group, head_blocks_per_kv, stride_kb, stride_kt, stride_kh,
-            TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """The query heads by TMA, then the selected rows of every tile by cp.async gathers."""
+            TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            CHUNK: gl.constexpr):
+    """The query heads by TMA, then the selected rows of every tile by cp.async gathers (``_gather``)."""
     row, b, s, g, head0, _ = _program(S, H_kv, group, head_blocks_per_kv)
     count = gl.load(count_ptr + row)
     n_tiles = gl.cdiv(count, BLOCK_N)
@@ -96,13 +157,12 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
             mbarrier.expect(ready, 2 * q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [q_row, 0], ready, q_lo)
         tma.async_copy_global_to_shared(q_desc, [q_row, HALF], ready, q_hi)
-    slot_layout: gl.constexpr = gl.BlockedLayout([1], [32], [LOADER_WARPS], [0])
     kv_base = b.to(gl.int64) * stride_kb + g.to(gl.int64) * stride_kh
     idx_row = clean_ptr + row.to(gl.int64) * BLOCK_K
     # Each tile's slot indices are loaded one tile ahead, before the wait for its slot: the index load (an L2
     # round trip) then overlaps the wait and the previous tile's copies instead of sitting between the slot
     # coming free and its gathers being issued (docs/perf/attn-mla.md, "DSA: where the 0.55-0.60x goes").
-    n = gl.arange(0, BLOCK_N, layout=slot_layout)
+    n = gl.arange(0, BLOCK_N, layout=index_layout(CHUNK))
     idx = gl.load(idx_row + n, mask=n < count, other=0)
     for j in range(n_tiles):
         slot = j % STAGES
@@ -115,10 +175,10 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
         # only specializes strides that are multiples of 16 elements)
         offsets = gl.multiple_of(kv_base + idx.to(gl.int64) * stride_kt, 8)
         key_rows = kv_ptr + offsets
-        _gather(k_lo.index(slot), key_rows, 0, sel, HALF, BLOCK_N)
-        _gather(k_hi.index(slot), key_rows, HALF, sel, HALF, BLOCK_N)
+        _gather(k_lo.index(slot), key_rows, 0, sel, HALF, CHUNK)
+        _gather(k_hi.index(slot), key_rows, HALF, sel, HALF, CHUNK)
         if TAIL > 0:
-            _gather(kpe_smem.index(slot), key_rows, 2 * HALF, sel, TAIL, BLOCK_N)
+            _gather(kpe_smem.index(slot), key_rows, 2 * HALF, sel, TAIL, TAIL)
         async_copy.mbarrier_arrive(k_ready.index(slot), increment_count=False)  # once this thread's copies land
         n = n_next
         idx = idx_next
@@ -128,7 +188,7 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
 def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr, S, H, H_kv, group,
                          head_blocks_per_kv, qk_scale, stride_kb, stride_kt, stride_kh, stride_ob, stride_os,
                          stride_oh, TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr,
-                         STAGES: gl.constexpr):
+                         STAGES: gl.constexpr, ALTERNATING: gl.constexpr):
     """Grid (head blocks per KV head, B·S·H_kv rows). ``q_desc``: q as ``[B·S·H, D + TAIL]`` in [64, 256]
     boxes; ``qpe_desc``: the same rows in [64, TAIL] boxes (any descriptor when TAIL = 0). num_warps = 4
     (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader: 4 warps)."""
@@ -145,27 +205,49 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
     else:  # (never read: no rope channels)
         qpe_smem = q_lo
         kpe_smem = k_lo
-    x_lo = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], EXCHANGE_LAYOUT)
-    x_hi = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], EXCHANGE_LAYOUT)
     q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-    xchg = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready.index(0), count=1)
     k_ready, kv_free = ring_barriers(STAGES, 32 * LOADER_WARPS, 2)  # both consumers release a slot
-    for i in gl.static_range(2):
-        mbarrier.init(xchg.index(i), count=2)
-    fence_async_shared()
-    gl.warp_specialize([
-        (_consumer, (q_lo, qpe_smem, k_lo, kpe_smem, x_lo, x_hi, q_ready, k_ready, kv_free, xchg, out_ptr, count_ptr,
-                     S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 0, BLOCK_N,
-                     STAGES, TAIL > 0)),
-        (_consumer, (q_hi, qpe_smem, k_hi, kpe_smem, x_hi, x_lo, q_ready, k_ready, kv_free, xchg, out_ptr, count_ptr,
-                     S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 1, BLOCK_N,
-                     STAGES, TAIL > 0)),
-        (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
-                   k_ready, kv_free, S, H, H_kv, group, head_blocks_per_kv, stride_kb, stride_kt, stride_kh, TAIL,
-                   BLOCK_K, BLOCK_N, STAGES)),
-    ], [4, LOADER_WARPS], [224, 56])  # (224 + 224 + 56) x 128 threads <= 64 K registers; 232 / 40 spilled 32 B (loader)
+    if ALTERNATING:
+        # each warpgroup's P hand-off slot and its row maxima / sums (separate allocations: latent_alt)
+        p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HEADS, BLOCK_N], dtype)
+        p0 = gl.allocate_shared_memory(dtype, [HEADS, BLOCK_N], p_layout)
+        p1 = gl.allocate_shared_memory(dtype, [HEADS, BLOCK_N], p_layout)
+        st0 = gl.allocate_shared_memory(gl.float32, [2, HEADS], STATS_LAYOUT)
+        st1 = gl.allocate_shared_memory(gl.float32, [2, HEADS], STATS_LAYOUT)
+        full, empty = ring_barriers(2, 1, 1)  # one publisher, one reader per slot
+        fence_async_shared()
+        gl.warp_specialize([
+            (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_lo, p0, p1, st0, st1, full, empty, q_ready,
+                             k_ready, kv_free, out_ptr, count_ptr, S, H_kv, group, head_blocks_per_kv, qk_scale,
+                             stride_ob, stride_os, stride_oh, 0, BLOCK_N, STAGES, TAIL > 0)),
+            (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_hi, p1, p0, st1, st0, full, empty, q_ready,
+                             k_ready, kv_free, out_ptr, count_ptr, S, H_kv, group, head_blocks_per_kv, qk_scale,
+                             stride_ob, stride_os, stride_oh, 1, BLOCK_N, STAGES, TAIL > 0)),
+            (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem,
+                       q_ready, k_ready, kv_free, S, H, H_kv, group, head_blocks_per_kv, stride_kb, stride_kt,
+                       stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, 64)),
+        ], [4, LOADER_WARPS], [232, 40])  # (232 + 232 + 40) x 128 threads <= 64 K registers (MLA's consumers: 232)
+        invalidate_ring(full, empty, 2)
+    else:
+        x_lo = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], EXCHANGE_LAYOUT)
+        x_hi = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], EXCHANGE_LAYOUT)
+        xchg = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(xchg.index(i), count=2)
+        fence_async_shared()
+        gl.warp_specialize([
+            (_consumer, (q_lo, qpe_smem, k_lo, kpe_smem, x_lo, x_hi, q_ready, k_ready, kv_free, xchg, out_ptr,
+                         count_ptr, S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 0,
+                         BLOCK_N, STAGES, TAIL > 0)),
+            (_consumer, (q_hi, qpe_smem, k_hi, kpe_smem, x_hi, x_lo, q_ready, k_ready, kv_free, xchg, out_ptr,
+                         count_ptr, S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 1,
+                         BLOCK_N, STAGES, TAIL > 0)),
+            (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem,
+                       q_ready, k_ready, kv_free, S, H, H_kv, group, head_blocks_per_kv, stride_kb, stride_kt,
+                       stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, HALF)),
+        ], [4, LOADER_WARPS], [224, 56])  # (224 + 224 + 56) x 128 <= 64 K registers; 232 / 40 spilled 32 B (loader)
+        for i in gl.static_range(2):
+            mbarrier.invalidate(xchg.index(i))
     mbarrier.invalidate(q_ready.index(0))
     invalidate_ring(k_ready, kv_free, STAGES)
-    for i in gl.static_range(2):
-        mbarrier.invalidate(xchg.index(i))
