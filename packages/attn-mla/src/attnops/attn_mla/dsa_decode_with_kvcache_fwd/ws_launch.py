@@ -16,9 +16,9 @@ from .ws_kernel import dsa_decode_ws_kernel
 
 __all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run"]
 
-# The channel-split consumer first (the default: measured on all 17 rows); the alternating one (``latent_alt``)
-# after it, compile-checked for DSA, not yet timed (MLA: 1.08-1.14x the channel split on the same consumer code).
-WS_CONFIGS = tuple(c for c in CONFIGS if not c.alternating) + tuple(c for c in CONFIGS if c.alternating)
+# The alternating consumer (``latent_alt``) first: the default, 1.15-1.18x the channel split on the H200
+# (docs/perf/attn-mla.md, seventeenth session); the channel split (``latent_ws.consume_keys``) after it.
+WS_CONFIGS = tuple(c for c in CONFIGS if c.alternating) + tuple(c for c in CONFIGS if not c.alternating)
 LATENT = 2 * HALF.value  # the value width the kernel serves (D = 512)
 TAILS = (0, 64)  # the rope tails it serves
 
