@@ -267,10 +267,21 @@ def below_floor(by_op) -> list[str]:
     return rows
 
 
+def _adapters_by_op() -> dict[str, set[str]]:
+    """The peer adapters the harness has per op (benchmarks/baselines), to tell a peer no adapter serves from one
+    that was left out of the call that made a row's record."""
+    from benchmarks import baselines
+
+    for family in baselines.FAMILY_MODULES:
+        baselines.adapters_for("", family)
+    return {op: {a.name for a in adapters} for op, adapters in baselines.ADAPTERS.items()}
+
+
 def published_vs_measured(by_op) -> tuple[list[str], list[str]]:
     """Rows of two tables: published peers measured here that differ by more than 20%, and published peers
     that could not be measured here (with what the adapter reported)."""
     differ, missing = [], []
+    adapters = _adapters_by_op()
     for lines in by_op.values():
         for ln in lines:
             if ln.peers is None:
@@ -287,8 +298,11 @@ def published_vs_measured(by_op) -> tuple[list[str], list[str]]:
                         differ.append(f"| {ln.workload.id} | {name} | {published_ms:g} | {n} {ms:.4f} | "
                                       f"{ms / published_ms:.2f} | {why} |")
                 else:
+                    served = [n for n in (name, *SAME_PEER.get(name, ())) if n in adapters.get(ln.workload.op, ())]
                     why = "; ".join(f"{n}: {ln.peers[n].get('check')} {ln.peers[n].get('note', '')}".strip()
-                                    for n in candidates) or "no adapter: the offline peer kit does not serve this path"
+                                    for n in candidates) or (
+                        f"adapter {', '.join(served)}: not run in the call that made this row's record" if served
+                        else "no adapter: the offline peer kit does not serve this path")
                     missing.append(f"| {ln.workload.id} | {name} | {published_ms:g} | {why[:160]} |")
     return differ, missing
 

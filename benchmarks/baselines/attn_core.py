@@ -16,7 +16,7 @@ import torch
 from attnops.kernel_utils.fp8 import E4M3
 from attnops.kernel_utils.opspec import Case
 
-from . import Runner, Unsupported, adapter, require, rope_torch
+from . import Runner, Unsupported, adapter, compiled_runner, require, rope_torch
 
 # =====================================================================================================
 # GQADenseFwd / GQAVarlenFwd (dense BSHD and packed THD forward)
@@ -392,6 +392,23 @@ def _torch_ref(case: Case) -> Runner:
 
 adapter("torch-ref", DENSE)(_torch_ref)
 adapter("torch-ref", VARLEN)(_torch_ref)
+
+
+@adapter("torch-compile", DENSE)
+def torch_compile_dense(case: Case) -> Runner:
+    """``torch.compile`` of the plain-torch reference computed in the 16-bit output dtype. Only on the rows no SDPA
+    or flex backend serves (RoPE tables, fp8 scales): elsewhere those are the torch peers, and compiling every
+    dense row would add minutes of compile to each run."""
+    from attnops.attn_core.gqa_dense_fwd.reference import gqa_dense_fwd_ref
+
+    c = _call(case)
+    if not (c.rope or c.fp8):
+        raise Unsupported("torch.compile is timed only on rows SDPA / flex cannot serve (RoPE, fp8 scales)")
+
+    def run(**inputs):
+        return gqa_dense_fwd_ref(**inputs, compute_dtype=c.out_dtype)
+
+    return compiled_runner(run, case)
 
 
 # --- paged ops (GQAPagedFwd, MHADecodePagedWithKVCacheFwd, GQAPrefillPagedWithKVCacheFwd): own module ---

@@ -148,13 +148,31 @@ def torch_dsa(case: Case) -> Runner:
     return runner_of(_dsa_torch, case, note="eager gather + matmul + masked softmax, 64 query rows per step")
 
 
-@adapter("torch-compile", DSA)
-def torch_compile_dsa(case: Case) -> Runner:
-    a = case.inputs
+def _one_shot_gather_fits(a) -> None:
+    """The whole-call torch peers gather every selected row of every query row at once: refuse where that copy
+    would not fit beside the inputs."""
     b, s, h, width = a["q"].shape
     gathered = b * s * a["indices"].shape[-1] * a["indices"].shape[-2] * width * a["q"].element_size()
     if gathered > 24 << 30:
         raise Unsupported(f"one-shot gather would take {gathered / 2**30:.0f} GiB")
+
+
+@adapter("torch-gather", DSA)
+def torch_gather_dsa(case: Case) -> Runner:
+    _one_shot_gather_fits(case.inputs)
+    return runner_of(_dsa_torch_whole, case, note="eager: every selected row gathered at once, matmul + masked softmax")
+
+
+@adapter("torch-sdpa", DSA)
+def torch_sdpa_dsa(case: Case) -> Runner:
+    _one_shot_gather_fits(case.inputs)
+    return runner_of(lambda **inputs: torch_sparse_attention(**inputs, rows_per_chunk=1 << 30, sdpa=True), case,
+                     note="eager: every selected row gathered at once, F.scaled_dot_product_attention, slot mask")
+
+
+@adapter("torch-compile", DSA)
+def torch_compile_dsa(case: Case) -> Runner:
+    _one_shot_gather_fits(case.inputs)
     return compiled_runner(_dsa_torch_whole, case)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.cost import Cost, nbytes, roof_for
@@ -126,9 +127,10 @@ def cost(case: Case) -> Cost:
 
 
 def torch_sparse_attention(q, kv, indices, *, q_start_index_s, stride_kv=1, dim_tail=None, sm_scale=None,
-                           is_causal=True, rows_per_chunk=64) -> torch.Tensor:
+                           is_causal=True, rows_per_chunk=64, sdpa=False) -> torch.Tensor:
     """Eager vectorized torch in the inputs' precision (gather, matmul, masked softmax), query rows in
-    chunks: the accuracy yardstick and the torch-ref peer."""
+    chunks: the accuracy yardstick and the torch-ref peer. ``sdpa``: the attention of the gathered rows by
+    ``F.scaled_dot_product_attention`` with the slot mask instead (the torch-sdpa peer)."""
     b_, s_, h_, width = q.shape
     s_kv, h_kv = kv.shape[1:3]
     dim_tail = (width - 512 if width > 512 else 0) if dim_tail is None else dim_tail
@@ -144,10 +146,13 @@ def torch_sparse_attention(q, kv, indices, *, q_start_index_s, stride_kv=1, dim_
         rows = ranked[:, sl].clamp(max=s_kv - 1)
         keys = kv[b_idx, rows, g_idx]  # [B, s, H_kv, K, width]
         qs = q[:, sl].unflatten(2, (h_kv, group))  # [B, s, H_kv, G, width]
-        scores = torch.matmul(qs, keys.transpose(-1, -2)) * scale  # [B, s, H_kv, G, K]
-        scores = scores.masked_fill(~keep[:, sl, :, None, :], float("-inf"))
-        p = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a row with no valid slot: zeros
-        out[:, sl] = torch.matmul(p, keys[..., :d]).flatten(2, 3)
+        mask = keep[:, sl, :, None, :]
+        if sdpa:
+            o = F.scaled_dot_product_attention(qs, keys, keys[..., :d], attn_mask=mask, scale=scale)
+        else:
+            scores = torch.matmul(qs, keys.transpose(-1, -2)) * scale  # [B, s, H_kv, G, K]
+            o = torch.matmul(torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1), keys[..., :d])
+        out[:, sl] = o.nan_to_num(0.0).flatten(2, 3)  # a row with no valid slot: zeros (its softmax is NaN)
     return out
 
 
