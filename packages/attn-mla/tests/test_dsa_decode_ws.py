@@ -3,7 +3,6 @@ fp32 reference on seed rows and edge cases (Hopper only: TMA, cp.async gathers, 
 and everywhere: the offline sm_90 build, the launch's argument binding and grid, q's row view, refusals."""
 
 import functools
-import re
 
 import pytest
 import torch
@@ -79,18 +78,13 @@ def test_strided_views():
 
 def test_compiles_for_sm90():
     """Every config, tails 64 and 0, both dtypes, cache rows 576 / 512 and padded to 584 elements, through
-    Gluon's sm_90 pipeline and ptxas: no compile error, no serialized wgmma, shared memory under the limit, and no
-    spill but one known, bounded one: the alternating config with the rope tail spills 40 B of scalars (stored
-    once before the partitions split, one reload in the consumers' loop per two tiles; measured 1.15-1.18x the
-    spill-free channel split, docs/perf/attn-mla.md), so more than that fails."""
+    Gluon's sm_90 pipeline and ptxas: no compile error, no spill, no serialized wgmma, shared memory under the
+    limit. (The alternating config with the rope tail spilled 40 B of scalars until its consumers read the queries
+    through a runtime index, attn-mla 0.2.8: ``latent_alt._queries``.)"""
     listing = run_offline_compile(__file__, "sm90_compile_attn_mla", "--op", "dsa-ws")
     lines = [ln for ln in listing.splitlines() if ln.startswith("dsa-ws ")]
     assert len(lines) == 4 * len(ws_launch.WS_CONFIGS), listing
-    assert not any(flag in ln for ln in lines for flag in ("SERIALIZED", "FAIL", "SMEM")), listing
-    for ln in lines:
-        spill = int(re.search(r"spill\s+(\d+) B", ln).group(1))
-        allowed = 40 if ("ws-alt-" in ln and "tail=64" in ln) else 0
-        assert spill <= allowed, ln
+    assert not any(flag in ln for ln in lines for flag in ("SPILL", "SERIALIZED", "FAIL", "SMEM")), listing
 
 
 def test_launch_binds_every_kernel_argument(monkeypatch):

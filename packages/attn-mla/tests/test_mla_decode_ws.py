@@ -75,10 +75,11 @@ def test_fused_cache_views():
 @pytest.mark.parametrize("n_kv", [17, 33, 65, 161], ids=["one-tile", "tail-in-tile-1", "tail-in-tile-2",
                                                          "tail-in-tile-5"])
 def test_another_requests_nan_keys_stay_out(n_kv, cfg):
-    """Request 0's keys end inside a 32-key tile whose other rows are request 1's keys, all NaN here: request 0's
-    output must not see them (request 1's is NaN, as the reference's). The last tile is the only one, the second,
-    the third or the sixth (alternating configs: the first warpgroup's block or the other's, after the 4-slot
-    ring has wrapped)."""
+    """Request 0's keys end inside a tile whose other rows are request 1's keys, all NaN here: request 0's output
+    must not see them (request 1's is NaN, as the reference's). With 32-key tiles the last tile is the only one,
+    the second, the third or the sixth (alternating configs: the first warpgroup's block or the other's, after the
+    4-slot ring has wrapped); with 64-key blocks the only one, the second or the third (after the 2-slot ring
+    has wrapped, P written over the rope slot in between)."""
     case = _case(b=2, n_kv=n_kv, seed=4)
     case.inputs["k"][1] = float("nan")
     out = pinned(mla_op, cfg)(**case.inputs)

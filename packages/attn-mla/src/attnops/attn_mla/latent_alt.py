@@ -16,6 +16,14 @@ only by warpgroup w and read only by the other: ``full[w]`` (one arrival: warpgr
 access to one half and the next to the other (2 of the loop's 17 ``BAR.SYNC`` per 2 blocks, Nsight Compute /
 SASS of 2026-12-02). Block b's use of slot b % 2 is number b // 2 of that slot: the barriers' phases. Every wgmma is
 retired inside its loop step (one in flight across the loop's boundary makes ptxas serialize them all, C7514).
+
+64-key blocks (FlashMLA's layout, ``latent_ws.p_in_rope_slots``): two P buffers of their own do not fit beside a
+2-slot ring of [64, 576] blocks (233 KB), so P_b goes over block b's rope slot, the same [64, 64] 16-bit tile,
+which nobody reads once its owner has retired S_b. ``empty`` is then not needed: the slot is refilled only after
+``kv_free``'s two arrivals, and the other warpgroup arrives there only after retiring the P·V that read P_b and
+after loading b's statistics; the owner writes its statistics again for its next block, b + 2, which with 2 slots
+(asserted) is the block that refills b's slot, so only after that arrival. ``full[w]``'s phases cannot run ahead
+either: warpgroup w publishes b + 2 only once b + 2 has landed, after the other's fold of b.
 """
 
 from triton.experimental import gluon
@@ -27,10 +35,50 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from attnops.attn_mla.latent_ws import HALF, HEADS, softmax_tile
+from attnops.attn_mla.latent_ws import HALF, HEADS, p_in_rope_slots, softmax_tile
+from attnops.kernel_utils.gluon_fns import ring_barriers
 
 # [2, HEADS] fp32 per publisher: row 0 the running max m_b, row 1 the row sums of P_b of its last hand-off
 STATS_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
+
+
+@gluon.jit
+def handoff_buffers(kpe_smem, BLOCK_N: gl.constexpr, ROPE: gl.constexpr):
+    """The two warpgroups' hand-off slots for ``consume_blocks``, ``(p0, p1, st0, st1, full, empty)``: P buffers
+    [64, BLOCK_N] of their own (a wgmma operand in place) or, where ``p_in_rope_slots``, the rope ring ``kpe_smem``
+    itself for both (P_b in block b's slot); each publisher's row maxima / sums [2, 64]; the barriers [publisher]
+    (``empty``: unused with P in the rope slots). Separate allocations per publisher (module docstring)."""
+    if p_in_rope_slots(BLOCK_N, ROPE):
+        p0 = kpe_smem
+        p1 = kpe_smem
+    else:
+        p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HEADS, BLOCK_N], kpe_smem.dtype)
+        p0 = gl.allocate_shared_memory(kpe_smem.dtype, [HEADS, BLOCK_N], p_layout)
+        p1 = gl.allocate_shared_memory(kpe_smem.dtype, [HEADS, BLOCK_N], p_layout)
+    st0 = gl.allocate_shared_memory(gl.float32, [2, HEADS], STATS_LAYOUT)
+    st1 = gl.allocate_shared_memory(gl.float32, [2, HEADS], STATS_LAYOUT)
+    full, empty = ring_barriers(2, 1, 1)  # one publisher, one reader per slot
+    return p0, p1, st0, st1, full, empty
+
+
+@gluon.jit
+def _p_slot(p_buf, b, STAGES: gl.constexpr):
+    """Where P_b is handed over: block b's slot when ``p_buf`` is the rope ring [STAGES, 64, 64], else ``p_buf``
+    (the publisher's own buffer)."""
+    slot = p_buf
+    if p_buf.rank == 3:
+        slot = p_buf.index(b % STAGES)
+    return slot
+
+
+@gluon.jit
+def _queries(q_lo, q_hi, qpe_smem, opaque_zero):
+    """The query operands, one-slot buffers [1, 64, W], through ``opaque_zero``: a runtime index that is always 0
+    but that no compiler can prove so. Why: with 2 ring slots each warpgroup's blocks always sit in the same slot,
+    so every operand of the 36 score wgmmas is loop-invariant; their descriptors were hoisted out of the loop and
+    consumer 0 kept them in per-thread registers and spilled 708 B in its loop (MLA, docs/perf/attn-mla.md, 64-key
+    seesaw). Computed in the loop from the index, they stay there."""
+    return q_lo.index(opaque_zero), q_hi.index(opaque_zero), qpe_smem.index(opaque_zero)
 
 
 @gluon.jit
@@ -51,11 +99,13 @@ def _block_scores(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_ready, b, s_layo
 
 
 @gluon.jit
-def _publish(p_op, m_b, row_sum, p_slot, st_slot, full, empty, use):
+def _publish(p_op, m_b, row_sum, p_buf, st_slot, full, empty, b, STAGES: gl.constexpr):
     """Hand this warpgroup's P_b, m_b and row sums to the other: once the other has retired the P·V that read the
-    slot's previous contents, store, order the stores before the other's wgmma (async proxy) and loads, arrive."""
-    mbarrier.wait(empty, (use & 1) ^ 1)  # a fresh barrier passes parity 1
-    p_slot.store(p_op)
+    slot's previous contents (a buffer of its own: its ``empty``; the rope slot: ``kv_free`` ordered it before
+    block b landed), store, order the stores before the other's wgmma (async proxy) and loads, arrive."""
+    if p_buf.rank == 2:
+        mbarrier.wait(empty, ((b // 2) & 1) ^ 1)  # use b // 2 of the slot; a fresh barrier passes parity 1
+    _p_slot(p_buf, b, STAGES).store(p_op)
     st_slot.index(0).store(m_b)
     st_slot.index(1).store(row_sum)
     fence_async_shared()
@@ -72,13 +122,22 @@ def _receive(st_slot, full, b, row_layout: gl.constexpr):
 
 
 @gluon.jit
-def _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_slot, k_half, b, o_layout: gl.constexpr, STAGES: gl.constexpr):
-    """Issue O = O·2^(m - m_b) + P_b·V_b for the other's block b (async, P_b read from its shared slot); returns
-    (the wgmma, m_b, l)."""
+def _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, b, o_layout: gl.constexpr, STAGES: gl.constexpr):
+    """Issue O = O·2^(m - m_b) + P_b·V_b for the other's block b (async, P_b read where it was handed over);
+    returns (the wgmma, m_b, l)."""
     alpha = gl.exp2(m_i - m_b)  # 0 before this warpgroup's first block (m = -inf); m_b is finite
     scale = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
-    acc = warpgroup_mma(p_slot, k_half.index(b % STAGES), acc * scale[:, None], is_async=True)
+    acc = warpgroup_mma(_p_slot(p_theirs, b, STAGES), k_half.index(b % STAGES), acc * scale[:, None], is_async=True)
     return acc, m_b, l_i * alpha + row_sum
+
+
+@gluon.jit
+def _release_theirs(p_theirs, empty, kv_free, b, STAGES: gl.constexpr):
+    """After the fold of the other's block b has retired: its P buffer back to the other (when P has a buffer of
+    its own) and this warpgroup's hold on block b's slot back to the loader."""
+    if p_theirs.rank == 2:
+        mbarrier.arrive(empty, count=1)
+    mbarrier.arrive(kv_free.index(b % STAGES), count=1)
 
 
 @gluon.jit
@@ -86,14 +145,19 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
                    empty, k_ready, kv_free, n0, end, n_tiles, qk_scale, WG: gl.constexpr, BLOCK_N: gl.constexpr,
                    STAGES: gl.constexpr, HAS_PE: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
                    p_layout: gl.constexpr, GENERIC_COPIES: gl.constexpr):
-    """Warpgroup WG's part of ``n_tiles`` >= 1 key blocks of the ring (keys n0, n0 + 1, ...; those >= end masked):
-    it scores blocks WG, WG + 2, ... and folds every block into its output columns (``k_half``: its latent half
-    of the ring, the values). Returns (O [64, 256] f32 unnormalized, m, l in base 2), the same m and l in both
-    warpgroups. ``p_mine`` / ``p_theirs`` [64, BLOCK_N] and ``st_mine`` / ``st_theirs`` [2, 64]: the two hand-off
-    slots (this warpgroup's, the other's); ``full`` / ``empty`` [2]: their barriers, index = the publisher;
-    ``GENERIC_COPIES``: the ring is filled by cp.async. The rows of a block past its request's keys must hold
-    zeros (the TMA descriptor's or the gather's fill): P's zeros multiply them."""
+    """Warpgroup WG's part of ``n_tiles`` >= 1 key blocks of the ring (keys n0, n0 + 1, ...; those >= end masked;
+    ``qk_scale`` > 0): it scores blocks WG, WG + 2, ... and folds every block into its output columns (``k_half``: its
+    latent half of the ring, the values). Returns (O [64, 256] f32 unnormalized, m, l in base 2), the same m and l
+    in both warpgroups. ``q_lo`` / ``q_hi`` / ``qpe_smem``: the queries as one-slot buffers [1, 64, W]
+    (``_queries``); ``p_mine`` / ``p_theirs`` and ``st_mine`` / ``st_theirs`` [2, 64]: the two hand-off slots
+    (this warpgroup's, the other's; ``handoff_buffers``: P buffers [64, BLOCK_N], or both the rope ring);
+    ``full`` / ``empty`` [2]: their barriers, index = the publisher; ``GENERIC_COPIES``: the ring is filled by
+    cp.async. The rows of a block past its request's keys must hold zeros (the TMA descriptor's or the gather's
+    fill): P's zeros multiply them."""
     gl.static_assert(STAGES >= 2, "warpgroup 0 waits for block b's keys before it frees block b - 1's slot")
+    gl.static_assert(p_mine.rank == 2 or STAGES == 2,
+                     "P in the rope slots: kv_free guards the statistics only if a warpgroup's next block refills "
+                     "the slot of its last one")
     OTHER: gl.constexpr = 1 - WG
     dtype: gl.constexpr = q_lo.dtype
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
@@ -104,31 +168,33 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
     first = 0
     if WG == 0:  # block 0 has no block before it
         first = 1
-        s = _block_scores(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_ready, 0, s_layout, BLOCK_N, STAGES,
-                          HAS_PE, GENERIC_COPIES)
+        q_lo_0, q_hi_0, qpe_0 = _queries(q_lo, q_hi, qpe_smem, 0)
+        s = _block_scores(q_lo_0, q_hi_0, qpe_0, k_lo, k_hi, kpe_smem, k_ready, 0, s_layout, BLOCK_N, STAGES, HAS_PE,
+                          GENERIC_COPIES)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
         p_op, alpha, m_i, l_i, row_sum = softmax_tile(s, n0, end, m_i, l_i, qk_scale, BLOCK_N, s_layout, p_layout,
                                                       o_layout, dtype)
-        _publish(p_op, m_i, row_sum, p_mine, st_mine, full.index(WG), empty.index(WG), 0)
+        _publish(p_op, m_i, row_sum, p_mine, st_mine, full.index(WG), empty.index(WG), 0, STAGES)
         acc = warpgroup_mma(p_op, k_half.index(0), acc * alpha[:, None], is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
         mbarrier.arrive(kv_free.index(0), count=1)
     for i in range(first, (n_tiles - WG + 1) // 2):
         b = WG + 2 * i  # this warpgroup's block; b - 1 is the other's
-        s = _block_scores(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_ready, b, s_layout, BLOCK_N, STAGES,
+        # index 0: qk_scale > 0 (softmax_tile's row max needs it), and a float argument has no range the compiler
+        # knows (``end >> 31`` did not do: in DSA, inside ``count > 0``, LLVM folded it and 836 B spilled)
+        q_lo_i, q_hi_i, qpe_i = _queries(q_lo, q_hi, qpe_smem, i * (qk_scale < 0).to(gl.int32))
+        s = _block_scores(q_lo_i, q_hi_i, qpe_i, k_lo, k_hi, kpe_smem, k_ready, b, s_layout, BLOCK_N, STAGES,
                           HAS_PE, GENERIC_COPIES)
         m_b, row_sum = _receive(st_theirs, full.index(OTHER), b - 1, row_layout)
         acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, b - 1, o_layout, STAGES)
-        s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_b; the other's P·V runs on
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_b (its rope slot read); the other's P·V runs on
         n_b = n0 + b * BLOCK_N
         p_op, alpha, m_i, l_i, row_sum = softmax_tile(s, n_b, end, m_i, l_i, qk_scale, BLOCK_N, s_layout, p_layout,
                                                       o_layout, dtype)
-        _publish(p_op, m_i, row_sum, p_mine, st_mine, full.index(WG), empty.index(WG), b // 2)
+        _publish(p_op, m_i, row_sum, p_mine, st_mine, full.index(WG), empty.index(WG), b, STAGES)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        # the other's slot read (its stats loads precede this arrival through _publish's thread barrier: keep
-        # the arrival after _publish)
-        mbarrier.arrive(empty.index(OTHER), count=1)
-        mbarrier.arrive(kv_free.index((b - 1) % STAGES), count=1)
+        # (the other's statistics were loaded before _publish's thread barrier: keep the release after _publish)
+        _release_theirs(p_theirs, empty.index(OTHER), kv_free, b - 1, STAGES)
         acc = warpgroup_mma(p_op, k_half.index(b % STAGES), acc * alpha[:, None], is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
         mbarrier.arrive(kv_free.index(b % STAGES), count=1)
@@ -136,6 +202,5 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
         m_b, row_sum = _receive(st_theirs, full.index(OTHER), last, row_layout)
         acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, last, o_layout, STAGES)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        mbarrier.arrive(empty.index(OTHER), count=1)
-        mbarrier.arrive(kv_free.index(last % STAGES), count=1)
+        _release_theirs(p_theirs, empty.index(OTHER), kv_free, last, STAGES)
     return acc, m_i, l_i

@@ -48,22 +48,35 @@ class WsConfig:
         return f"ws-{'alt-' if self.alternating else ''}n{self.block_n}s{self.stages}"
 
 
+@gluon.constexpr_function
+def p_in_rope_slots(block_n, rope):
+    """Whether the alternating consumer hands P_b [64 heads, ``block_n`` keys] over in block b's rope slot
+    [``block_n`` keys, ``rope``] of the ring instead of a buffer of its own: at 64 x 64 both are the same 8 KB tile
+    in the same 128-byte swizzle, and the slot is free once its owner has scored the block (host and device)."""
+    return block_n == HEADS.value and rope == HEADS.value
+
+
 def smem_bytes(cfg: WsConfig, rope: int) -> int:
     """Queries and the key ring (2 x 256 latent channels plus ``rope``), and either both warpgroups' two fp32
-    score-exchange slots or (``alternating``) the two 16-bit P hand-off slots with their row maxima and sums."""
+    score-exchange slots or (``alternating``) their row maxima and sums and, unless P goes into the rope slots
+    (``p_in_rope_slots``), the two 16-bit P hand-off slots."""
     width = 2 * HALF.value + rope
     operands = 2 * (HEADS.value * width + cfg.stages * cfg.block_n * width)
     if cfg.alternating:
-        return operands + 2 * 2 * HEADS.value * cfg.block_n + 4 * 4 * HEADS.value
+        p_slots = 0 if p_in_rope_slots(cfg.block_n, rope) else 2 * 2 * HEADS.value * cfg.block_n
+        return operands + p_slots + 4 * 4 * HEADS.value
     return operands + 4 * 2 * 2 * HEADS.value * cfg.block_n
 
 
-# Fastest first (the MLA default is CONFIGS[0]; DSA leaves the alternating one out). The alternating consumer
+# Measured ones fastest first (the MLA default is CONFIGS[0]; DSA's order: its ws_launch). The alternating consumer
 # (docs/perf/attn-mla.md): 32-key blocks in 4 slots (225 KB), 1.10-1.34x the Triton kernel on all 26 MLA rows on
-# the H200 (2026-12-02); 64-key blocks need 233 KB, TMA boxes have power-of-2 rows (no 48-key blocks), and with 3
-# slots ptxas spilled 12 B. The channel split: 64-key tiles do not fit beside its exchange slots (Q 72 KB + 2 x
-# 72 KB ring + 64 KB of exchange), so 32-key tiles, 3 slots (212 KB with a 64-channel rope part).
-CONFIGS = tuple(c for c in (WsConfig(32, 4, alternating=True), WsConfig(32, 3), WsConfig(32, 2))
+# the H200 (2026-12-02); TMA boxes have power-of-2 rows (no 48-key blocks), and with 3 slots ptxas spilled 12 B.
+# The channel split: 64-key tiles do not fit beside its exchange slots (Q 72 KB + 2 x 72 KB ring + 64 KB of
+# exchange), so 32-key tiles, 3 slots (212 KB with a 64-channel rope part). Last, untimed: the alternating
+# consumer's 64-key blocks in 2 slots with P in the rope slots (FlashMLA's layout, 217 KB; with P buffers of their
+# own 233 KB), compile-checked only.
+CONFIGS = tuple(c for c in (WsConfig(32, 4, alternating=True), WsConfig(32, 3), WsConfig(32, 2),
+                            WsConfig(64, 2, alternating=True))
                 if smem_bytes(c, 64) <= SMEM_LIMIT)
 
 

@@ -26,7 +26,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from attnops.attn_mla.latent_alt import STATS_LAYOUT, consume_blocks
+from attnops.attn_mla.latent_alt import consume_blocks, handoff_buffers
 from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys
 from attnops.kernel_utils.gluon_fns import invalidate_ring, ring_barriers, wgmma_acc_layout, wgmma_lhs_layout
 
@@ -69,9 +69,9 @@ def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready
     ptrs, mask = _out_ptrs(out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG, o_layout)
     if n_tiles > 0:
         mbarrier.wait(q_ready.index(0), 0)
-        acc, m_i, l_i = consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_free, xchg, 0,
-                                     count, n_tiles, qk_scale, WG, BLOCK_N, STAGES, HAS_PE, s_layout, o_layout,
-                                     wgmma_lhs_layout(HALF), True)
+        acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, mine, theirs, k_ready,
+                                     kv_free, xchg, 0, count, n_tiles, qk_scale, WG, BLOCK_N, STAGES, HAS_PE,
+                                     s_layout, o_layout, wgmma_lhs_layout(HALF), True)
         out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]  # l >= 1
     else:  # no valid slot: zeros (the loader copies nothing)
         out = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
@@ -152,11 +152,11 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
         ready = q_ready.index(0)
         if TAIL > 0:
             mbarrier.expect(ready, 2 * q_desc.block_type.nbytes + qpe_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(qpe_desc, [q_row, 2 * HALF], ready, qpe_smem)
+            tma.async_copy_global_to_shared(qpe_desc, [q_row, 2 * HALF], ready, qpe_smem.index(0))
         else:
             mbarrier.expect(ready, 2 * q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [q_row, 0], ready, q_lo)
-        tma.async_copy_global_to_shared(q_desc, [q_row, HALF], ready, q_hi)
+        tma.async_copy_global_to_shared(q_desc, [q_row, 0], ready, q_lo.index(0))
+        tma.async_copy_global_to_shared(q_desc, [q_row, HALF], ready, q_hi.index(0))
     kv_base = b.to(gl.int64) * stride_kb + g.to(gl.int64) * stride_kh
     idx_row = clean_ptr + row.to(gl.int64) * BLOCK_K
     # Each tile's slot indices are loaded one tile ahead, before the wait for its slot: the index load (an L2
@@ -194,12 +194,13 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
     (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader: 4 warps)."""
     dtype: gl.constexpr = q_desc.dtype
     k_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HALF], dtype)
-    q_lo = gl.allocate_shared_memory(dtype, [HEADS, HALF], q_desc.layout)
-    q_hi = gl.allocate_shared_memory(dtype, [HEADS, HALF], q_desc.layout)
+    # the queries as one-slot buffers (the alternating consumer reads them through a runtime index: latent_alt)
+    q_lo = gl.allocate_shared_memory(dtype, [1, HEADS, HALF], q_desc.layout)
+    q_hi = gl.allocate_shared_memory(dtype, [1, HEADS, HALF], q_desc.layout)
     k_lo = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HALF], k_layout)
     k_hi = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HALF], k_layout)
     if TAIL > 0:
-        qpe_smem = gl.allocate_shared_memory(dtype, [HEADS, TAIL], qpe_desc.layout)
+        qpe_smem = gl.allocate_shared_memory(dtype, [1, HEADS, TAIL], qpe_desc.layout)
         kpe_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, TAIL],
                                              gl.NVMMASharedLayout.get_default_for([BLOCK_N, TAIL], dtype))
     else:  # (never read: no rope channels)
@@ -209,13 +210,8 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
     mbarrier.init(q_ready.index(0), count=1)
     k_ready, kv_free = ring_barriers(STAGES, 32 * LOADER_WARPS, 2)  # both consumers release a slot
     if ALTERNATING:
-        # each warpgroup's P hand-off slot and its row maxima / sums (separate allocations: latent_alt)
-        p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HEADS, BLOCK_N], dtype)
-        p0 = gl.allocate_shared_memory(dtype, [HEADS, BLOCK_N], p_layout)
-        p1 = gl.allocate_shared_memory(dtype, [HEADS, BLOCK_N], p_layout)
-        st0 = gl.allocate_shared_memory(gl.float32, [2, HEADS], STATS_LAYOUT)
-        st1 = gl.allocate_shared_memory(gl.float32, [2, HEADS], STATS_LAYOUT)
-        full, empty = ring_barriers(2, 1, 1)  # one publisher, one reader per slot
+        # each warpgroup's P hand-off slot (64-key tiles with the rope tail: the rope slots) and its row maxima / sums
+        p0, p1, st0, st1, full, empty = handoff_buffers(kpe_smem, BLOCK_N, TAIL)
         fence_async_shared()
         gl.warp_specialize([
             (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_lo, p0, p1, st0, st1, full, empty, q_ready,

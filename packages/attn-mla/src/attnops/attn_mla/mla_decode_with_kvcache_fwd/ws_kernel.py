@@ -26,7 +26,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from attnops.attn_mla.latent_alt import STATS_LAYOUT, consume_blocks
+from attnops.attn_mla.latent_alt import consume_blocks, handoff_buffers
 from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys
 from attnops.kernel_utils.gluon_fns import invalidate_ring, ring_barriers, wgmma_acc_layout, wgmma_lhs_layout
 
@@ -76,8 +76,8 @@ def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready
     o_layout: gl.constexpr = wgmma_acc_layout(HALF)
     start, end, n_tiles = _split_keys(n_kv, split_len, BLOCK_N)
     mbarrier.wait(q_ready.index(0), 0)
-    acc, m_i, l_i = consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_free, xchg, start, end,
-                                 n_tiles, qk_scale, WG, BLOCK_N, STAGES, True, s_layout, o_layout,
+    acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, mine, theirs, k_ready, kv_free,
+                                 xchg, start, end, n_tiles, qk_scale, WG, BLOCK_N, STAGES, True, s_layout, o_layout,
                                  wgmma_lhs_layout(HALF), False)
     _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_blocks_per_kv, n_splits, stride_ob,
            stride_oh, q_half.dtype, WG, s_layout, o_layout, SPLIT)
@@ -112,9 +112,9 @@ def _loader(q_desc, qpe_desc, k_desc, kpe_desc, q_lo, q_hi, qpe_smem, k_lo, k_hi
     q_row = b * H + kvh * group + (hb % head_blocks_per_kv) * HEADS
     ready = q_ready.index(0)
     mbarrier.expect(ready, 2 * q_desc.block_type.nbytes + qpe_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row, 0], ready, q_lo)
-    tma.async_copy_global_to_shared(q_desc, [q_row, HALF], ready, q_hi)
-    tma.async_copy_global_to_shared(qpe_desc, [q_row, 0], ready, qpe_smem)
+    tma.async_copy_global_to_shared(q_desc, [q_row, 0], ready, q_lo.index(0))
+    tma.async_copy_global_to_shared(q_desc, [q_row, HALF], ready, q_hi.index(0))
+    tma.async_copy_global_to_shared(qpe_desc, [q_row, 0], ready, qpe_smem.index(0))
     start = split * split_len
     n_tiles = gl.cdiv(gl.minimum(start + split_len, n_kv) - start, BLOCK_N)
     key_row = b * n_kv + start  # (rope keys: 2-D rows; latent keys: request b, rows from start)
@@ -147,9 +147,10 @@ def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr
     num_warps = 4 (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader: 1 warp)."""
     dtype: gl.constexpr = q_desc.dtype
     PE: gl.constexpr = qpe_desc.block_type.shape[1]
-    q_lo = gl.allocate_shared_memory(dtype, [HEADS, HALF], q_desc.layout)  # latent channels 0-255
-    q_hi = gl.allocate_shared_memory(dtype, [HEADS, HALF], q_desc.layout)  # 256-511
-    qpe_smem = gl.allocate_shared_memory(dtype, [HEADS, PE], qpe_desc.layout)
+    # the queries as one-slot buffers (the alternating consumer reads them through a runtime index: latent_alt)
+    q_lo = gl.allocate_shared_memory(dtype, [1, HEADS, HALF], q_desc.layout)  # latent channels 0-255
+    q_hi = gl.allocate_shared_memory(dtype, [1, HEADS, HALF], q_desc.layout)  # 256-511
+    qpe_smem = gl.allocate_shared_memory(dtype, [1, HEADS, PE], qpe_desc.layout)
     # the latent key ring: 3-D boxes [1, BLOCK_N, 256] land as [BLOCK_N, 256] tiles (the slot is the leading dim)
     k_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HALF], dtype)
     k_lo = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HALF], k_layout)
@@ -159,14 +160,8 @@ def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr
     mbarrier.init(q_ready.index(0), count=1)
     k_ready, kv_free = ring_barriers(STAGES, 1, 2)  # both consumers release a slot
     if ALTERNATING:
-        # each warpgroup's P hand-off slot [64, BLOCK_N] (a wgmma operand in place) and its row maxima / sums,
-        # separate allocations (latent_alt: no membar barriers between the two slots); barriers [publisher]
-        p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HEADS, BLOCK_N], dtype)
-        p0 = gl.allocate_shared_memory(dtype, [HEADS, BLOCK_N], p_layout)
-        p1 = gl.allocate_shared_memory(dtype, [HEADS, BLOCK_N], p_layout)
-        st0 = gl.allocate_shared_memory(gl.float32, [2, HEADS], STATS_LAYOUT)
-        st1 = gl.allocate_shared_memory(gl.float32, [2, HEADS], STATS_LAYOUT)
-        full, empty = ring_barriers(2, 1, 1)  # one publisher, one reader per slot
+        # each warpgroup's P hand-off slot (64-key blocks: the rope slots) and its row maxima / sums
+        p0, p1, st0, st1, full, empty = handoff_buffers(kpe_smem, BLOCK_N, PE)
         fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
         gl.warp_specialize([
             (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_lo, p0, p1, st0, st1, full, empty, q_ready,
