@@ -43,7 +43,11 @@ from attnops.attn_mla.mla_decode_with_kvcache_fwd import ws_launch as mla_ws  # 
 from attnops.attn_mla.mla_decode_with_kvcache_fwd.kernel import mla_combine_kernel, mla_decode_kernel  # noqa: E402
 from attnops.attn_mla.mla_decode_with_kvcache_fwd.ws_kernel import mla_decode_ws_kernel  # noqa: E402
 from attnops.attn_mla.topk_select_fwd import op as topk_op  # noqa: E402
-from attnops.attn_mla.topk_select_fwd.kernel import topk_select_kernel  # noqa: E402
+from attnops.attn_mla.topk_select_fwd.kernel import (  # noqa: E402
+    topk_select_kernel,
+    topk_split_histogram_kernel,
+    topk_split_select_kernel,
+)
 
 from .sm90_compile import SM90_SMEM, ptxas_report  # noqa: E402
 
@@ -82,11 +86,32 @@ def topk_variants():
                 stride_st=1, stride_sg=1, stride_wb=32768, stride_ws=1, stride_eb=32768, stride_es=1)
     ptrs = {"score_ptr": "*fp32", "scratch_ptr": "*i64", **{n: "*i32" for n in ("starts_ptr", "ends_ptr", "out_ptr")}}
     for name, cfg in topk_op.CONFIGS.items():
+        if cfg.split_chunk:
+            yield from topk_split_variants(name, cfg)
+            continue
         for k in (1024, 2048):
             cx = dict(BLOCK=cfg.block, STAGES=cfg.stages, CAP=cfg.cap(k), SAMPLES=cfg.samples,
                       SLACK_NUM=cfg.slack[0], SLACK_DEN=cfg.slack[1], FULL_ONLY=cfg.full_only(k), RADIX=cfg.radix)
             yield f"topk {name} k={k}", lambda cx=cx, cfg=cfg: compile_sm90(
                 topk_select_kernel, ptrs, ints, cx, cfg.num_warps, cfg.stages, maxnreg=cfg.maxnreg), cfg
+
+
+def topk_split_variants(name, cfg):
+    """The split path's two kernels on the decode row (1 × 16384 keys): NOT-PIPELINED is expected (one chunk per
+    program, no streaming loop)."""
+    s_kv = 16384
+    ints = dict(row0=0, S=1, G=1, S_kv=s_kv, topk=2048, stride_sb=s_kv, stride_ss=s_kv, stride_st=1, stride_sg=1,
+                stride_wb=1, stride_ws=1, stride_eb=1, stride_es=1)
+    ptrs = {"score_ptr": "*fp32", "cand_ptr": "*i64", **{n: "*i32" for n in (
+        "starts_ptr", "ends_ptr", "out_ptr", "hist_ptr", "counter_ptr", "chunk_hist_ptr")}}
+    cx = dict(CHUNK=cfg.split_chunk, HIST_BITS=cfg.hist_bits)
+    yield f"topk {name} histogram", lambda: compile_sm90(topk_split_histogram_kernel, ptrs, ints, cx,
+                                                           cfg.num_warps, 1), cfg
+    for k in (1024, 2048):
+        sel = dict(cx, CHUNKS=triton.next_power_of_2(cfg.programs_per_row(s_kv)), CAP=cfg.cap(k), BLOCK=cfg.block,
+                   RADIX=cfg.radix)
+        yield f"topk {name} select k={k}", lambda sel=sel, k=k: compile_sm90(
+            topk_split_select_kernel, ptrs, dict(ints, topk=k), sel, cfg.num_warps, 1), cfg
 
 
 def resident_per_sm(r: dict, num_warps: int) -> int:

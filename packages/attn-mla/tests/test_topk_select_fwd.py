@@ -1,5 +1,6 @@
 """TopKSelectFwd against its reference: every seed row (shrunk on CPU), each launch config, windows, ties,
-strided and grouped scores, bad input. The edge cases run both register selects (bitwise and radix)."""
+strided and grouped scores, bad input. The edge cases run both register selects (bitwise and radix) and the
+split path (a row over several programs) with both selects."""
 
 import dataclasses
 
@@ -18,6 +19,8 @@ DEV = runtime.device()
 ROWS = {w.name: w for w in SPEC.workloads}
 # The picked config with the other register select (radix <-> bitwise): both run every edge case.
 SELECTS = (topk_op.pick_config(), dataclasses.replace(topk_op.pick_config(), radix=not topk_op.pick_config().radix))
+# The split path sized for shrunk rows (a few hundred keys per program), with either last-program select.
+SPLITS = (topk_op.CONFIGS["interpreter-split"], dataclasses.replace(topk_op.CONFIGS["interpreter-split"], radix=True))
 
 
 @pytest.mark.parametrize(
@@ -73,7 +76,7 @@ def test_windows_of_every_kind():
     starts = [[0, 10, 900, -50, 0, 3], [700, 0, 0, 1200, 5, 100]]
     ends = [[0, 5, 940, 30, 1500, 3000], [1800, 40, 150, 1439, 1400, 101]]
     case = _case(_scores(2, 6, s_kv, seed=1), starts, ends, topk)
-    for config in (*SELECTS, topk_op.CONFIGS["fallback"]):
+    for config in (*SELECTS, *SPLITS, topk_op.CONFIGS["fallback"]):
         got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
         assert bool((got[0, 0] == s_kv).all()) and bool((got[0, 1] == s_kv).all()), "empty window pads fully"
         assert int((got[1, 5] != s_kv).sum()) == 1, "a one-key window selects exactly that key"
@@ -88,12 +91,13 @@ def test_ties_go_to_the_lower_position():
     scores = levels[torch.randint(0, 5, (1, 3, 1800, 1), generator=gen)]
     case = _case(scores, [[0, 100, 0]], [[1800, 1700, 50]], 300)
     expected = case.fresh().run(SPEC.reference)["indexes"].cpu()
-    for config in (*SELECTS, topk_op.CONFIGS["fallback"]):
+    for config in (*SELECTS, *SPLITS, topk_op.CONFIGS["fallback"]):
         got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
         assert torch.equal(got.sort(-1).values, expected.sort(-1).values)
 
 
-@pytest.mark.parametrize("config", SELECTS, ids=lambda c: "radix" if c.radix else "bitwise")
+@pytest.mark.parametrize("config", SELECTS + SPLITS,
+                         ids=lambda c: ("split-" if c.split_chunk else "") + ("radix" if c.radix else "bitwise"))
 def test_all_minus_inf_row_is_still_selected(config):
     """In-window −inf scores are eligible: a row of only −inf returns the first topk positions."""
     scores = torch.full((1, 1, 2000, 1), float("-inf"))
@@ -119,7 +123,7 @@ def test_radix_and_bitwise_selects_agree(seed):
     ends = starts + torch.randint(0, s_kv, (2, 4), generator=gen)
     case = _case(scores, starts.tolist(), ends.tolist(), topk)
     expected = case.fresh().run(SPEC.reference)["indexes"].cpu().sort(-1).values
-    for config in SELECTS:
+    for config in SELECTS + SPLITS:
         got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
         assert torch.equal(got.sort(-1).values, expected), config
 
@@ -192,6 +196,89 @@ def test_tie_across_the_sample_threshold():
     scores[0, 1, :, 0] = torch.where(torch.arange(3000) % 50 == 0, 2.0, scores[0, 1, :, 0].clamp(max=0.5))
     case = _case(scores, [[0, 0]], [[3000, 3000]], 100)
     expected = case.fresh().run(SPEC.reference)["indexes"].cpu()
-    for config in SELECTS:
+    for config in SELECTS + SPLITS:
         got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
         assert torch.equal(got.sort(-1).values, expected.sort(-1).values)
+
+
+def _split_counters_are_zero() -> bool:
+    return not bool(runtime.arrival_counters(DEV, 1).any())
+
+
+def _threshold_bin_size(row: torch.Tensor, topk: int, hist_bits: int) -> int:
+    """Keys of ``row`` (1-D fp32) in the split path's threshold bin (the kernel's key and bin mapping)."""
+    bits = torch.where(row == 0, torch.zeros_like(row), row).view(torch.int32)
+    keys = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    bins = (keys >> (32 - hist_bits)).long() + (1 << (hist_bits - 1))
+    return int((bins == bins.sort(descending=True).values[topk - 1]).sum())
+
+
+@pytest.mark.parametrize("config", SPLITS, ids=("bitwise", "radix"))
+@pytest.mark.parametrize("seed", range(3))
+def test_split_path_random_rows(config, seed):
+    """The split path on normal rows of several programs each: windows whole, clipped, unaligned, shorter
+    than topk and empty, G = 2 strided scores; exact set equality, and the row histograms and counters back
+    at zero afterwards (the next call relies on it)."""
+    gen = testing.generator(60 + seed)
+    s_kv, topk = 2900, (1, 150, 700)[seed]
+    base = torch.randn((1, 5, 2, s_kv), generator=gen)
+    case = _case(base.transpose(2, 3), [[0, 37, -9, 2000, 5]], [[2900, 2811, 1300, 2000 + topk // 2, 2]], topk)
+    expected = case.fresh().run(SPEC.reference)["indexes"].cpu()
+    got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
+    assert torch.equal(got.sort(-1).values, expected.sort(-1).values)
+    assert _split_counters_are_zero(), "split histograms / counters not reset"
+
+
+def test_split_ties_inside_the_threshold_bin():
+    """Every 9th key equal to 1.0, the rest spread (0.3 · normal), topk reaching 100 keys into the tie: the
+    threshold bin holds the tie (within the candidate slots) and the last program's select must take every
+    key above 1.0 and the lowest tied positions; the second row (negative but for its tie) ties -0.0 and +0.0."""
+    config = SPLITS[0]
+    scores = 0.3 * torch.randn((1, 2, 2600, 1), generator=testing.generator(71))
+    scores[0, 1] = -scores[0, 1].abs()
+    scores[0, 0, ::9, 0] = 1.0
+    scores[0, 1, ::9, 0] = torch.tensor([0.0, -0.0]).repeat(145)[: len(range(0, 2600, 9))]
+    topk = int((scores[0, 0] > 1.0).sum()) + 200
+    for row in scores[0, :, :, 0]:
+        assert _threshold_bin_size(row, topk, config.hist_bits) <= config.cap(topk), "no overflow wanted"
+    case = _case(scores, [[0, 0]], [[2600, 2600]], topk)
+    expected = case.fresh().run(SPEC.reference)["indexes"].cpu()
+    got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
+    assert torch.equal(got.sort(-1).values, expected.sort(-1).values)
+
+
+def test_split_candidate_overflow_selects_over_the_window():
+    """More keys in the threshold bin than candidate slots (near-equal scores, an all-equal row): the row's
+    last program falls back to the exact whole-window select."""
+    config = SPLITS[0]
+    gen = testing.generator(72)
+    scores = 1.0 + torch.randint(0, 1 << 20, (1, 2, 2400, 1), generator=gen) * 2.0 ** -23
+    scores[0, 1] = 0.75
+    topk = 50
+    for row in scores[0, :, :, 0]:
+        assert _threshold_bin_size(row, topk, config.hist_bits) > config.cap(topk), "overflow wanted"
+    case = _case(scores, [[0, 3]], [[2400, 2400]], topk)
+    expected = case.fresh().run(SPEC.reference)["indexes"].cpu()
+    got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
+    assert torch.equal(got.sort(-1).values, expected.sort(-1).values)
+    assert _split_counters_are_zero()
+
+
+def test_split_rows_in_several_launch_batches(monkeypatch):
+    """Pinned on more rows than one batch of chunk histograms holds, the split path launches batch after
+    batch (row offset) with the same result."""
+    monkeypatch.setattr(topk_op, "SPLIT_SCRATCH", 2 * 8 * 256)  # 2 rows of 8 chunks × 256 bins per batch
+    case = _case(_scores(1, 5, 1900, seed=73), [[0, 0, 100, 0, 7]], [[1900, 1900, 1800, 60, 1900]], 90)
+    SPEC.check(case, pinned(topk_op, SPLITS[0]))
+    assert _split_counters_are_zero()
+
+
+def test_pick_config_splits_only_few_long_rows(monkeypatch):
+    """On a 132-SM GPU: the decode row (1 × 16384 keys) and up to 4 such rows take the split path; more
+    rows, or rows under 4096 keys, keep the one-program-per-row configs."""
+    monkeypatch.setattr(runtime, "interpreting", lambda: False)
+    monkeypatch.setattr(runtime, "num_sms", lambda: 132)
+    pick = lambda rows, s_kv: next(n for n, c in topk_op.CONFIGS.items() if c is topk_op.pick_config(rows, s_kv))
+    assert pick(1, 16384) == pick(4, 16384) == pick(1, 65536) == "h200-split"
+    assert pick(5, 16384) == pick(1, 2048) == pick(2, 65536) == "h200-latency"
+    assert pick(32768, 65536) == "h200"

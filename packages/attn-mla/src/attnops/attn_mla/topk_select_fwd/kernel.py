@@ -29,6 +29,20 @@ position order (ties go to the lower position).
 Whole-row select (``FULL_ONLY`` rows, sample misses): the same search with every count a read of the
 window (34 reads; exact, slow, rare on real scores).
 
+Split path (``topk_split_*_kernel``: few long rows, e.g. the decode row of 16384 keys, where one program per
+row leaves the GPU idle and spends its time on dependent CTA reductions): grid (rows, chunks), two launches.
+
+1. each program histograms its chunk's keys by their top ``HIST_BITS`` bits, stores the chunk histogram and
+   adds it (atomics, non-zero bins) into the row's histogram;
+2. each program finds the threshold bin ``b`` (the bin of the topk-th largest key, from the row histogram's
+   suffix sums) and writes its keys above ``b`` straight to the output (slots from a per-row atomic counter)
+   and its keys in ``b`` to the row's candidate buffer, after the candidates of the chunks before it (their
+   counts are in the chunk histograms): the buffer is in position order, as the register select's tie rule
+   needs. The last program of the row to arrive (acq_rel counter, as the MLA split merge) selects the
+   remaining ``topk - above`` among the candidates with the register select (the bitwise search starts below
+   the bin's known top bits), or, with more candidates than slots, runs the whole-row select; then it zeroes
+   the row's histogram and counters for the next call.
+
 Keys are the fp32 bits mapped to an order-preserving int32 (−0.0 folded onto +0.0), so the select is exact
 and −inf is an ordinary, eligible value. The compaction compares floats, so a NaN is never a survivor of
 step 2 (NaN order is unspecified by the spec).
@@ -54,12 +68,14 @@ def _key_float(key):
 
 
 @triton.jit
-def _kth_largest(keys, k):
-    """Largest key T with #{keys >= T} >= k: 32 bitwise steps, each a compare and a CTA-wide sum over the
+def _kth_largest(keys, k, prefix, PREFIX_BITS: tl.constexpr):
+    """Largest key T with #{keys >= T} >= k: bitwise steps, each a compare and a CTA-wide sum over the
     register tensor. Every candidate tested is > int32 min, so entries set to int32 min (padding) never
-    count; T = int32 min means fewer than k keys lie above it."""
-    t_u = tl.zeros([], dtype=tl.int64)  # T + 2^31, built from the top bit down
-    for i in range(32):
+    count; T = int32 min means fewer than k keys lie above it. ``prefix``: T + 2^31 with only its top
+    ``PREFIX_BITS`` bits set, when every real key is known to share them (the split path's threshold bin):
+    the search then takes 32 - PREFIX_BITS steps instead of 32."""
+    t_u = tl.zeros([], dtype=tl.int64) + prefix  # T + 2^31, built from the top bit down
+    for i in range(PREFIX_BITS, 32):
         step = tl.full([], 1, tl.int64) << (31 - i)
         cand = (t_u + step + -2147483648).to(tl.int32)
         count = tl.sum((keys >= cand).to(tl.int32), axis=0)
@@ -128,8 +144,11 @@ def _write_selected(row_ptr, stride_t, lo, scratch_ptr, n, kth, room, out_row_pt
 
 @triton.jit
 def _select_registers(row_ptr, stride_t, lo, scratch_ptr, n, k, out_row_ptr, CAP: tl.constexpr,
-                      BLOCK: tl.constexpr, FROM_SCRATCH: tl.constexpr, RADIX: tl.constexpr):
-    """Exact top-k of n <= CAP candidates: keys loaded once into a CAP-wide register tensor."""
+                      BLOCK: tl.constexpr, FROM_SCRATCH: tl.constexpr, RADIX: tl.constexpr, prefix,
+                      PREFIX_BITS: tl.constexpr):
+    """Exact top-k of n <= CAP candidates: keys loaded once into a CAP-wide register tensor (``prefix``,
+    ``PREFIX_BITS``: top bits every candidate key shares, see ``_kth_largest``; the radix select ignores
+    them)."""
     j = tl.arange(0, CAP)
     valid = j < n
     keys, _ = _keys_at(j, valid, row_ptr, stride_t, lo, scratch_ptr, FROM_SCRATCH)
@@ -137,7 +156,7 @@ def _select_registers(row_ptr, stride_t, lo, scratch_ptr, n, k, out_row_ptr, CAP
     if RADIX:
         kth = _kth_largest_radix(keys, k)
     else:
-        kth = _kth_largest(keys, k)
+        kth = _kth_largest(keys, k, prefix, PREFIX_BITS)
     n_gt = tl.sum((keys > kth).to(tl.int32), axis=0)  # padding (int32 min) is never > kth
     _write_selected(row_ptr, stride_t, lo, scratch_ptr, n, kth, k - n_gt, out_row_ptr, BLOCK, FROM_SCRATCH)
 
@@ -173,16 +192,49 @@ def _select_window(row_ptr, stride_t, lo, n, k, out_row_ptr, BLOCK: tl.constexpr
 
 
 @triton.jit
-def _compact_tile(x, t, keep, count, scratch_ptr, CAP: tl.constexpr):
-    """Append the kept (fp32 bits << 32 | position) of one [R, 4] tile to the scratch in position order.
-    Rows of 4 contiguous positions sit in one thread: the scan is 3 adds in-thread, then one scan over the
-    row totals (a warp scan per thread instead of one per element)."""
+def _tile_slots(keep, base):
+    """Slot (from ``base``, position order) of each kept entry of a [R, 4] tile, and how many are kept. Rows of 4
+    contiguous positions sit in one thread: the scan is 3 adds in-thread, then one scan over the row totals
+    (a warp scan per thread instead of one per element)."""
     keep_i = keep.to(tl.int32)
     tot = tl.sum(keep_i, axis=1)
-    slot = count + (tl.cumsum(tot, axis=0) - tot)[:, None] + tl.cumsum(keep_i, axis=1) - 1
+    slot = base + (tl.cumsum(tot, axis=0) - tot)[:, None] + tl.cumsum(keep_i, axis=1) - 1
+    return slot, tl.sum(tot, axis=0)
+
+
+@triton.jit
+def _compact_tile(x, t, keep, count, scratch_ptr, CAP: tl.constexpr):
+    """Append the kept (fp32 bits << 32 | position) of one [R, 4] tile to the scratch in position order."""
+    slot, kept = _tile_slots(keep, count)
     packed = (x.to(tl.int32, bitcast=True).to(tl.int64) << 32) | t.to(tl.int64)  # t >= 0
     tl.store(scratch_ptr + slot, packed, mask=keep & (slot < CAP))
-    return count + tl.sum(tot, axis=0)
+    return count + kept
+
+
+@triton.jit
+def _row_window(r, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss, stride_sg,
+                stride_wb, stride_ws, stride_eb, stride_es):
+    """Row r = (b·S + s)·G + g: its window [lo, hi) clipped to [0, S_kv), n = max(hi - lo, 0) positions, and
+    its score row pointer."""
+    g = r % G
+    bs = r // G
+    s = bs % S
+    b = bs // S
+    lo = tl.maximum(tl.load(starts_ptr + b.to(tl.int64) * stride_wb + s * stride_ws), 0)
+    hi = tl.minimum(tl.load(ends_ptr + b.to(tl.int64) * stride_eb + s * stride_es), S_kv)
+    n = tl.maximum(hi - lo, 0)
+    row_ptr = score_ptr + b.to(tl.int64) * stride_sb + s.to(tl.int64) * stride_ss + g.to(tl.int64) * stride_sg
+    return lo, hi, n, row_ptr
+
+
+@triton.jit
+def _write_short_window(out_row_ptr, lo, n, topk, S_kv, blk, BLOCK: tl.constexpr):
+    """A window of n <= topk positions: every one of them, then S_kv padding (``blk``: tl.arange(0, BLOCK),
+    taken from the caller: the persistent kernel builds it once, outside its row loop, which ptxas allocates
+    24-32 B less spill for at k = 2048, offline sm_90)."""
+    for j0 in range(0, topk, BLOCK):
+        j = j0 + blk
+        tl.store(out_row_ptr + j, tl.where(j < n, lo + j, S_kv), mask=j < topk)
 
 
 @triton.jit
@@ -212,21 +264,13 @@ def topk_select_kernel(
     for r0 in range(0, num_rows, nprog):
         r = r0 + pid  # a tensor on both the GPU and the interpreter
         if r < num_rows:
-            g = r % G
-            bs = r // G
-            s = bs % S
-            b = bs // S
-            lo = tl.maximum(tl.load(starts_ptr + b.to(tl.int64) * stride_wb + s * stride_ws), 0)
-            hi = tl.minimum(tl.load(ends_ptr + b.to(tl.int64) * stride_eb + s * stride_es), S_kv)
-            n = tl.maximum(hi - lo, 0)
-            row_ptr = score_ptr + b.to(tl.int64) * stride_sb + s.to(tl.int64) * stride_ss + g.to(tl.int64) * stride_sg
+            lo, hi, n, row_ptr = _row_window(r, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
+                                             stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
             out_row = out_ptr + r.to(tl.int64) * topk
             if n <= topk:
-                for j0 in range(0, topk, BLOCK):
-                    j = j0 + blk
-                    tl.store(out_row + j, tl.where(j < n, lo + j, S_kv), mask=j < topk)
+                _write_short_window(out_row, lo, n, topk, S_kv, blk, BLOCK)
             elif n <= CAP:
-                _select_registers(row_ptr, stride_st, lo, scratch, n, topk, out_row, CAP, BLOCK, False, RADIX)
+                _select_registers(row_ptr, stride_st, lo, scratch, n, topk, out_row, CAP, BLOCK, False, RADIX, 0, 0)
             elif FULL_ONLY:
                 _select_window(row_ptr, stride_st, lo, n, topk, out_row, BLOCK)
             else:
@@ -246,7 +290,7 @@ def topk_select_kernel(
                 if RADIX:
                     thr_key = _kth_largest_radix(skeys, rank.to(tl.int32))
                 else:
-                    thr_key = _kth_largest(skeys, rank.to(tl.int32))
+                    thr_key = _kth_largest(skeys, rank.to(tl.int32), 0, 0)
                 thr = _key_float(thr_key)
                 # 2. One read: full tiles pipelined (unmasked: vectorized cp.async), then the partial tile.
                 lo_al = (lo // 16) * 16
@@ -266,7 +310,8 @@ def topk_select_kernel(
                 tl.debug_barrier()  # scratch written by all threads before any thread reads it back
                 # 3. Exact select among the survivors, or the fallbacks.
                 if (count >= topk) & (count <= CAP):
-                    _select_registers(row_ptr, stride_st, lo, scratch, count, topk, out_row, CAP, BLOCK, True, RADIX)
+                    _select_registers(row_ptr, stride_st, lo, scratch, count, topk, out_row, CAP, BLOCK, True, RADIX,
+                                      0, 0)
                 else:
                     n_gt = tl.zeros([], dtype=tl.int32)
                     if count > CAP:
@@ -279,3 +324,119 @@ def topk_select_kernel(
                     else:
                         _select_window(row_ptr, stride_st, lo, n, topk, out_row, BLOCK)
                 tl.debug_barrier()  # reads done before the next row overwrites the scratch
+
+
+@triton.jit
+def _key_bin(key, HIST_BITS: tl.constexpr):
+    """Histogram bin of an ordered key: its top HIST_BITS bits as an unsigned number (bin order = key order)."""
+    return (key >> (32 - HIST_BITS)) + (1 << (HIST_BITS - 1))
+
+
+@triton.jit
+def topk_split_histogram_kernel(
+    score_ptr, starts_ptr, ends_ptr, hist_ptr, chunk_hist_ptr,
+    row0, S, G, S_kv,
+    stride_sb, stride_ss, stride_st, stride_sg,
+    stride_wb, stride_ws, stride_eb, stride_es,
+    CHUNK: tl.constexpr,  # window positions per program
+    HIST_BITS: tl.constexpr,  # bins = 2^HIST_BITS, over the keys' top bits
+):
+    """Split path, step 1 of 2 (program (i, p): positions [p·CHUNK, (p + 1)·CHUNK) of row r = row0 + i's
+    window; the scratch is indexed by i): the chunk's key histogram, stored whole for step 2's candidate
+    offsets and added (non-zero bins) into the row's histogram, which the previous call's step 2 left at
+    zero."""
+    i = tl.program_id(0)
+    r = row0 + i
+    p = tl.program_id(1)
+    bins = tl.arange(0, 1 << HIST_BITS)
+    lo, _, n, row_ptr = _row_window(r, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
+                                    stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
+    j = p * CHUNK + tl.arange(0, CHUNK)
+    m = j < n
+    x = tl.load(row_ptr + (lo + j).to(tl.int64) * stride_st, mask=m, other=0.0)
+    h = tl.histogram(_key_bin(_ordered_key(x), HIST_BITS), 1 << HIST_BITS, mask=m)
+    chunk_row = (i * tl.num_programs(1) + p).to(tl.int64) << HIST_BITS
+    tl.store(chunk_hist_ptr + chunk_row + bins, h)
+    tl.atomic_add(hist_ptr + (i.to(tl.int64) << HIST_BITS) + bins, h, mask=h > 0, sem="relaxed")
+
+
+@triton.jit
+def _threshold_bin(hist_row_ptr, topk, HIST_BITS: tl.constexpr):
+    """(b, above, in_bin): the bin holding the topk-th largest key, how many keys lie in higher bins
+    (< topk) and how many in bin b (>= topk - above). Meaningless when the window holds <= topk keys."""
+    bins = tl.arange(0, 1 << HIST_BITS)
+    h = tl.load(hist_row_ptr + bins)
+    at_or_above = tl.cumsum(h, axis=0, reverse=True)
+    b = tl.max(tl.where(at_or_above >= topk, bins, 0), axis=0)
+    above = tl.sum(tl.where(bins > b, h, 0), axis=0)
+    in_bin = tl.sum(tl.where(bins == b, h, 0), axis=0)
+    return b, above, in_bin
+
+
+@triton.jit
+def _finish_row(row_ptr, stride_t, lo, n, topk, S_kv, out_row_ptr, cand_row_ptr, b, above, in_bin,
+                CAP: tl.constexpr, BLOCK: tl.constexpr, HIST_BITS: tl.constexpr, RADIX: tl.constexpr):
+    """The row's last program: short windows padded; otherwise the keys above bin b are written, and the
+    remaining topk - above come from bin b's candidates (position order, so ties go to the lower position).
+    Candidates over CAP (many equal or near-equal keys): the exact whole-window select rewrites the row."""
+    if n <= topk:
+        _write_short_window(out_row_ptr, lo, n, topk, S_kv, tl.arange(0, BLOCK), BLOCK)
+    elif in_bin <= CAP:
+        prefix = b.to(tl.int64) << (32 - HIST_BITS)  # every candidate's key + 2^31 starts with bin b's bits
+        _select_registers(row_ptr, stride_t, lo, cand_row_ptr, in_bin, topk - above, out_row_ptr + above, CAP,
+                          BLOCK, True, RADIX, prefix, HIST_BITS)
+    else:
+        _select_window(row_ptr, stride_t, lo, n, topk, out_row_ptr, BLOCK)
+
+
+@triton.jit
+def topk_split_select_kernel(
+    score_ptr, starts_ptr, ends_ptr, out_ptr, hist_ptr, counter_ptr, chunk_hist_ptr, cand_ptr,
+    row0, S, G, S_kv, topk,
+    stride_sb, stride_ss, stride_st, stride_sg,
+    stride_wb, stride_ws, stride_eb, stride_es,
+    CHUNK: tl.constexpr,  # window positions per program (as in step 1)
+    HIST_BITS: tl.constexpr,
+    CHUNKS: tl.constexpr,  # power of two >= programs per row
+    CAP: tl.constexpr,  # candidate slots per row (keys in the threshold bin)
+    BLOCK: tl.constexpr,  # positions per step of the last program's loops
+    RADIX: tl.constexpr,  # the last program's register select by 8-bit digits
+):
+    """Split path, step 2 of 2 (program (i, p) as in step 1): from the row's histogram, the threshold bin b.
+    The chunk's keys above b go to the output at slots taken from a per-row counter (order unspecified);
+    its keys in b go, as (fp32 bits << 32 | position), to the row's candidate buffer after those of the
+    chunks before it (offsets from step 1's chunk histograms: the buffer is in position order). The last
+    program of the row to arrive selects among the candidates and zeroes the row's histogram and counters."""
+    tl.static_assert(CHUNK % 4 == 0)
+    i = tl.program_id(0)
+    r = row0 + i
+    p = tl.program_id(1)
+    nchunks = tl.num_programs(1)
+    lo, _, n, row_ptr = _row_window(r, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
+                                    stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
+    hist_row = hist_ptr + (i.to(tl.int64) << HIST_BITS)
+    out_row = out_ptr + r.to(tl.int64) * topk
+    cand_row = cand_ptr + i.to(tl.int64) * CAP
+    above_counter = counter_ptr + 2 * i
+    arrivals = counter_ptr + 2 * i + 1
+    # The chunk is loaded before the histogram is scanned (not inside the branch): the two loads overlap.
+    j = p * CHUNK + tl.arange(0, CHUNK // 4)[:, None] * 4 + tl.arange(0, 4)[None, :]  # [CHUNK / 4, 4]
+    m = j < n
+    x = tl.load(row_ptr + (lo + j).to(tl.int64) * stride_st, mask=m, other=0.0)
+    b, above, in_bin = _threshold_bin(hist_row, topk, HIST_BITS)
+    if (n > topk) & (in_bin <= CAP):
+        key_bin = _key_bin(_ordered_key(x), HIST_BITS)
+        keep = m & (key_bin > b)
+        slot, kept = _tile_slots(keep, 0)
+        slot += tl.atomic_add(above_counter, kept, sem="relaxed")
+        tl.store(out_row + slot, lo + j, mask=keep & (slot < above))
+        q = tl.arange(0, CHUNKS)
+        before = tl.load(chunk_hist_ptr + ((i * nchunks + q).to(tl.int64) << HIST_BITS) + b, mask=q < p, other=0)
+        _compact_tile(x, lo + j, m & (key_bin == b), tl.sum(before, axis=0), cand_row, CAP)
+    tl.debug_barrier()  # every thread's writes (and histogram reads) done before the arrival is released
+    if tl.atomic_add(arrivals, 1, sem="acq_rel", scope="gpu") == nchunks - 1:
+        _finish_row(row_ptr, stride_st, lo, n, topk, S_kv, out_row, cand_row, b, above, in_bin, CAP, BLOCK,
+                    HIST_BITS, RADIX)
+        tl.store(hist_row + tl.arange(0, 1 << HIST_BITS), 0)
+        tl.atomic_xchg(above_counter, 0, sem="relaxed", scope="gpu")
+        tl.atomic_xchg(arrivals, 0, sem="relaxed", scope="gpu")

@@ -9,7 +9,7 @@ import triton
 
 from attnops.kernel_utils import checks, runtime
 
-from .kernel import topk_select_kernel
+from .kernel import topk_select_kernel, topk_split_histogram_kernel, topk_split_select_kernel
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,14 @@ class TopKConfig:
     maxnreg: int | None  # register cap per thread (ptxas otherwise takes up to 255 and one program fills an SM)
     programs_per_sm: int  # persistent programs per SM: must all be resident (regs, smem), see sm90 compile
     radix: bool = False  # register selects by 8-bit digit histograms (4 dependent steps instead of 32)
+    # Split path (split_chunk > 0): every row over cdiv(S_kv, split_chunk) programs of split_chunk positions,
+    # two launches (histogram of the keys' top hist_bits bits; threshold bin, writes, last program's select);
+    # cap(topk) = candidate slots of the threshold bin. block: step of the last program's loops.
+    split_chunk: int = 0
+    hist_bits: int = 11
+
+    def programs_per_row(self, s_kv: int) -> int:
+        return triton.cdiv(s_kv, self.split_chunk) if self.split_chunk else 1
 
     def cap(self, topk: int) -> int:
         return min(max(256, self.cap_factor * triton.next_power_of_2(topk)), self.max_cap)
@@ -57,18 +65,40 @@ CONFIGS = {
                                      max_cap=16384, num_warps=16, maxnreg=128, programs_per_sm=1, radix=True),
     "h200-radix": TopKConfig(block=2048, stages=4, samples=2048, slack=(9, 4), cap_factor=4, max_cap=16384,
                              num_warps=8, maxnreg=80, programs_per_sm=3, radix=True),
+    # Few long rows (decode, picked when rows × cdiv(S_kv, 512) <= SMs): each row split over 512-key programs;
+    # 2048 bins (4 per octave) put ~5.3 % of a normal row in the threshold bin (~870 candidates at 16384 keys,
+    # k = 2048), selected in 21 bitwise steps by the row's last program over a next_pow2(topk)-wide register
+    # tensor. (4096 bins would halve the candidates, but not that tensor, and double tl.histogram's work:
+    # 2304 SASS per 512-key program, ~1 µs, offline sm_90.)
+    "h200-split": TopKConfig(block=1024, stages=1, samples=64, slack=(9, 4), cap_factor=1, max_cap=4096,
+                             num_warps=4, maxnreg=None, programs_per_sm=1, split_chunk=512, hist_bits=11),
+    # Sweep candidate (not picked): the last program's select by 8-bit digits (4 histogram steps instead of 21
+    # bitwise ones over the candidates).
+    "h200-split-radix": TopKConfig(block=1024, stages=1, samples=64, slack=(9, 4), cap_factor=1, max_cap=4096,
+                                   num_warps=4, maxnreg=None, programs_per_sm=1, split_chunk=512, hist_bits=11,
+                                   radix=True),
     # Small steps so that shrunk rows still take several steps per pass (interpreter).
     "interpreter": TopKConfig(block=256, stages=1, samples=64, slack=(9, 4), cap_factor=4, max_cap=16384,
                               num_warps=4, maxnreg=None, programs_per_sm=1),
+    # The split path on shrunk rows: 12 programs per 3001-key row, 1024 bins (~4x the GPU config's candidates
+    # per bin: ~280 on a shrunk row; still within 2·topk slots on the full-size rows, which the GPU tests run).
+    "interpreter-split": TopKConfig(block=128, stages=1, samples=64, slack=(9, 4), cap_factor=2, max_cap=4096,
+                                    num_warps=4, maxnreg=None, programs_per_sm=1, split_chunk=256, hist_bits=10),
     # A threshold aimed below topk: the sample misses on most rows, so the whole-window select runs.
     "fallback": TopKConfig(block=512, stages=1, samples=128, slack=(1, 4), cap_factor=4, max_cap=16384,
                            num_warps=4, maxnreg=None, programs_per_sm=1),
 }
 
 
-def pick_config(num_rows: int = 1 << 30) -> TopKConfig:
+SPLIT_MIN_KEYS = 4096  # shorter rows: a row split saves less than its second launch costs
+
+
+def pick_config(num_rows: int = 1 << 30, s_kv: int = 0) -> TopKConfig:
     if runtime.interpreting():
         return CONFIGS["interpreter"]
+    split = CONFIGS["h200-split"]
+    if s_kv >= SPLIT_MIN_KEYS and num_rows * split.programs_per_row(s_kv) <= runtime.num_sms():
+        return split  # few long rows: one program per row would leave most SMs idle
     return CONFIGS["h200-latency" if num_rows < runtime.num_sms() else "h200"]
 
 
@@ -78,6 +108,8 @@ def launch(index_score, starts, ends, topk: int, out: torch.Tensor, config: TopK
     num_rows = b * s * g
     if num_rows == 0:
         return out
+    if config.split_chunk:
+        return _launch_split(index_score, starts, ends, topk, out, config)
     cap = config.cap(topk)
     nprog = min(num_rows, runtime.num_sms() * config.programs_per_sm)
     scratch = torch.empty((nprog, cap), dtype=torch.int64, device=index_score.device)
@@ -94,11 +126,43 @@ def launch(index_score, starts, ends, topk: int, out: torch.Tensor, config: TopK
     return out
 
 
+SPLIT_SCRATCH = 1 << 24  # int32 chunk-histogram entries per launch pair: rows beyond it go in further pairs
+
+
+def _launch_split(index_score, starts, ends, topk: int, out: torch.Tensor, config: TopKConfig) -> torch.Tensor:
+    """The split path: grid (rows, programs per row), two launches per batch of rows (one batch whenever
+    ``pick_config`` chose it; pinned on many long rows, the chunk histograms would not fit at once). The
+    row histograms and counters live in the stream's arrival counters (zero between calls: each row's last
+    program resets its own), so no memset runs; the chunk histograms and candidates are scratch that step 2
+    reads only where step 1 / its own programs wrote."""
+    b, s, s_kv, g = index_score.shape
+    num_rows, chunks = b * s * g, config.programs_per_row(s_kv)
+    dev, bins, cap = index_score.device, 1 << config.hist_bits, config.cap(topk)
+    batch = min(num_rows, max(1, SPLIT_SCRATCH // (chunks * bins)))
+    state = runtime.arrival_counters(dev, batch * (bins + 2))
+    hist, counters = state[: batch * bins], state[batch * bins: batch * (bins + 2)]
+    chunk_hist = torch.empty((batch, chunks, bins), dtype=torch.int32, device=dev)
+    candidates = torch.empty((batch, cap), dtype=torch.int64, device=dev)
+    strides = (*index_score.stride(), *starts.stride(), *ends.stride())
+    for row0 in range(0, num_rows, batch):
+        grid = (min(batch, num_rows - row0), chunks)
+        topk_split_histogram_kernel[grid](
+            index_score, starts, ends, hist, chunk_hist, row0, s, g, s_kv, *strides,
+            CHUNK=config.split_chunk, HIST_BITS=config.hist_bits, num_warps=config.num_warps,
+        )
+        topk_split_select_kernel[grid](
+            index_score, starts, ends, out, hist, counters, chunk_hist, candidates, row0, s, g, s_kv, topk, *strides,
+            CHUNK=config.split_chunk, HIST_BITS=config.hist_bits, CHUNKS=triton.next_power_of_2(chunks), CAP=cap,
+            BLOCK=config.block, RADIX=config.radix, num_warps=config.num_warps,
+        )
+    return out
+
+
 @torch.library.custom_op("attnops::topk_select_fwd", mutates_args=())
 def _topk_select(index_score: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, topk: int) -> torch.Tensor:
     b, s, _, g = index_score.shape
     out = torch.empty((b, s, g, topk), dtype=torch.int32, device=index_score.device)
-    return launch(index_score, starts, ends, topk, out, pick_config(b * s * g))
+    return launch(index_score, starts, ends, topk, out, pick_config(b * s * g, index_score.shape[2]))
 
 
 @_topk_select.register_fake
@@ -150,9 +214,10 @@ def topk_select_fwd(index_score: torch.Tensor, starts: torch.Tensor, ends: torch
 
     Returns:
         ``[B, S, G, topk]`` int32 absolute key positions (group axis before topk). A window with fewer
-        than ``topk`` positions is padded with ``S_kv``. Order inside a row is unspecified (this kernel
-        writes ascending positions); ties go to the lower position; in-window −inf scores are eligible;
-        NaN scores are unspecified.
+        than ``topk`` positions is padded with ``S_kv``. Order inside a row is unspecified (one program
+        per row writes ascending positions; the split path for few long rows writes each chunk's keys above
+        the threshold bin in chunk arrival order, then the rest); ties go to the lower position; in-window
+        −inf scores are eligible; NaN scores are unspecified.
 
     Example::
 
