@@ -193,22 +193,23 @@ def _select_window(row_ptr, stride_t, lo, n, k, out_row_ptr, BLOCK: tl.constexpr
 
 @triton.jit
 def _tile_slots(keep, base):
-    """Slot (from ``base``, position order) of each kept entry of a [R, 4] tile, and how many are kept. Rows of 4
-    contiguous positions sit in one thread: the scan is 3 adds in-thread, then one scan over the row totals
-    (a warp scan per thread instead of one per element)."""
+    """Slot (from ``base``, position order) of each kept entry of a [R, 4] tile, and the kept count per row
+    (summed by the caller after its store: summed before it, ptxas spills 8-16 B more in the persistent kernel,
+    offline sm_90). Rows of 4 contiguous positions sit in one thread: the scan is 3 adds in-thread, then one
+    scan over the row totals (a warp scan per thread instead of one per element)."""
     keep_i = keep.to(tl.int32)
     tot = tl.sum(keep_i, axis=1)
     slot = base + (tl.cumsum(tot, axis=0) - tot)[:, None] + tl.cumsum(keep_i, axis=1) - 1
-    return slot, tl.sum(tot, axis=0)
+    return slot, tot
 
 
 @triton.jit
 def _compact_tile(x, t, keep, count, scratch_ptr, CAP: tl.constexpr):
     """Append the kept (fp32 bits << 32 | position) of one [R, 4] tile to the scratch in position order."""
-    slot, kept = _tile_slots(keep, count)
+    slot, tot = _tile_slots(keep, count)
     packed = (x.to(tl.int32, bitcast=True).to(tl.int64) << 32) | t.to(tl.int64)  # t >= 0
     tl.store(scratch_ptr + slot, packed, mask=keep & (slot < CAP))
-    return count + kept
+    return count + tl.sum(tot, axis=0)
 
 
 @triton.jit
@@ -231,7 +232,7 @@ def _row_window(r, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, strid
 def _write_short_window(out_row_ptr, lo, n, topk, S_kv, blk, BLOCK: tl.constexpr):
     """A window of n <= topk positions: every one of them, then S_kv padding (``blk``: tl.arange(0, BLOCK),
     taken from the caller: the persistent kernel builds it once, outside its row loop, which ptxas allocates
-    24-32 B less spill for at k = 2048, offline sm_90)."""
+    16-40 B less spill for, offline sm_90)."""
     for j0 in range(0, topk, BLOCK):
         j = j0 + blk
         tl.store(out_row_ptr + j, tl.where(j < n, lo + j, S_kv), mask=j < topk)
@@ -427,8 +428,8 @@ def topk_split_select_kernel(
     if (n > topk) & (in_bin <= CAP):
         key_bin = _key_bin(_ordered_key(x), HIST_BITS)
         keep = m & (key_bin > b)
-        slot, kept = _tile_slots(keep, 0)
-        slot += tl.atomic_add(above_counter, kept, sem="relaxed")
+        slot, tot = _tile_slots(keep, 0)
+        slot += tl.atomic_add(above_counter, tl.sum(tot, axis=0), sem="relaxed")
         tl.store(out_row + slot, lo + j, mask=keep & (slot < above))
         q = tl.arange(0, CHUNKS)
         before = tl.load(chunk_hist_ptr + ((i * nchunks + q).to(tl.int64) << HIST_BITS) + b, mask=q < p, other=0)
