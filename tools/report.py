@@ -15,6 +15,7 @@ import html
 import importlib
 import json
 import math
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -270,6 +271,8 @@ def below_floor(by_op) -> list[str]:
 def _adapters_by_op() -> dict[str, set[str]]:
     """The peer adapters the harness has per op (benchmarks/baselines), to tell a peer no adapter serves from one
     that was left out of the call that made a row's record."""
+    if str(ROOT) not in sys.path:  # (run as ``python tools/report.py``: the repository root is not on the path)
+        sys.path.insert(0, str(ROOT))
     from benchmarks import baselines
 
     for family in baselines.FAMILY_MODULES:
@@ -301,7 +304,7 @@ def published_vs_measured(by_op) -> tuple[list[str], list[str]]:
                     served = [n for n in (name, *SAME_PEER.get(name, ())) if n in adapters.get(ln.workload.op, ())]
                     why = "; ".join(f"{n}: {ln.peers[n].get('check')} {ln.peers[n].get('note', '')}".strip()
                                     for n in candidates) or (
-                        f"adapter {', '.join(served)}: not run in the call that made this row's record" if served
+                        f"adapter {', '.join(served)}: not timed in the call of this row's record (left out, or added since)" if served
                         else "no adapter: the offline peer kit does not serve this path")
                     missing.append(f"| {ln.workload.id} | {name} | {published_ms:g} | {why[:160]} |")
     return differ, missing
