@@ -304,7 +304,8 @@ def published_vs_measured(by_op) -> tuple[list[str], list[str]]:
                     served = [n for n in (name, *SAME_PEER.get(name, ())) if n in adapters.get(ln.workload.op, ())]
                     why = "; ".join(f"{n}: {ln.peers[n].get('check')} {ln.peers[n].get('note', '')}".strip()
                                     for n in candidates) or (
-                        f"adapter {', '.join(served)}: not timed in the call of this row's record (left out, or added since)" if served
+                        f"adapter {', '.join(served)}: not timed in the call of this row's record (left out, or "
+                        "added since)" if served
                         else "no adapter: the offline peer kit does not serve this path")
                     missing.append(f"| {ln.workload.id} | {name} | {published_ms:g} | {why[:160]} |")
     return differ, missing
