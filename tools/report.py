@@ -243,7 +243,7 @@ def floor_gap(op: str, name: str) -> str:
                 f"operand reads at N = 32; FlashMLA's 64-key seesaw is the next step) ({mla})")
     if op == "DSADecodeWithKVCacheFwd":
         return ("the alternating warp-specialized kernel (attn-mla 0.2.8: 1.15-1.18x the channel split) at "
-                "0.69-0.89x FlashMLA: 32-key blocks (FlashMLA: 64) and a cp.async gather whose 64-column copies "
+                "0.68-0.89x FlashMLA: 32-key blocks (FlashMLA: 64) and a cp.async gather whose 64-column copies "
                 "Triton 3.6 separates by loader barriers; the d512-h128 rows still carry the channel split's record "
                 f"(cut by the call's deadline) ({mla})")
     if op == "FP8LightningIndexerFwd":
