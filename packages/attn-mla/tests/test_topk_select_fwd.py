@@ -274,14 +274,14 @@ def test_split_rows_in_several_launch_batches(monkeypatch):
 
 
 def test_pick_config_splits_only_few_long_rows(monkeypatch):
-    """On a 132-SM GPU with the split path on (``SPLIT_DEFAULT``): the decode row (1 × 16384 keys) and up to 4 such
-    rows take it; more rows, or rows under 4096 keys, keep the one-program-per-row configs. Off (the default
-    until the H200 has run it), the decode row keeps ``h200-latency``."""
+    """On a 132-SM GPU with the split path on (``SPLIT_DEFAULT``, the default): the decode row (1 × 16384 keys) and
+    up to 4 such rows take it; more rows, or rows under 4096 keys, keep the one-program-per-row configs. Off, the
+    decode row keeps ``h200-latency``."""
     monkeypatch.setattr(runtime, "interpreting", lambda: False)
     monkeypatch.setattr(runtime, "num_sms", lambda: 132)
     pick = lambda rows, s_kv: next(n for n, c in topk_op.CONFIGS.items() if c is topk_op.pick_config(rows, s_kv))
-    assert pick(1, 16384) == "h200-latency"
-    monkeypatch.setattr(topk_op, "SPLIT_DEFAULT", True)
     assert pick(1, 16384) == pick(4, 16384) == pick(1, 65536) == "h200-split"
     assert pick(5, 16384) == pick(1, 2048) == pick(2, 65536) == "h200-latency"
     assert pick(32768, 65536) == "h200"
+    monkeypatch.setattr(topk_op, "SPLIT_DEFAULT", False)
+    assert pick(1, 16384) == "h200-latency"
