@@ -102,9 +102,10 @@ def test_forced_kv_splits_merged(name, splits, fused):
 
 
 # (plan keywords, layout): page sizes that are multiples of the key tile for ``tile_in_page`` (one table entry per
-# tile, affine rows; the default) and the per-key gather it replaces (``tile_in_page=False``); power-of-two page
-# sizes for ``pow2_pages`` (shift / mask), page 48 keeping the division.
-TILE, GATHER, POW2 = {"tile_in_page": True}, {"tile_in_page": False}, {"pow2_pages": True}
+# tile, affine rows; the default) and the per-key gather it replaces (``tile_in_page=False``, here with the
+# per-key division of ``pow2_pages=False``); power-of-two page sizes for ``pow2_pages`` (shift / mask; the
+# default), page 48 keeping the division.
+TILE, GATHER, POW2 = {"tile_in_page": True}, {"tile_in_page": False, "pow2_pages": False}, {"pow2_pages": True}
 PAGE_ADDRESSING_CASES = {
     "per_key_gather-decode-d128-p128": (GATHER, dict(q_lens=[1, 1, 0, 1], cache_lens=[300, 129, 40, 1],
                                                      num_heads=8, num_kv=2, d=128, page_size=128)),

@@ -40,9 +40,11 @@ FUSED_COMBINE_DEFAULT = True
 # sweep, never slower; docs/perf/attn-core.md). ``tile_in_page=False`` per plan restores the per-key gather.
 TILE_IN_PAGE_DEFAULT = frozenset({"small", "large"})
 # Power-of-two page sizes: per-key page / slot by shift and mask instead of an integer division by the runtime
-# page size (the tiles ``tile_in_page`` does not cover: pages smaller than the tile, the prefill kind). Off
-# until timed (``pow2_pages=True`` per plan); offline sm_90 it removes the per-key division code.
-POW2_PAGES_DEFAULT = False
+# page size (the tiles ``tile_in_page`` does not cover: pages smaller than the tile, the prefill kind). H200
+# (2026-12-02 16:25, 20261202-1625-tune-paged-p16-32k.json, 8-warp tiles): 3-4 % faster on the three p16 rows,
+# level on llama-8b-32k-p64 (tile_in_page covers it); offline sm_90 the 4-warp D = 128 decode loop 891 -> 653
+# SASS. ``pow2_pages=False`` per plan restores the division.
+POW2_PAGES_DEFAULT = True
 # The large class on the warp-specialized kernel (flash_fwd/ws_kernel.py, paged layout, the head dim's
 # ws_launch.PAGED_DEFAULTS config) where ws_launch.worth_it says so. H200, 2026-12-02 03:52 (benchmarks/results/h200/
 # 20261202-0352-attn-core-paged-ws.jsonl, beside the peers): GQAPagedFwd/llama-8b 949 -> 483 us, serving-step 368 ->
@@ -64,9 +66,12 @@ class TileConfig:
 # R = D, 72 B at R = 64; 196 B before the contiguous RoPE tables; (64, 32, 8, 2) had none) and 12-16 B in two
 # small D=64 variants; shared memory <= 192 KB.
 CONFIGS: dict[tuple[str, int], TileConfig] = {
-    # small (decode) tiles: 8 warps keep registers at 115-150 (4 warps: ~210) -> more tiles in flight per SM
+    # small (decode) tiles: 8 warps keep registers at 115-150 (4 warps: ~210) -> more tiles in flight per SM;
+    # but at D = 128 the 4-warp tile was faster on every decode row swept on the H200 (2026-12-01 21:20 and
+    # 2026-12-02 16:25, benchmarks/results/h200/*tune-paged*.json): 0.82x the 8-warp time on llama-8b-32k-p64,
+    # 0.93-0.98x on the p16 / p256 / serving rows, level on llama-70b-p16.
     ("small", 64): TileConfig(16, 128, 8, 3),
-    ("small", 128): TileConfig(16, 64, 8, 3),
+    ("small", 128): TileConfig(16, 64, 4, 3),
     ("small", 256): TileConfig(16, 32, 8, 3),
     ("large", 64): TileConfig(128, 64, 8, 3),
     ("large", 128): TileConfig(128, 64, 8, 3),
