@@ -103,13 +103,12 @@ def topk_split_variants(name, cfg):
     ints = dict(row0=0, S=1, G=1, S_kv=s_kv, topk=2048, stride_sb=s_kv, stride_ss=s_kv, stride_st=1, stride_sg=1,
                 stride_wb=1, stride_ws=1, stride_eb=1, stride_es=1)
     ptrs = {"score_ptr": "*fp32", "cand_ptr": "*i64", **{n: "*i32" for n in (
-        "starts_ptr", "ends_ptr", "out_ptr", "hist_ptr", "counter_ptr", "chunk_hist_ptr")}}
+        "starts_ptr", "ends_ptr", "out_ptr", "hist_ptr", "counter_ptr")}}
     cx = dict(CHUNK=cfg.split_chunk, HIST_BITS=cfg.hist_bits)
     yield f"topk {name} histogram", lambda: compile_sm90(topk_split_histogram_kernel, ptrs, ints, cx,
                                                            cfg.num_warps, 1), cfg
     for k in (1024, 2048):
-        sel = dict(cx, CHUNKS=triton.next_power_of_2(cfg.programs_per_row(s_kv)), CAP=cfg.cap(k), BLOCK=cfg.block,
-                   RADIX=cfg.radix)
+        sel = dict(cx, CAP=cfg.cap(k), BLOCK=cfg.block, RADIX=cfg.radix)
         yield f"topk {name} select k={k}", lambda sel=sel, k=k: compile_sm90(
             topk_split_select_kernel, ptrs, dict(ints, topk=k), sel, cfg.num_warps, 1), cfg
 

@@ -265,9 +265,9 @@ def test_split_candidate_overflow_selects_over_the_window():
 
 
 def test_split_rows_in_several_launch_batches(monkeypatch):
-    """Pinned on more rows than one batch of chunk histograms holds, the split path launches batch after
-    batch (row offset) with the same result."""
-    monkeypatch.setattr(topk_op, "SPLIT_SCRATCH", 2 * 8 * 256)  # 2 rows of 8 chunks × 256 bins per batch
+    """Pinned on more rows than one batch holds, the split path launches batch after batch (row offset) with
+    the same result."""
+    monkeypatch.setattr(topk_op, "SPLIT_ROWS", 2)
     case = _case(_scores(1, 5, 1900, seed=73), [[0, 0, 100, 0, 7]], [[1900, 1900, 1800, 60, 1900]], 90)
     SPEC.check(case, pinned(topk_op, SPLITS[0]))
     assert _split_counters_are_zero()

@@ -129,34 +129,32 @@ def launch(index_score, starts, ends, topk: int, out: torch.Tensor, config: TopK
     return out
 
 
-SPLIT_SCRATCH = 1 << 24  # int32 chunk-histogram entries per launch pair: rows beyond it go in further pairs
+SPLIT_ROWS = 512  # rows per launch pair of the split path (row histograms and candidates: ~10 MB at k = 2048)
 
 
 def _launch_split(index_score, starts, ends, topk: int, out: torch.Tensor, config: TopKConfig) -> torch.Tensor:
     """The split path: grid (rows, programs per row), two launches per batch of rows (one batch whenever
-    ``pick_config`` chose it; pinned on many long rows, the chunk histograms would not fit at once). The
-    row histograms and counters live in the stream's arrival counters (zero between calls: each row's last
-    program resets its own), so no memset runs; the chunk histograms and candidates are scratch that step 2
-    reads only where step 1 / its own programs wrote."""
+    ``pick_config`` chose it; pinned on many long rows, several). The row histograms and counters live in the
+    stream's arrival counters (zero between calls: each row's last program resets its own), so no memset
+    runs; the candidates are scratch that step 2 reads only where its own programs wrote."""
     b, s, s_kv, g = index_score.shape
     num_rows, chunks = b * s * g, config.programs_per_row(s_kv)
     dev, bins, cap = index_score.device, 1 << config.hist_bits, config.cap(topk)
-    batch = min(num_rows, max(1, SPLIT_SCRATCH // (chunks * bins)))
-    state = runtime.arrival_counters(dev, batch * (bins + 2))
-    hist, counters = state[: batch * bins], state[batch * bins: batch * (bins + 2)]
-    chunk_hist = torch.empty((batch, chunks, bins), dtype=torch.int32, device=dev)
+    batch = min(num_rows, SPLIT_ROWS)
+    state = runtime.arrival_counters(dev, batch * (bins + 3))
+    hist, counters = state[: batch * bins], state[batch * bins: batch * (bins + 3)]
     candidates = torch.empty((batch, cap), dtype=torch.int64, device=dev)
     strides = (*index_score.stride(), *starts.stride(), *ends.stride())
     for row0 in range(0, num_rows, batch):
         grid = (min(batch, num_rows - row0), chunks)
         topk_split_histogram_kernel[grid](
-            index_score, starts, ends, hist, chunk_hist, row0, s, g, s_kv, *strides,
+            index_score, starts, ends, hist, row0, s, g, s_kv, *strides,
             CHUNK=config.split_chunk, HIST_BITS=config.hist_bits, num_warps=config.num_warps,
         )
         topk_split_select_kernel[grid](
-            index_score, starts, ends, out, hist, counters, chunk_hist, candidates, row0, s, g, s_kv, topk, *strides,
-            CHUNK=config.split_chunk, HIST_BITS=config.hist_bits, CHUNKS=triton.next_power_of_2(chunks), CAP=cap,
-            BLOCK=config.block, RADIX=config.radix, num_warps=config.num_warps,
+            index_score, starts, ends, out, hist, counters, candidates, row0, s, g, s_kv, topk, *strides,
+            CHUNK=config.split_chunk, HIST_BITS=config.hist_bits, CAP=cap, BLOCK=config.block, RADIX=config.radix,
+            num_warps=config.num_warps,
         )
     return out
 
@@ -218,8 +216,8 @@ def topk_select_fwd(index_score: torch.Tensor, starts: torch.Tensor, ends: torch
     Returns:
         ``[B, S, G, topk]`` int32 absolute key positions (group axis before topk). A window with fewer
         than ``topk`` positions is padded with ``S_kv``. Order inside a row is unspecified (one program
-        per row writes ascending positions; the split path for few long rows writes each chunk's keys above
-        the threshold bin in chunk arrival order, then the rest); ties go to the lower position; in-window
+        per row writes ascending positions; the split path for few long rows writes the keys above the
+        threshold bin in arrival order, then the rest); ties go to the lower position; in-window
         −inf scores are eligible; NaN scores are unspecified.
 
     Example::
