@@ -147,8 +147,9 @@ def torch_sparse_attention(q, kv, indices, *, q_start_index_s, stride_kv=1, dim_
         keys = kv[b_idx, rows, g_idx]  # [B, s, H_kv, K, width]
         qs = q[:, sl].unflatten(2, (h_kv, group))  # [B, s, H_kv, G, width]
         mask = keep[:, sl, :, None, :]
-        if sdpa:
-            o = F.scaled_dot_product_attention(qs, keys, keys[..., :d], attn_mask=mask, scale=scale)
+        if sdpa:  # 4-D (B·s, H_kv, G, ·): SDPA's fused backends take 4-D inputs only (5-D runs its fp32 math path)
+            o = F.scaled_dot_product_attention(qs.flatten(0, 1), keys.flatten(0, 1), keys[..., :d].flatten(0, 1),
+                                               attn_mask=mask.flatten(0, 1), scale=scale).unflatten(0, qs.shape[:2])
         else:
             scores = torch.matmul(qs, keys.transpose(-1, -2)) * scale  # [B, s, H_kv, G, K]
             o = torch.matmul(torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1), keys[..., :d])
