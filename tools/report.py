@@ -201,6 +201,14 @@ def gap_reason(op: str, name: str, workload_name: str, measured_over_published: 
         return "§8: extra int32 cast on the page; FlashInfer versions differ"
     if op == "PagedKVCacheGatherFwd" and name.startswith("vllm"):
         return "§9: older token-per-block vLLM kernels on the page"
+    if op == "GQADenseFwd" and name == "torch-compile":
+        return "§11: the page compiled its fp32 reference (fp32 GEMMs, K/V copied per head); ours runs 16-bit GEMMs"
+    if op == "DSADecodeWithKVCacheFwd" and name == "torch-compile":
+        return "§12: the page compiled its fp32 reference over the whole cache; ours: 16-bit GEMMs on the K slots"
+    if op == "DSADecodeWithKVCacheFwd" and name == "torch-sdpa":
+        return "§12: the page's SDPA is one 4-D call over the whole cache; ours is 5-D, so SDPA's fp32 math fallback"
+    if op == "DSADecodeWithKVCacheFwd" and name == "torch-gather":
+        return "§12: same one-shot gather on both sides; not established (hypothesis: our 3-index gather, torch build)"
     return "not examined"
 
 
