@@ -184,7 +184,8 @@ def torch_gather_dsa(case: Case) -> Runner:
 def torch_sdpa_dsa(case: Case) -> Runner:
     _torch_peer_wanted(case.inputs)
     return runner_of(lambda **inputs: torch_sparse_attention(**inputs, rows_per_chunk=1 << 30, sdpa=True), case,
-                     note="eager: every selected row gathered at once, F.scaled_dot_product_attention, slot mask")
+                     note="eager: every selected row gathered at once, one 4-D F.scaled_dot_product_attention "
+                          "((B·S, H_kv) as batch × heads, the G heads as query rows), slot mask")
 
 
 @adapter("torch-compile", DSA)

@@ -8,7 +8,7 @@ from mla_testlib import every_config, pinned
 
 from attnops.attn_mla import dsa_decode_with_kvcache_fwd
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op
-from attnops.attn_mla.dsa_decode_with_kvcache_fwd.spec import SPEC, make_case
+from attnops.attn_mla.dsa_decode_with_kvcache_fwd.spec import SPEC, make_case, torch_sparse_attention
 from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.pytest_plugin import seed_rows
 
@@ -139,6 +139,20 @@ def test_bad_input_is_rejected_before_launch(name, monkeypatch):
     make_inputs, error, message = BAD_INPUTS[name]
     with pytest.raises(error, match=message):
         dsa_decode_with_kvcache_fwd(**make_inputs())
+
+
+def test_torch_sdpa_form_of_the_torch_peer():
+    """``torch_sparse_attention(sdpa=True)`` (the benchmark's torch-sdpa peer: one 4-D SDPA call over the gathered
+    slots) against the fp32 reference: B = 2, H_kv = 2, invalid and repeated slots, one row with no valid slot
+    (zeros, not NaN)."""
+    gen = testing.generator(12)
+    idx = torch.randint(-2, 50, (2, 3, 2, 24), generator=gen)
+    idx[1, 2] = -1
+    case = _case(idx, h=8, h_kv=2, seed=12)
+    got = torch_sparse_attention(**case.inputs, rows_per_chunk=1 << 30, sdpa=True)
+    ref = case.fresh().run(SPEC.reference)["o"]
+    testing.assert_close_dual("o", got, ref, torch_sparse_attention(**case.inputs))
+    assert not bool(got[1, 2].any()), "a row with no valid slot must be zeros"
 
 
 def test_custom_op_schema_and_fake():
