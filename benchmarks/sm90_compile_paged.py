@@ -22,7 +22,10 @@ from attnops.attn_core.gqa_paged_fwd.kernel import (  # noqa: E402
     paged_attention_kernel,
 )
 from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS  # noqa: E402
-from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd.kernel import paged_append_kernel  # noqa: E402
+from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd.kernel import (  # noqa: E402
+    paged_append_kernel,
+    paged_stage_kernel,
+)
 
 from .sm90_compile import SM90_SMEM, compile_sm90, ptxas_report  # noqa: E402
 
@@ -121,19 +124,30 @@ def main(argv=None) -> int:
             except Exception as e:
                 bad += 1
                 print(f"combine-d{d} BM{bm} FAIL {type(e).__name__}: {str(e).splitlines()[0][:160]}", flush=True)
-        for rope, quant in ((False, False), (True, False), (False, True), (True, True)):
+        for rope, quant, stage in ((False, False, False), (True, False, False), (False, True, False),
+                                   (True, True, False), (True, True, True)):
             ptrs = {"kn_ptr": "*fp16", "vn_ptr": "*fp16", "kp_ptr": "*fp8e4nv" if quant else "*fp16",
-                    "vp_ptr": "*fp8e4nv" if quant else "*fp16", "table_ptr": "*i32", "cache_len_ptr": "*i32",
+                    "vp_ptr": "*fp8e4nv" if quant else "*fp16", "ks_ptr": "*fp16", "vs_ptr": "*fp16",
+                    "table_ptr": "*i32", "cache_len_ptr": "*i32",
                     "cu_q_ptr": "*i32", "items_ptr": "*i32", "k_scale_ptr": "*fp32", "v_scale_ptr": "*fp32",
                     "cos_ptr": "*fp16", "sin_ptr": "*fp16"}
+            name = f"append-d{d} rope={rope} fp8={quant} stage={stage}"
             try:
                 r = ptxas_report(compile_sm90(paged_append_kernel, ptrs, {"ROPE": rope, "ROTARY_DIM": d,
-                                                                          "QUANT": quant, "BLOCK_T": 32,
-                                                                          "BLOCK_D": d}, 4, 1))
-                print(f"append-d{d} rope={rope} fp8={quant} regs {r['regs']:3d} spill {r['spill']:5d} B", flush=True)
+                                                                          "QUANT": quant, "STAGE": stage,
+                                                                          "BLOCK_T": 32, "BLOCK_D": d}, 4, 1))
+                print(f"{name} regs {r['regs']:3d} spill {r['spill']:5d} B", flush=True)
             except Exception as e:
                 bad += 1
-                print(f"append-d{d} rope={rope} fp8={quant} FAIL {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+                print(f"{name} FAIL {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+        ptrs = {"kp_ptr": "*fp8e4nv", "vp_ptr": "*fp8e4nv", "ks_ptr": "*bf16", "vs_ptr": "*bf16", "table_ptr": "*i32",
+                "cache_len_ptr": "*i32", "cu_q_ptr": "*i32", "k_scale_ptr": "*fp32", "v_scale_ptr": "*fp32"}
+        try:
+            r = ptxas_report(compile_sm90(paged_stage_kernel, ptrs, {"BLOCK_T": 32, "BLOCK_D": d}, 4, 1))
+            print(f"stage-d{d} regs {r['regs']:3d} spill {r['spill']:5d} B", flush=True)
+        except Exception as e:
+            bad += 1
+            print(f"stage-d{d} FAIL {type(e).__name__}: {str(e).splitlines()[0][:160]}")
     return 1 if bad else 0
 
 

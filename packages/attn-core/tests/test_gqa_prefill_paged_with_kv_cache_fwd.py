@@ -102,6 +102,34 @@ def test_fused_rope_over_fp8_pool(rotary_dim):
     SPEC.check(case)
 
 
+@pytest.mark.parametrize("layout", ["rope-split", "softcap-empty", "page12-noncausal"])
+def test_fp8_staging(layout):
+    """fp8 pools copied to 16-bit staging pools (the warp-specialized route on the GPU; forced here so the
+    interpreter runs the staging and staged-append kernels under the Triton attention): cached rows dequantized
+    as the reference rounds them, new rows exact, empty requests, tails of unaligned pages, the fp8 append
+    unchanged (bit-exact pools)."""
+    kw = {"rope-split": dict(q_lens=[20, 1, 9], lens=[150, 77, 0], page=16, fuse_rope=True, rotary_dim=32),
+          "softcap-empty": dict(q_lens=[0, 9, 17, 0], lens=[25, 0, 40, 0], page=16, softcap=5.0),
+          "page12-noncausal": dict(q_lens=[7, 30], lens=[13, 50], page=12, is_causal=False)}[layout]
+    q_lens, lens, page = kw.pop("q_lens"), kw.pop("lens"), kw.pop("page")
+    case = build_case(q_lens, lens, 8, 2, 64, page, F16, E4M3, DEV, seed=31, **kw)
+    plan = _with_plan(case, stage_fp8=True, num_splits=3 if layout == "rope-split" else None)
+    assert plan.stage_fp8
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("w", [w for w in SPEC.workloads if "fp8" in w.dtype], ids=lambda w: w.id)
+def test_fp8_rows_stage_for_the_warp_specialized_kernel(w):
+    """On Hopper the fp8 seed rows take the staged, warp-specialized route by default."""
+    from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd.op import _stages
+
+    case = make_case(w, DEV, shrink=False, seed=5)
+    a = case.inputs
+    plan = gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], a["q"].shape[1], a["k_new"].shape[1],
+                                  a["q"].shape[2])
+    assert _stages(plan, a["q"], a["k_pages"], a["out"], a["page_size"]), plan.describe()
+
+
 def test_fp8_store_saturates():
     """New values past ±448·scale store as ±448 (saturating), the attention uses the exact 16-bit values."""
     case = build_case([10, 4], [20, 33], 4, 1, 64, 16, F16, E4M3, DEV, seed=23, new_scale=150.0)
