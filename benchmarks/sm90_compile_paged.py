@@ -21,7 +21,7 @@ from attnops.attn_core.gqa_paged_fwd.kernel import (  # noqa: E402
     paged_attention_combine_kernel,
     paged_attention_kernel,
 )
-from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS  # noqa: E402
+from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, LATENCY_CONFIGS  # noqa: E402
 from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd.kernel import (  # noqa: E402
     paged_append_kernel,
     paged_stage_kernel,
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     p.add_argument("--variants", default="", help="only variants whose label contains this")
     args = p.parse_args(argv)
     dims = {int(x) for x in args.dims.split(",")}
-    configs = dict(CONFIGS)
+    configs = {**CONFIGS, **{(k, "latency"): c for k, c in LATENCY_CONFIGS.items()}}
     if args.all:
         from .tune_attn_core_paged import CANDIDATES
 

@@ -11,7 +11,13 @@ import torch
 from attnops.attn_core import gqa_paged_fwd, gqa_paged_plan
 from attnops.attn_core.gqa_paged_fwd import op as paged_op
 from attnops.attn_core.gqa_paged_fwd.op import FALLBACKS
-from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, SMALL_ROWS, plan_paged_attention
+from attnops.attn_core.gqa_paged_fwd.plan import (
+    CONFIGS,
+    LATENCY_CONFIGS,
+    LATENCY_SPLIT_KEYS,
+    SMALL_ROWS,
+    plan_paged_attention,
+)
 from attnops.attn_core.gqa_paged_fwd.spec import SPEC, build_case, make_case
 from attnops.kernel_utils import reliability, runtime, testing
 from attnops.kernel_utils.fp8 import E4M3
@@ -165,6 +171,43 @@ def test_min_split_keys_knob():
     for fused in (False, True):
         _, plan = _check(case, min_split_keys=64, programs_per_sm=64, fused_combine=fused)
         assert any(int(ln.items[:, 3].max()) > 1 for ln in plan.launches), plan.describe()
+
+
+def test_latency_rule(monkeypatch):
+    """On 132 SMs a decode launch that 256-key splits leave below one program per SM (MHA serving-p128: 16 heads,
+    512 keys) splits to LATENCY_SPLIT_KEYS keys on the D = 128 latency tile; a batch that fills the GPU keeps the
+    defaults; ``latency=False`` restores them."""
+    monkeypatch.setattr(runtime, "num_sms", lambda: 132)
+
+    def small(plan):
+        (ln,) = [ln for ln in plan.launches if ln.kind == "small"]
+        return ln.cfg, int(ln.items[:, 3].max())
+
+    serving = dict(num_heads=16, num_kv_heads=16, head_dim=128)
+    assert small(plan_paged_attention([1], [512], **serving)) == (LATENCY_CONFIGS[("small", 128)],
+                                                                  512 // LATENCY_SPLIT_KEYS)
+    assert small(plan_paged_attention([1], [512], **serving, latency=False)) == (CONFIGS[("small", 128)], 2)
+    busy = plan_paged_attention([1] * 32, [4096] * 32, num_heads=32, num_kv_heads=8, head_dim=128)
+    assert small(busy)[0] == CONFIGS[("small", 128)]
+
+
+def test_latency_tile_and_splits():
+    """The latency rule's tile and split floor, forced (the interpreter's single SM never triggers it)."""
+    case = build_case(q_lens=[1, 2, 0], cache_lens=[300, 129, 40], num_heads=8, num_kv=4, d=128, page_size=16,
+                      device=DEV, q_dtype=torch.float16, kv_dtype=torch.float16, seed=24, sinks=True)
+    _, plan = _check(case, latency=True, programs_per_sm=64)
+    (ln,) = plan.launches
+    assert ln.cfg == LATENCY_CONFIGS[("small", 128)] and int(ln.items[:, 3].max()) == 300 // LATENCY_SPLIT_KEYS
+
+
+def test_mixed_batch_launches_take_disjoint_counters():
+    """The two launches of a mixed batch may run at the same time (``concurrent``): their merge counters are
+    separate ranges of the shared buffer."""
+    plan = plan_paged_attention([20, 1, 1], [300, 400, 500], num_heads=8, num_kv_heads=2, head_dim=64,
+                                num_splits=3, device=DEV)
+    spans = sorted((c.data_ptr(), c.data_ptr() + c.numel() * c.element_size())
+                   for c in (ln.counters for ln in plan.launches) if c is not None)
+    assert len(spans) == 2 and spans[0][1] <= spans[1][0], spans
 
 
 def test_kernel_compiles_for_sm90():
