@@ -8,6 +8,7 @@ with the default configs.
     python -m benchmarks.tune_attn_core_paged --filter GQAPaged --out /tmp/tune-paged.json
     python -m benchmarks.tune_attn_core_paged --filter llama-8b-p64/ --iters 20
     python -m benchmarks.tune_attn_core_paged --ws --filter GQAPagedFwd/llama-8b/,starcoder --iters 20
+    python -m benchmarks.tune_attn_core_paged --filter MHADecode --variants latency,concurrent
 
 ``--ws``: instead, the large class on the warp-specialized kernel (``ws=`` of the plan: every config
 ``ws_launch.paged_applies`` may take) beside the Triton kernel (``ws=False``) and the default plan, on the rows
@@ -25,7 +26,7 @@ from attnops.attn_core.flash_fwd import ws_launch
 from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, TileConfig, config_key
 from attnops.attn_core.specs import SPECS
 
-from .sweep import check_and_time, record, seed_cases, sweep_arguments
+from .sweep import check_and_time, matches, record, seed_cases, sweep_arguments
 from .timing import L2Flusher, kernel_breakdown
 
 OPS = ("GQAPagedFwd", "MHADecodePagedWithKVCacheFwd", "GQAPrefillPagedWithKVCacheFwd")
@@ -90,6 +91,8 @@ def _ws_variants(case, default_plan) -> list[tuple[str, dict]]:
 def main():
     parser = sweep_arguments(__doc__.splitlines()[0], "tune-attn-core-paged.json")
     parser.add_argument("--ws", action="store_true", help="time the warp-specialized kernel's configs")
+    parser.add_argument("--variants", default="",
+                        help="only variants whose name contains one of these (comma-separated), beside the default")
     args = parser.parse_args()
     flush = L2Flusher()
     results = []
@@ -109,6 +112,8 @@ def main():
                 variants += [(f"{ln.kind}:{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}s{cfg.num_stages}",
                               {"configs": {key: cfg}}) for cfg in CANDIDATES.get(key, []) if cfg != CONFIGS[key]]
             variants += [("".join(f"{k}={v}" for k, v in knob.items()), knob) for knob in SPLIT_KNOBS]
+        if args.variants:
+            variants = variants[:1] + [v for v in variants[1:] if matches(v[0], args.variants)]
         timed, failed = check_and_time(spec, case, expected, (
             (name, functools.partial(_with_plan, spec.fn, make_plan(**kw)), None) for name, kw in variants),
             args.iters, flush)
