@@ -8,7 +8,7 @@ with the default configs.
     python -m benchmarks.tune_attn_core_paged --filter GQAPaged --out /tmp/tune-paged.json
     python -m benchmarks.tune_attn_core_paged --filter llama-8b-p64/ --iters 20
     python -m benchmarks.tune_attn_core_paged --ws --filter GQAPagedFwd/llama-8b/,starcoder --iters 20
-    python -m benchmarks.tune_attn_core_paged --filter MHADecode --variants latency,concurrent
+    python -m benchmarks.tune_attn_core_paged --filter MHADecode --variants latency
 
 ``--ws``: instead, the large class on the warp-specialized kernel (``ws=`` of the plan: every config
 ``ws_launch.paged_applies`` may take) beside the Triton kernel (``ws=False``) and the default plan, on the rows
@@ -47,7 +47,7 @@ CANDIDATES: dict[tuple[str, int], list[TileConfig]] = {
 # `fused_combine` are the defaults (ninth session's sweep): their negations check that they still win
 SPLIT_KNOBS = ({"num_splits": 1}, {"programs_per_sm": 1}, {"programs_per_sm": 2}, {"programs_per_sm": 8},
                {"fused_combine": False}, {"tile_in_page": False}, {"min_split_keys": 64}, {"min_split_keys": 128},
-               {"pow2_pages": False}, {"latency": False}, {"concurrent": False})
+               {"pow2_pages": False}, {"latency": False})
 
 
 def planner(op: str, case):

@@ -90,30 +90,6 @@ def arrival_counters(dev: torch.device, n: int) -> torch.Tensor:
     return buf
 
 
-_SIDE_STREAMS: dict[tuple, torch.cuda.Stream] = {}
-
-
-def run_beside(dev: torch.device, side_work, main_work) -> None:
-    """Queue ``side_work()``'s launches on a side stream of the current stream and ``main_work()``'s on the
-    current stream, so the GPU may run them at the same time (two launches that each leave most SMs idle). The
-    side stream first waits for the current stream's earlier work and the current stream then waits for the
-    side's: to everything else the pair is one stream (under graph capture too: a fork / join of events). Off
-    CUDA both run in order on the current stream. One side stream per (device, current stream)."""
-    if dev.type != "cuda":
-        side_work()
-        main_work()
-        return
-    main = torch.cuda.current_stream(dev)
-    side = _SIDE_STREAMS.get((dev, main.cuda_stream))
-    if side is None:
-        side = _SIDE_STREAMS[(dev, main.cuda_stream)] = torch.cuda.Stream(dev)
-    side.wait_stream(main)
-    with torch.cuda.stream(side):
-        side_work()
-    main_work()
-    main.wait_stream(side)
-
-
 @contextlib.contextmanager
 def pinned(store: dict, **values):
     """Set the non-None ``values`` in a launcher's override ``store`` for the block, then restore it (how

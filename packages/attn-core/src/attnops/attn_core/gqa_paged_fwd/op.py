@@ -161,19 +161,9 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
                 BLOCK_M=ln.cfg.block_m, BLOCK_R=rows, BLOCK_D=d, num_warps=4,
             )
 
-    active = [ln for ln in plan.launches if ln.n_items]
-    if len(active) < 2 or not plan.concurrent:
-        for ln in active:
+    for ln in plan.launches:
+        if ln.n_items:
             run_launch(ln)
-        return
-
-    # mixed batches: the decode launch beside the prefill launch (plan.CONCURRENT_DEFAULT); their outputs are
-    # disjoint rows and their split counters disjoint ranges
-    def run_rest():
-        for ln in active[:-1]:
-            run_launch(ln)
-
-    runtime.run_beside(q.device, lambda: run_launch(active[-1]), run_rest)
 
 
 # --------------------------------------------------------------------------------------------------

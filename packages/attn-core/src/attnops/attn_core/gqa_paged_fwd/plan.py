@@ -50,11 +50,6 @@ POW2_PAGES_DEFAULT = True
 # 20261202-0352-attn-core-paged-ws.jsonl, beside the peers): GQAPagedFwd/llama-8b 949 -> 483 us, serving-step 368 ->
 # 277, qwen3-ragged-odd 343 -> 187, prefill op starcoder 669 -> 411, llama-8b-rope 1110 -> 569; every row checked.
 WS_DEFAULT = True
-# The two classes of a mixed batch as two launches the GPU may run at once (run_plan: the decode launch on a side
-# stream). Nsight on the H200 (2026-12-03): llama-8b-noncausal's prefill launch (64 programs) 20.7 us, then its
-# decode launch (112 programs) 13.0 us; gpt-oss-sink-mixed 16.0 + 8.1 us. ``concurrent=False`` per plan queues
-# them on one stream.
-CONCURRENT_DEFAULT = True
 
 
 @dataclass(frozen=True)
@@ -82,12 +77,12 @@ CONFIGS: dict[tuple[str, int], TileConfig] = {
     ("large", 128): TileConfig(128, 64, 8, 3),
     ("large", 256): TileConfig(64, 64, 8, 2),
 }
-# Latency-bound decode launches (the small class gives fewer programs than SMs at MIN_SPLIT_KEYS: one short
-# request, MHA serving rows, the decode part of a mixed batch) split down to LATENCY_SPLIT_KEYS keys and, at
-# D = 128, take the 8-warp 128-key tile. H200, 2026-12-03 (benchmarks/results/h200/20261203-0750-tune-paged-
-# ragged-serving.json): MHA serving-p128 11.4 us -> 9.6 with 128-key splits, 9.8 with the tile; the decode part of
-# qwen-ragged-rope 42.3 -> 38.2 with the tile (its large class was not changed). ``latency=False`` per plan
-# restores the MIN_SPLIT_KEYS / CONFIGS choice.
+# Latency-bound decode launches (256-key splits would give the small class at most half as many programs as
+# SMs: one short request, MHA serving rows, the decode part of a short mixed batch) split down to
+# LATENCY_SPLIT_KEYS keys and, at D = 128, take the 8-warp 128-key tile. H200, 2026-12-03 (benchmarks/results/
+# h200/20261203-0825-tune-paged-latency-concurrent.json, against ``latency=False``): MHA serving-p128 11.6 -> 9.0
+# us, serving-b2 / kv1k / kv512 / speculative 8.8 / 8.7 / 8.2 / 10.5 -> 7.8 / 7.6 / 6.6 / 9.8, qwen-ragged-rope
+# 42.1 -> 37.5; but llama-8b-noncausal (112 programs at 256-key splits) 34.6 -> 38.4, hence half the SMs.
 LATENCY_SPLIT_KEYS = 128
 LATENCY_CONFIGS: dict[tuple[str, int], TileConfig] = {("small", 128): TileConfig(16, 128, 8, 2)}
 
@@ -136,7 +131,6 @@ class PagedAttentionPlan:
     device: torch.device
     launches: list[Launch] = field(default_factory=list)
     pow2_pages: bool = False  # shift / mask page addressing where the page size is a power of two
-    concurrent: bool = False  # the launches may run at the same time (CONCURRENT_DEFAULT)
 
     def describe(self) -> str:
         parts = []
@@ -180,7 +174,7 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
                          fused_combine: bool | None = None, tile_in_page: bool | None = None,
                          min_split_keys: int | None = None, pow2_pages: bool | None = None,
                          ws: ws_launch.WsConfig | bool | None = None,
-                         latency: bool | None = None, concurrent: bool | None = None) -> PagedAttentionPlan:
+                         latency: bool | None = None) -> PagedAttentionPlan:
     """Schedule one batch layout. ``q_lens`` / ``kv_lens``: per-request host ints (``kv_lens`` = pool keys;
     with ``new_keys`` the request also has its q_len new keys). Tuning / test knobs: ``num_splits`` forces
     the KV split count of every item; ``configs`` overrides ``CONFIGS`` entries; ``programs_per_sm``
@@ -194,9 +188,9 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     ``POW2_PAGES_DEFAULT``) addresses power-of-two pages by shift and mask; ``ws``: the large class on the
     warp-specialized kernel when the call allows it (``run_plan``): a ``WsConfig`` forces that config, True
     the default config where ``ws_launch.worth_it`` says so, False never (default ``WS_DEFAULT``); ``latency``:
-    the small class's latency rule (``LATENCY_SPLIT_KEYS`` / ``LATENCY_CONFIGS`` where it would give fewer
-    programs than SMs; None: that rule, True: always, False: never; an explicit ``min_split_keys`` or small
-    config wins); ``concurrent`` (default ``CONCURRENT_DEFAULT``): the launches may run at the same time."""
+    the small class's latency rule (``LATENCY_SPLIT_KEYS`` / ``LATENCY_CONFIGS`` where it would give at most
+    half as many programs as SMs; None: that rule, True: always, False: never; an explicit ``min_split_keys`` or small
+    config wins)."""
     device = torch.device(device) if device is not None else runtime.device()
     group = num_heads // num_kv_heads
     wl, wr = window_bounds(is_causal, window_size_left, window_size_right)
@@ -204,10 +198,8 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     q_lens = tuple(int(x) for x in q_lens)
     kv_lens = tuple(int(x) for x in kv_lens)
     plan = PagedAttentionPlan(q_lens, kv_lens, num_heads, num_kv_heads, head_dim, (wl, wr), new_keys, device,
-                              pow2_pages=POW2_PAGES_DEFAULT if pow2_pages is None else pow2_pages,
-                              concurrent=CONCURRENT_DEFAULT if concurrent is None else concurrent)
+                              pow2_pages=POW2_PAGES_DEFAULT if pow2_pages is None else pow2_pages)
     sms = runtime.num_sms()
-    counter_base = 0
     for kind in ("large", "small"):
         cfg = table[config_key(kind, head_dim)]
         bm = cfg.block_m
@@ -235,8 +227,8 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
             want = max(1, math.ceil(sms / n0)) if n0 < sms else 1
         forced = num_splits is not None
         min_keys = min_split_keys or MIN_SPLIT_KEYS[kind]
-        if kind == "small" and latency is not False and (latency or num_kv_heads * sum(
-                _splits(span, cfg.block_n, min_keys, want, forced) for _, _, span, _ in blocks) < sms):
+        if kind == "small" and latency is not False and (latency or 2 * num_kv_heads * sum(
+                _splits(span, cfg.block_n, min_keys, want, forced) for _, _, span, _ in blocks) <= sms):
             if min_split_keys is None:
                 min_keys = LATENCY_SPLIT_KEYS
             if configs is None or config_key(kind, head_dim) not in configs:
@@ -258,13 +250,8 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
         part_lse = testing.kernel_buffer((slot, num_kv_heads, bm), torch.float32, device)
         fused = FUSED_COMBINE_DEFAULT if fused_combine is None else fused_combine
         # the shared per-(device, stream) counters of the flash / MLA kernels: zeroed once, left at 0 by every
-        # run, so a plan built per call adds no fill kernel to the call; the launches of one plan may run at the
-        # same time (run_plan), so each takes its own range
-        counters = None
-        if fused and slot:
-            n = slot * num_kv_heads
-            counters = runtime.arrival_counters(device, counter_base + n)[counter_base:counter_base + n]
-            counter_base += n
+        # run, so a plan built per call adds no fill kernel to the call
+        counters = runtime.arrival_counters(device, slot * num_kv_heads) if fused and slot else None
         tile = kind in TILE_IN_PAGE_DEFAULT if tile_in_page is None else tile_in_page
         ln = Launch(kind, cfg, item_t, comb_t, part_o, part_lse, counters, tile)
         if kind == "large":
