@@ -205,17 +205,12 @@ def _split_counters_are_zero() -> bool:
     return not bool(runtime.arrival_counters(DEV, 1).any())
 
 
-def _split_bins(row: torch.Tensor, topk: int, hist_bits: int) -> tuple[int, int, int]:
-    """The split path's bins for ``row`` (1-D fp32; the kernel's key and bin mappings): keys in the threshold
-    bin, keys in the second-level threshold bin, and how many of those the row takes."""
+def _threshold_bin_size(row: torch.Tensor, topk: int, hist_bits: int) -> int:
+    """Keys of ``row`` (1-D fp32) in the split path's threshold bin (the kernel's key and bin mapping)."""
     bits = torch.where(row == 0, torch.zeros_like(row), row).view(torch.int32)
-    keys = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).long()
-    bins = (keys >> (32 - hist_bits)) + (1 << (hist_bits - 1))
-    b = bins.sort(descending=True).values[topk - 1]
-    room = topk - int((bins > b).sum())
-    bins2 = (keys[bins == b] >> (32 - 2 * hist_bits)) & ((1 << hist_bits) - 1)
-    b2 = bins2.sort(descending=True).values[room - 1]
-    return int((bins == b).sum()), int((bins2 == b2).sum()), room - int((bins2 > b2).sum())
+    keys = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    bins = (keys >> (32 - hist_bits)).long() + (1 << (hist_bits - 1))
+    return int((bins == bins.sort(descending=True).values[topk - 1]).sum())
 
 
 @pytest.mark.parametrize("config", SPLITS, ids=("bitwise", "radix"))
@@ -245,64 +240,11 @@ def test_split_ties_inside_the_threshold_bin():
     scores[0, 1, ::9, 0] = torch.tensor([0.0, -0.0]).repeat(145)[: len(range(0, 2600, 9))]
     topk = int((scores[0, 0] > 1.0).sum()) + 200
     for row in scores[0, :, :, 0]:
-        assert _split_bins(row, topk, config.hist_bits)[0] <= config.cap(topk), "no overflow wanted"
+        assert _threshold_bin_size(row, topk, config.hist_bits) <= config.cap(topk), "no overflow wanted"
     case = _case(scores, [[0, 0]], [[2600, 2600]], topk)
     expected = case.fresh().run(SPEC.reference)["indexes"].cpu()
     got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
     assert torch.equal(got.sort(-1).values, expected.sort(-1).values)
-
-
-def _ordered_keys_to_float(keys: torch.Tensor) -> torch.Tensor:
-    """Inverse of the kernel's fp32 -> ordered int32 key mapping."""
-    keys = keys.to(torch.int32)
-    return torch.where(keys < 0, keys ^ 0x7FFFFFFF, keys).view(torch.float32)
-
-
-@pytest.mark.parametrize("config", SPLITS, ids=("bitwise", "radix"))
-def test_split_second_level_bin_ranks_its_keys(config):
-    """The second-level threshold bin holds a few keys (the tail, ranked pairwise): 5 distinct keys and 6 equal
-    ones at the bin's bottom, at positions spread over the row's programs, the k-th key among the equal ones,
-    so the tail must rank by key, then take the lowest tied positions. Row 0 around 1.0, row 1 around -1.5
-    (negative keys in the tail's packing), row 2 on 0.0 (two of the tied keys -0.0, denormals above them)."""
-    gen = testing.generator(74)
-    s_kv, low_bits = 2600, 32 - 2 * config.hist_bits
-    scores = 0.3 * torch.randn((3, 1, s_kv, 1), generator=gen)
-    scores[2] = scores[2].abs() - 1.0  # row 2: nothing else near 0.0
-    for r, base in enumerate((1.0, -1.5, 0.0)):
-        key0 = (int(torch.tensor([base]).view(torch.int32) ^ (0x7FFFFFFF if base < 0 else 0)) >> low_bits) << low_bits
-        group = _ordered_keys_to_float(torch.tensor([key0 + 700 * m for m in range(1, 6)] + [key0] * 6))
-        if base == 0.0:
-            group[[6, 9]] = -0.0
-        scores[r, 0, torch.randperm(s_kv, generator=gen)[:11], 0] = group
-        row = scores[r, 0, :, 0]
-        topk = int((row > group[-1]).sum()) + 3
-        in_bin, in_b2, room2 = _split_bins(row, topk, config.hist_bits)
-        assert in_bin <= config.cap(topk) and room2 < in_b2 <= 32, "the tail branch wanted, with a choice in it"
-        case = _case(scores[r: r + 1], [[0]], [[s_kv]], topk)
-        expected = case.fresh().run(SPEC.reference)["indexes"].cpu()
-        got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
-        assert torch.equal(got.sort(-1).values, expected.sort(-1).values), base
-    assert _split_counters_are_zero()
-
-
-@pytest.mark.parametrize("config", SPLITS, ids=("bitwise", "radix"))
-def test_split_second_level_bin_with_many_keys(config):
-    """Every key in one second-level bin (~1.3: only the bits below both bins' differ, with repeats; the bin's
-    own bits nonzero) and fewer than the candidate slots: the last program searches the low bits over the
-    candidates (and the positions among keys equal to the k-th)."""
-    gen = testing.generator(75)
-    low_bits = 32 - 2 * config.hist_bits
-    key0 = (int(torch.tensor([1.3]).view(torch.int32)) >> low_bits) << low_bits
-    scores = _ordered_keys_to_float(key0 + torch.randint(0, 1 << low_bits, (1, 2, 1000, 1), generator=gen))
-    topk = 300
-    for row in scores[0, :, :, 0]:
-        in_bin, in_b2, _ = _split_bins(row, topk, config.hist_bits)
-        assert in_bin <= config.cap(topk) and in_b2 > 32, "the search branch wanted"
-    case = _case(scores, [[0, 0]], [[1000, 1000]], topk)
-    expected = case.fresh().run(SPEC.reference)["indexes"].cpu()
-    got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
-    assert torch.equal(got.sort(-1).values, expected.sort(-1).values)
-    assert _split_counters_are_zero()
 
 
 def test_split_candidate_overflow_selects_over_the_window():
@@ -314,7 +256,7 @@ def test_split_candidate_overflow_selects_over_the_window():
     scores[0, 1] = 0.75
     topk = 50
     for row in scores[0, :, :, 0]:
-        assert _split_bins(row, topk, config.hist_bits)[0] > config.cap(topk), "overflow wanted"
+        assert _threshold_bin_size(row, topk, config.hist_bits) > config.cap(topk), "overflow wanted"
     case = _case(scores, [[0, 3]], [[2400, 2400]], topk)
     expected = case.fresh().run(SPEC.reference)["indexes"].cpu()
     got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()

@@ -36,14 +36,12 @@ row leaves the GPU idle and spends its time on dependent CTA reductions): grid (
    ``HIST_BITS`` bits;
 2. each program finds the threshold bin ``b`` (the bin of the topk-th largest key, from the row histogram's
    suffix sums) and writes its keys above ``b`` straight to the output and its keys in ``b`` to the row's
-   candidate buffer (slots from two per-row atomic counters; no order), adding their next ``HIST_BITS`` bits
-   into the row's second-level histogram (relaxed atomics). The last program of the row to arrive (acq_rel
-   counter, as the MLA split merge) finds the second-level threshold bin ``b2`` the same way, writes the
-   candidates above ``b2``, and ranks the few in ``b2`` (at most ``SPLIT_TAIL``: ~1-3 on a normal row) against
-   each other in one warp-level pass (key, then position: the tie rule); a larger ``b2`` (ties, near-equal
-   keys) takes the register select below the bins' known top bits (keys equal to the k-th go to the lowest
-   positions by a search over their positions, so the buffer needs no order); with more candidates than
-   slots, the whole-row select. Then it zeroes the row's histograms and counters for the next call.
+   candidate buffer (slots from two per-row atomic counters; no order). The last program of the row to
+   arrive (acq_rel counter, as the MLA split merge) selects the remaining ``topk - above`` among the
+   candidates in registers (the bitwise search starts below the bin's known top bits; keys equal to the k-th
+   go to the lowest positions by a search over their positions, so the buffer needs no order), or, with more
+   candidates than slots, runs the whole-row select; then it zeroes the row's histogram and counters for the
+   next call.
 
 Keys are the fp32 bits mapped to an order-preserving int32 (−0.0 folded onto +0.0), so the select is exact
 and −inf is an ordinary, eligible value. The compaction compares floats, so a NaN is never a survivor of
@@ -326,22 +324,10 @@ def topk_select_kernel(
                 tl.debug_barrier()  # reads done before the next row overwrites the scratch
 
 
-# The split path's second-level threshold bin with at most this many keys (~1-3 on a normal row) is ranked in
-# one warp-level pass over a [SPLIT_TAIL, SPLIT_TAIL] compare tile; op.py gives every row this many slots after
-# its candidates for them.
-SPLIT_TAIL = tl.constexpr(32)
-
-
 @triton.jit
 def _key_bin(key, HIST_BITS: tl.constexpr):
     """Histogram bin of an ordered key: its top HIST_BITS bits as an unsigned number (bin order = key order)."""
     return (key >> (32 - HIST_BITS)) + (1 << (HIST_BITS - 1))
-
-
-@triton.jit
-def _key_bin2(key, HIST_BITS: tl.constexpr):
-    """Second-level bin: the key's next HIST_BITS bits (bin order = key order within one first-level bin)."""
-    return (key >> (32 - 2 * HIST_BITS)) & ((1 << HIST_BITS) - 1)
 
 
 @triton.jit
@@ -354,10 +340,10 @@ def topk_split_histogram_kernel(
     HIST_BITS: tl.constexpr,  # bins = 2^HIST_BITS, over the keys' top bits
 ):
     """Split path, step 1 of 2 (program (i, p): positions [p·CHUNK, (p + 1)·CHUNK) of row r = row0 + i's
-    window; the scratch is indexed by i): one relaxed atomic add per key into the row's histogram (the first
-    of its two, 2^HIST_BITS bins each), which the previous call's step 2 left at zero. (tl.histogram of the
-    chunk into 2048 bins, merged per bin, took ~6.8 µs a program on the H200: shared-memory atomics per warp
-    and a 2048-bin pass; a normal row's busiest bin takes ~5 % of the row's atomics.)"""
+    window; the scratch is indexed by i): one relaxed atomic add per key into the row's histogram, which the
+    previous call's step 2 left at zero. (tl.histogram of the chunk into 2048 bins, merged per bin, took
+    ~6.8 µs a program on the H200: shared-memory atomics per warp and a 2048-bin pass; a normal row's busiest
+    bin takes ~5 % of the row's atomics.)"""
     i = tl.program_id(0)
     r = row0 + i
     p = tl.program_id(1)
@@ -366,25 +352,21 @@ def topk_split_histogram_kernel(
     j = p * CHUNK + tl.arange(0, CHUNK)
     m = j < n
     x = tl.load(row_ptr + (lo + j).to(tl.int64) * stride_st, mask=m, other=0.0)
-    hist_row = hist_ptr + (i.to(tl.int64) << (HIST_BITS + 1))
+    hist_row = hist_ptr + (i.to(tl.int64) << HIST_BITS)
     tl.atomic_add(hist_row + _key_bin(_ordered_key(x), HIST_BITS), 1, mask=m, sem="relaxed")
 
 
 @triton.jit
 def _threshold_bin(hist_row_ptr, topk, HIST_BITS: tl.constexpr):
     """(b, above, in_bin): the bin holding the topk-th largest key, how many keys lie in higher bins
-    (< topk) and how many in bin b (>= topk - above), in_bin saturated at 2^16 - 1 (callers only compare it
-    with CAP or SPLIT_TAIL, both below); all 0 when the histogram holds fewer than topk keys. b is the one bin
-    whose suffix sum reaches topk while the next bin's does not, so one sum of its three numbers packed into
-    an int64 gives them all (one CTA-wide reduction instead of three, each a barrier round)."""
-    tl.static_assert(HIST_BITS <= 16)
+    (< topk) and how many in bin b (>= topk - above). Meaningless when the window holds <= topk keys."""
     bins = tl.arange(0, 1 << HIST_BITS)
     h = tl.load(hist_row_ptr + bins)
     at_or_above = tl.cumsum(h, axis=0, reverse=True)
-    hit = (at_or_above >= topk) & (at_or_above - h < topk)
-    packed = ((at_or_above - h).to(tl.int64) << 32) | (tl.minimum(h, 0xFFFF).to(tl.int64) << 16) | bins
-    found = tl.sum(tl.where(hit, packed, 0), axis=0)
-    return (found & 0xFFFF).to(tl.int32), (found >> 32).to(tl.int32), ((found >> 16) & 0xFFFF).to(tl.int32)
+    b = tl.max(tl.where(at_or_above >= topk, bins, 0), axis=0)
+    above = tl.sum(tl.where(bins > b, h, 0), axis=0)
+    in_bin = tl.sum(tl.where(bins == b, h, 0), axis=0)
+    return b, above, in_bin
 
 
 @triton.jit
@@ -400,66 +382,33 @@ def _lowest_positions(pos, eq, room):
 
 
 @triton.jit
-def _select_tail(tail_ptr, n, room, out_ptr, TAIL: tl.constexpr):
-    """Write the ``room`` best of the n <= TAIL entries at tail_ptr (ordered key << 32 | 2^31 - 1 - position:
-    a larger entry is a larger key, or an equal key at a lower position) at out_ptr + their rank. Every pair is
-    compared at once and the ranks summed along the rows of the [TAIL, TAIL] tile: a warp-level sum, no
-    CTA-wide dependent step. Both operands are loaded straight into the tile's row and column shapes."""
-    i = tl.arange(0, TAIL)[:, None]
-    j = tl.arange(0, TAIL)[None, :]
-    vi = tl.load(tail_ptr + i, mask=i < n, other=0)
-    vj = tl.load(tail_ptr + j, mask=j < n, other=0)
-    rank = tl.sum(((j < n) & (vj > vi)).to(tl.int32), axis=1, keep_dims=True)  # entries distinct (positions)
-    tl.store(out_ptr + rank, (2147483647 - (vi & 0xFFFFFFFF)).to(tl.int32), mask=(i < n) & (rank < room))
-
-
-@triton.jit
-def _select_candidates(cand_ptr, hist2_ptr, n, k, out_ptr, b, CAP: tl.constexpr, HIST_BITS: tl.constexpr,
+def _select_candidates(cand_ptr, n, k, out_ptr, prefix, CAP: tl.constexpr, PREFIX_BITS: tl.constexpr,
                        RADIX: tl.constexpr):
-    """Exact top-k of the split path's n <= CAP candidates (the threshold bin b's keys, appended by the chunks
-    in arrival order, so in no particular position order; ``hist2_ptr``: the histogram of their next
-    HIST_BITS bits): keys and positions loaded once into CAP-wide register tensors (before the histogram is
-    scanned: the two loads overlap). From the second-level threshold bin b2: with at most SPLIT_TAIL keys in
-    b2 (normal rows), the candidates above b2 are written and b2's keys go to the tail (the row's SPLIT_TAIL
-    slots after its CAP candidate slots), which ``_select_tail`` ranks; one scan each (one scan of both counts
-    packed into an int32 made Triton move pointers instead of masks between register layouts: 6 barriers
-    more, offline sm_90). Otherwise (ties, near-equal keys): the k-th key by the bitwise search below both
-    bins' known top bits (or by digits), every key above it, and of the keys equal to it the lowest positions
-    (a search over their positions, only when more are equal than places are left)."""
+    """Exact top-k of the split path's n <= CAP candidates (the threshold bin's keys, appended by the chunks
+    in arrival order, so in no particular position order): keys and positions loaded once into CAP-wide
+    register tensors; the k-th key by the bitwise search below the bin's ``PREFIX_BITS`` known top bits
+    (``prefix``, see ``_kth_largest``) or by digits; every key above it, and of the keys equal to it the
+    lowest positions (a search over their positions, only when more are equal than places are left)."""
     j = tl.arange(0, CAP)
     valid = j < n
     keys, pos = _keys_at(j, valid, cand_ptr, 0, 0, cand_ptr, True)
     keys = tl.where(valid, keys, -2147483648)
-    b2, above2, in_b2 = _threshold_bin(hist2_ptr, k, HIST_BITS)
-    if in_b2 <= SPLIT_TAIL:
-        sub = _key_bin2(keys, HIST_BITS)
-        gt = valid & (sub > b2)
-        eq = valid & (sub == b2)
-        tl.store(out_ptr + tl.cumsum(gt.to(tl.int32), axis=0) - 1, pos, mask=gt)
-        tail = cand_ptr + CAP
-        tail_entry = (keys.to(tl.int64) << 32) | (2147483647 - pos)  # see _select_tail
-        tl.store(tail + tl.cumsum(eq.to(tl.int32), axis=0) - 1, tail_entry, mask=eq)
-        tl.debug_barrier()  # the tail written by all threads before any thread reads it
-        _select_tail(tail, in_b2, k - above2, out_ptr + above2, SPLIT_TAIL)
+    if RADIX:
+        kth = _kth_largest_radix(keys, k)
     else:
-        if RADIX:
-            kth = _kth_largest_radix(keys, k)
-        else:
-            # every candidate's key + 2^31 starts with bin b's bits, the k-th one's also with b2's
-            prefix = ((b.to(tl.int64) << HIST_BITS) | b2) << (32 - 2 * HIST_BITS)
-            kth = _kth_largest(keys, k, prefix, 2 * HIST_BITS)
-        gt = keys > kth  # padding (int32 min) is never > kth
-        eq = valid & (keys == kth)
-        room = k - tl.sum(gt.to(tl.int32), axis=0)
-        last_pos = tl.full([], 2147483647, tl.int32)
-        if tl.sum(eq.to(tl.int32), axis=0) > room:
-            last_pos = _lowest_positions(pos, eq, room)
-        take = gt | (eq & (pos <= last_pos))
-        tl.store(out_ptr + tl.cumsum(take.to(tl.int32), axis=0) - 1, pos, mask=take)
+        kth = _kth_largest(keys, k, prefix, PREFIX_BITS)
+    gt = keys > kth  # padding (int32 min) is never > kth
+    eq = valid & (keys == kth)
+    room = k - tl.sum(gt.to(tl.int32), axis=0)
+    last_pos = tl.full([], 2147483647, tl.int32)
+    if tl.sum(eq.to(tl.int32), axis=0) > room:
+        last_pos = _lowest_positions(pos, eq, room)
+    take = gt | (eq & (pos <= last_pos))
+    tl.store(out_ptr + tl.cumsum(take.to(tl.int32), axis=0) - 1, pos, mask=take)
 
 
 @triton.jit
-def _finish_row(row_ptr, stride_t, lo, n, topk, S_kv, out_row_ptr, cand_row_ptr, hist_row_ptr, b, above, in_bin,
+def _finish_row(row_ptr, stride_t, lo, n, topk, S_kv, out_row_ptr, cand_row_ptr, b, above, in_bin,
                 CAP: tl.constexpr, BLOCK: tl.constexpr, HIST_BITS: tl.constexpr, RADIX: tl.constexpr):
     """The row's last program: short windows padded; otherwise the keys above bin b are written, and the
     remaining topk - above come from bin b's candidates. Candidates over CAP (many equal or near-equal keys):
@@ -467,8 +416,8 @@ def _finish_row(row_ptr, stride_t, lo, n, topk, S_kv, out_row_ptr, cand_row_ptr,
     if n <= topk:
         _write_short_window(out_row_ptr, lo, n, topk, S_kv, tl.arange(0, BLOCK), BLOCK)
     elif in_bin <= CAP:
-        _select_candidates(cand_row_ptr, hist_row_ptr + (1 << HIST_BITS), in_bin, topk - above, out_row_ptr + above,
-                           b, CAP, HIST_BITS, RADIX)
+        prefix = b.to(tl.int64) << (32 - HIST_BITS)  # every candidate's key + 2^31 starts with bin b's bits
+        _select_candidates(cand_row_ptr, in_bin, topk - above, out_row_ptr + above, prefix, CAP, HIST_BITS, RADIX)
     else:
         _select_window(row_ptr, stride_t, lo, n, topk, out_row_ptr, BLOCK)
 
@@ -481,27 +430,25 @@ def topk_split_select_kernel(
     stride_wb, stride_ws, stride_eb, stride_es,
     CHUNK: tl.constexpr,  # window positions per program (as in step 1)
     HIST_BITS: tl.constexpr,
-    CAP: tl.constexpr,  # candidate slots per row (keys in the threshold bin; SPLIT_TAIL more follow them)
+    CAP: tl.constexpr,  # candidate slots per row (keys in the threshold bin)
     BLOCK: tl.constexpr,  # positions per step of the last program's loops
-    RADIX: tl.constexpr,  # the last program's register select by 8-bit digits (when b2 holds many keys)
+    RADIX: tl.constexpr,  # the last program's register select by 8-bit digits
 ):
     """Split path, step 2 of 2 (program (i, p) as in step 1): from the row's histogram, the threshold bin b.
     The chunk's keys above b go to the output at slots taken from a per-row counter, its keys in b, as
     (fp32 bits << 32 | position), to the row's candidate buffer at slots from a second counter (order
-    unspecified in both), and their next HIST_BITS bits into the row's second histogram. The last program of
-    the row to arrive selects among the candidates and zeroes the row's histograms and counters."""
+    unspecified in both). The last program of the row to arrive selects among the candidates and zeroes the
+    row's histogram and counters."""
     tl.static_assert(CHUNK % 4 == 0)
-    tl.static_assert(2 * HIST_BITS <= 32)
-    tl.static_assert(CAP < (1 << 16))  # _threshold_bin saturates its count of keys in the bin at 2^16 - 1
     i = tl.program_id(0)
     r = row0 + i
     p = tl.program_id(1)
     nchunks = tl.num_programs(1)
     lo, _, n, row_ptr = _row_window(r, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
                                     stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
-    hist_row = hist_ptr + (i.to(tl.int64) << (HIST_BITS + 1))  # the row's two histograms
+    hist_row = hist_ptr + (i.to(tl.int64) << HIST_BITS)
     out_row = out_ptr + r.to(tl.int64) * topk
-    cand_row = cand_ptr + i.to(tl.int64) * (CAP + SPLIT_TAIL)
+    cand_row = cand_ptr + i.to(tl.int64) * CAP
     above_counter = counter_ptr + 3 * i
     cand_counter = counter_ptr + 3 * i + 1
     arrivals = counter_ptr + 3 * i + 2
@@ -511,8 +458,7 @@ def topk_split_select_kernel(
     x = tl.load(row_ptr + (lo + j).to(tl.int64) * stride_st, mask=m, other=0.0)
     b, above, in_bin = _threshold_bin(hist_row, topk, HIST_BITS)
     if (n > topk) & (in_bin <= CAP):
-        key = _ordered_key(x)
-        key_bin = _key_bin(key, HIST_BITS)
+        key_bin = _key_bin(_ordered_key(x), HIST_BITS)
         keep = m & (key_bin > b)
         slot, tot = _tile_slots(keep, 0)
         slot += tl.atomic_add(above_counter, tl.sum(tot, axis=0), sem="relaxed")
@@ -520,12 +466,11 @@ def topk_split_select_kernel(
         in_b = m & (key_bin == b)
         base = tl.atomic_add(cand_counter, tl.sum(tl.sum(in_b.to(tl.int32), axis=1), axis=0), sem="relaxed")
         _compact_tile(x, lo + j, in_b, base, cand_row, CAP)
-        tl.atomic_add(hist_row + (1 << HIST_BITS) + _key_bin2(key, HIST_BITS), 1, mask=in_b, sem="relaxed")
     tl.debug_barrier()  # every thread's writes (and histogram reads) done before the arrival is released
     if tl.atomic_add(arrivals, 1, sem="acq_rel", scope="gpu") == nchunks - 1:
-        _finish_row(row_ptr, stride_st, lo, n, topk, S_kv, out_row, cand_row, hist_row, b, above, in_bin, CAP,
-                    BLOCK, HIST_BITS, RADIX)
-        tl.store(hist_row + tl.arange(0, 2 << HIST_BITS), 0)
+        _finish_row(row_ptr, stride_st, lo, n, topk, S_kv, out_row, cand_row, b, above, in_bin, CAP, BLOCK,
+                    HIST_BITS, RADIX)
+        tl.store(hist_row + tl.arange(0, 1 << HIST_BITS), 0)
         tl.atomic_xchg(above_counter, 0, sem="relaxed", scope="gpu")
         tl.atomic_xchg(cand_counter, 0, sem="relaxed", scope="gpu")
         tl.atomic_xchg(arrivals, 0, sem="relaxed", scope="gpu")

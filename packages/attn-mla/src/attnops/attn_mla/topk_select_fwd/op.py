@@ -9,7 +9,7 @@ import triton
 
 from attnops.kernel_utils import checks, runtime
 
-from .kernel import SPLIT_TAIL, topk_select_kernel, topk_split_histogram_kernel, topk_split_select_kernel
+from .kernel import topk_select_kernel, topk_split_histogram_kernel, topk_split_select_kernel
 
 
 @dataclass(frozen=True)
@@ -25,9 +25,8 @@ class TopKConfig:
     programs_per_sm: int  # persistent programs per SM: must all be resident (regs, smem), see sm90 compile
     radix: bool = False  # register selects by 8-bit digit histograms (4 dependent steps instead of 32)
     # Split path (split_chunk > 0): every row over cdiv(S_kv, split_chunk) programs of split_chunk positions,
-    # two launches (histogram of the keys' top hist_bits bits; threshold bin, writes, second-level histogram of
-    # the bin's keys, last program's select); cap(topk) = candidate slots of the threshold bin. block: step of
-    # the last program's loops.
+    # two launches (histogram of the keys' top hist_bits bits; threshold bin, writes, last program's select);
+    # cap(topk) = candidate slots of the threshold bin. block: step of the last program's loops.
     split_chunk: int = 0
     hist_bits: int = 11
 
@@ -68,13 +67,13 @@ CONFIGS = {
                              num_warps=8, maxnreg=80, programs_per_sm=3, radix=True),
     # Few long rows (decode, picked when rows × cdiv(S_kv, 512) <= SMs): each row split over 512-key programs;
     # 2048 bins (4 per octave) put ~5.3 % of a normal row in the threshold bin (~870 candidates at 16384 keys,
-    # k = 2048, in a next_pow2(topk)-wide register tensor of the row's last program); their next 11 bits, in
-    # a second 2048-bin histogram, leave ~1-3 keys in the second-level threshold bin, ranked pairwise.
+    # k = 2048), selected in 21 bitwise steps by the row's last program over a next_pow2(topk)-wide register
+    # tensor. (4096 bins would halve the candidates, but not that tensor, and double tl.histogram's work:
+    # 2304 SASS per 512-key program, ~1 µs, offline sm_90.)
     "h200-split": TopKConfig(block=1024, stages=1, samples=64, slack=(9, 4), cap_factor=1, max_cap=4096,
                              num_warps=4, maxnreg=None, programs_per_sm=1, split_chunk=512, hist_bits=11),
-    # Sweep candidate (not picked): the last program's select by 8-bit digits (4 histogram steps instead of 10
-    # bitwise ones) where the second-level threshold bin holds many keys (ties, near-equal keys; not the
-    # normal decode row, where it runs as h200-split).
+    # Sweep candidate (not picked): the last program's select by 8-bit digits (4 histogram steps instead of 21
+    # bitwise ones over the candidates).
     "h200-split-radix": TopKConfig(block=1024, stages=1, samples=64, slack=(9, 4), cap_factor=1, max_cap=4096,
                                    num_warps=4, maxnreg=None, programs_per_sm=1, split_chunk=512, hist_bits=11,
                                    radix=True),
@@ -130,22 +129,21 @@ def launch(index_score, starts, ends, topk: int, out: torch.Tensor, config: TopK
     return out
 
 
-SPLIT_ROWS = 512  # rows per launch pair of the split path (row histograms and candidates: ~17 MB at k = 2048)
+SPLIT_ROWS = 512  # rows per launch pair of the split path (row histograms and candidates: ~10 MB at k = 2048)
 
 
 def _launch_split(index_score, starts, ends, topk: int, out: torch.Tensor, config: TopKConfig) -> torch.Tensor:
     """The split path: grid (rows, programs per row), two launches per batch of rows (one batch whenever
-    ``pick_config`` chose it; pinned on many long rows, several). The row histograms (two per row: top bits,
-    then the threshold bin's next bits) and counters live in the stream's arrival counters (zero between
-    calls: each row's last program resets its own), so no memset runs; the candidates (and the tail slots
-    after them) are scratch that step 2 reads only where its own programs wrote."""
+    ``pick_config`` chose it; pinned on many long rows, several). The row histograms and counters live in the
+    stream's arrival counters (zero between calls: each row's last program resets its own), so no memset
+    runs; the candidates are scratch that step 2 reads only where its own programs wrote."""
     b, s, s_kv, g = index_score.shape
     num_rows, chunks = b * s * g, config.programs_per_row(s_kv)
-    dev, bins, cap = index_score.device, 2 << config.hist_bits, config.cap(topk)
+    dev, bins, cap = index_score.device, 1 << config.hist_bits, config.cap(topk)
     batch = min(num_rows, SPLIT_ROWS)
     state = runtime.arrival_counters(dev, batch * (bins + 3))
     hist, counters = state[: batch * bins], state[batch * bins: batch * (bins + 3)]
-    candidates = torch.empty((batch, cap + SPLIT_TAIL.value), dtype=torch.int64, device=dev)
+    candidates = torch.empty((batch, cap), dtype=torch.int64, device=dev)
     strides = (*index_score.stride(), *starts.stride(), *ends.stride())
     for row0 in range(0, num_rows, batch):
         grid = (min(batch, num_rows - row0), chunks)
