@@ -226,6 +226,10 @@ def floor_gap(op: str, name: str) -> str:
                 f"warp-specialized Gluon dK / dV + dQ kernels (attn-core 0.3.7) measured level with the Triton ones "
                 f"on the long MHA rows and 20 % slower on GQA (H200 sweep 2026-12-02) ({core})")
     if "sink-mixed" in name:
+        if op == "GQAPagedFwd":
+            return ("two launches one after the other (H200 Nsight: prefill 16.0 µs on 144 programs, then 8.1 µs for "
+                    "the decode request's 8 programs over a 128-key window: a fixed cost per launch); a side-stream "
+                    f"decode launch measured no overlap ({core})")
         return ("window-128 rows: each query tile meets 2–3 key tiles, so its q load, epilogue and the launch "
                 f"dominate (hypothesis; FA3 13–24 µs; the ws paged layout swept 12 % slower) ({core})")
     if op in ("GQADenseFwd", "GQAVarlenFwd"):
@@ -237,16 +241,18 @@ def floor_gap(op: str, name: str) -> str:
                     f"= 8 measured 332 vs 385 µs before tile_in_page ({core})")
         if "-p16" in name:
             return f"pages below the key tile: per-key table gather and division (`pow2_pages` candidate) ({core})"
+        if name == "llama-8b-noncausal":
+            return ("two launches one after the other (H200 Nsight: the 256-token prefill on 64 programs 20.7 µs, then "
+                    "the 7 decode requests' 112 programs 13.0 µs); a side-stream decode launch measured no overlap, "
+                    f"the latency split rule 11 % slower here ({core})")
         if name in PAGED_PREFILL_ROWS:
             return ("prefill with too few query tiles for the warp-specialized layout's rule (work for 7 / 8 of the "
                     f"SMs): the Triton tile at 170-275 TF/s, {serial} ({core})")
     if op == "GQAPrefillPagedWithKVCacheFwd":
-        if name == "qwen35-9b":  # the fp8-cache row
-            return (f"fp8 cache: the D = 256 Triton prefill tile at ~25 % SOL (the warp-specialized layout reads "
-                    f"16-bit pools only) ({core})")
         return f"prefill on the warp-specialized paged layout at 0.58-0.93x FA3 ({core})"
     if op == "MHADecodePagedWithKVCacheFwd":
-        return f"latency row: split policy (min_split_keys 64 + in-kernel merge faster on serving rows) ({core})"
+        return (f"latency rows: 128-key splits and the 16x128 w8 tile (attn-core 0.3.11) left serving-p128 at 0.91x "
+                f"FlashInfer; opt-1.3b-b16 (512 programs, no split rule change) at 0.81-0.83x ({core})")
     if op == "MLADecodeWithKVCacheFwd":
         return (f"the 32-key blocks of the alternating warp-specialized kernel (the score GEMM bound by shared-memory "
                 f"operand reads at N = 32; the 64-key seesaw on a 2-slot ring measured 1.24-1.28x slower) ({mla})")
