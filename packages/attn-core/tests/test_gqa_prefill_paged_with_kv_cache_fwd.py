@@ -117,17 +117,52 @@ def test_fp8_staging(layout):
     assert plan.stage_fp8
 
 
+def test_fp8_staging_sized_by_the_longest_request():
+    """The op's own per-call plan stages the longest request's pages per request, not the table's capacity (here
+    a table twice as wide as needed): the kernels index the staging pools by that width."""
+    case = build_case([9, 3, 0], [40, 70, 5], 8, 2, 64, 16, F16, E4M3, DEV, seed=32, width=16, fuse_rope=True)
+    a = case.inputs
+    plan = gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, 64, stage_fp8=True)
+    plan.stage_tokens = 73  # what the op's own plan records: max(c + q) over requests with new tokens
+    ours = case.fresh()
+    ours.inputs["plan"] = plan
+    SPEC.compare(ours.run(SPEC.fn), case.fresh().run(SPEC.reference), case)
+
+
+def test_fp8_staging_rule(monkeypatch):
+    """By default an fp8 call stages when a warp-specialized launch would then apply and the staging pools fit in
+    the pools' 16-bit size; a reusable plan (no stage_tokens) sizes them by the table's capacity."""
+    from attnops.attn_core.flash_fwd import ws_launch
+    from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd.op import _stage_width
+
+    monkeypatch.setattr(ws_launch, "paged_applies", lambda *a, **k: True)
+    case = build_case([130, 3], [40, 70], 8, 2, 64, 16, F16, E4M3, DEV, seed=33, width=12, num_pages=24)
+    a = case.inputs
+    plan = gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, 64, ws=ws_launch.PAGED_DEFAULTS[64])
+    assert any(ln.ws is not None for ln in plan.attn.launches), plan.describe()
+    args = (a["q"], a["k_pages"], a["v_pages"], a["block_table"], a["out"], 16)
+    assert _stage_width(plan, *args) == 12  # 2 x 12 pages of 16 rows = the pool's 384 rows
+    plan.stage_tokens = 170
+    assert _stage_width(plan, *args) == 11
+    wide = build_case([130, 3], [40, 70], 8, 2, 64, 16, F16, E4M3, DEV, seed=33, width=13, num_pages=24).inputs
+    plan.stage_tokens = None
+    assert _stage_width(plan, a["q"], wide["k_pages"], wide["v_pages"], wide["block_table"], a["out"], 16) == 0
+    plan.stage_fp8 = False
+    assert _stage_width(plan, *args) == 0
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("w", [w for w in SPEC.workloads if "fp8" in w.dtype], ids=lambda w: w.id)
 def test_fp8_rows_stage_for_the_warp_specialized_kernel(w):
     """On Hopper the fp8 seed rows take the staged, warp-specialized route by default."""
-    from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd.op import _stages
+    from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd.op import _stage_width
 
     case = make_case(w, DEV, shrink=False, seed=5)
     a = case.inputs
     plan = gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], a["q"].shape[1], a["k_new"].shape[1],
                                   a["q"].shape[2])
-    assert _stages(plan, a["q"], a["k_pages"], a["out"], a["page_size"]), plan.describe()
+    assert _stage_width(plan, a["q"], a["k_pages"], a["v_pages"], a["block_table"], a["out"], a["page_size"]), \
+        plan.describe()
 
 
 def test_fp8_store_saturates():

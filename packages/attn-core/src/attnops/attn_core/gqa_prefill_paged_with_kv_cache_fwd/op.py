@@ -40,12 +40,16 @@ def _rope_table(max_position: int, rotary_dim: int, base: float, dtype, device):
 class PrefillPagedPlan:
     """Plan of ``gqa_prefill_paged_with_kv_cache_fwd`` for one batch layout: the attention schedule, the
     append work list ``[n, 2]`` (request, first token) and ``stage_fp8``: whether fp8 pools are first copied to
-    16-bit staging pools (None: when a warp-specialized launch then applies; True: always, which the CPU tests
-    use to run the staging kernels; False: never)."""
+    16-bit staging pools (None: when a warp-specialized launch then applies and the staging pools fit in the
+    16-bit size of the pools; True: always, which the CPU tests use to run the staging kernels; False: never).
+    ``stage_tokens``: the longest request's cached + new tokens when the plan serves one call only (the op's own
+    plan), so the staging pools hold that many per request; None (reusable plans, whose cached lengths may grow):
+    the block table's capacity."""
 
     attn: PagedAttentionPlan
     append_items: torch.Tensor
     stage_fp8: bool | None = None
+    stage_tokens: int | None = None
 
     def describe(self) -> str:
         return f"append: {self.append_items.shape[0]} items; {self.attn.describe()}"
@@ -148,6 +152,7 @@ def _prefill(
 ) -> None:
     plan = gqa_prefill_paged_plan(cu_seqlens_q, cache_seqlens, q.shape[1], k_new.shape[1], q.shape[2],
                                   is_causal=is_causal)
+    plan.stage_tokens = max((c + n for c, n in zip(plan.attn.kv_lens, plan.attn.q_lens) if n), default=0)
     _run(plan, q, k_new, v_new, k_pages, v_pages, k_scale, v_scale, cu_seqlens_q, cache_seqlens, block_table, out,
          page_size, sm_scale, softcap, fuse_rope, rope_base, max_position, rotary_dim)
 
@@ -166,18 +171,26 @@ def _identity_table(batch: int, width: int, device) -> torch.Tensor:
     return _IDENTITY_TABLES[key]
 
 
-def _stages(plan: PrefillPagedPlan, q, k_pages, out, page_size: int) -> bool:
-    """Whether an fp8 call copies its pools to 16-bit staging pools: the warp-specialized kernel reads 16-bit
-    pools only, and on the H200 it runs the D = 256 prefill at ~2.7x the Triton tile (qwen35-9b: 16.8 ms on 16-bit
-    pools, 49.1 on fp8), far more than the staging copy costs (~3 bytes per cached K / V element)."""
+def _stage_width(plan: PrefillPagedPlan, q, k_pages, v_pages, block_table, out, page_size: int) -> int:
+    """Pages per request of the 16-bit staging pools an fp8 call copies its pools to (0: no staging). The
+    warp-specialized kernel reads 16-bit pools only, and on the H200 it runs the D = 256 prefill at ~2.7x the
+    Triton tile (qwen35-9b: 16.8 ms on 16-bit pools, 49.1 on fp8), far more than the staging copy costs (~3 bytes
+    per cached K / V element). By default the staging pools may take at most what 16-bit pools of the same shape
+    would (a wide block table of a reusable plan would ask for more: the Triton tile reads the fp8 pools then)."""
     if k_pages.dtype != E4M3 or plan.stage_fp8 is False:
-        return False
+        return 0
+    batch, width = block_table.shape
+    if plan.stage_tokens is not None:
+        width = min(width, triton.cdiv(plan.stage_tokens, page_size))
     if plan.stage_fp8:
-        return True
+        return width
+    if batch * width * page_size > k_pages.shape[0]:
+        return 0
     probe = torch.empty((page_size,) + tuple(k_pages.shape[1:]), dtype=q.dtype, device=q.device)
-    return any(ln.ws is not None and ln.n_items and ws_launch.paged_applies(ln.ws, q, probe, probe, out, page_size,
-                                                                            True)
-               for ln in plan.attn.launches)
+    if any(ln.ws is not None and ln.n_items and ws_launch.paged_applies(ln.ws, q, probe, probe, out, page_size, True)
+           for ln in plan.attn.launches):
+        return width
+    return 0
 
 
 def _run(plan: PrefillPagedPlan, q, k_new, v_new, k_pages, v_pages, k_scale, v_scale, cu_seqlens_q, cache_seqlens,
@@ -192,16 +205,17 @@ def _run(plan: PrefillPagedPlan, q, k_new, v_new, k_pages, v_pages, k_scale, v_s
     if fuse_rope:
         cos, sin = _rope_table(max_position, rotary_dim, rope_base, q.dtype, q.device)
     dummy = cache_seqlens
-    stage = _stages(plan, q, k_pages, out, page_size)
+    stage_width = _stage_width(plan, q, k_pages, v_pages, block_table, out, page_size)
+    stage = stage_width > 0
     # fp8 + warp-specialized: attend over 16-bit copies (cached rows dequantized as the reference rounds them, new
     # rows exact) through an identity table; the fp8 pools still get the quantized append
     ks = vs = dummy
     if stage:
-        ks = torch.empty((batch * width * page_size, num_kv, d), dtype=q.dtype, device=q.device)
+        ks = torch.empty((batch * stage_width * page_size, num_kv, d), dtype=q.dtype, device=q.device)
         vs = torch.empty_like(ks)
-        paged_stage_kernel[(batch * width, num_kv)](
+        paged_stage_kernel[(batch * stage_width, num_kv)](
             k_pages, v_pages, ks, vs, block_table, cache_seqlens, cu_seqlens_q, k_scale, v_scale,
-            k_pages.shape[0] // page_size, width, page_size,
+            k_pages.shape[0] // page_size, stage_width, page_size,
             k_pages.stride(0), k_pages.stride(1), v_pages.stride(0), v_pages.stride(1), ks.stride(0), ks.stride(1),
             block_table.stride(0),
             BLOCK_T=STAGE_TOKENS, BLOCK_D=d, num_warps=4,
@@ -212,7 +226,7 @@ def _run(plan: PrefillPagedPlan, q, k_new, v_new, k_pages, v_pages, k_scale, v_s
             k_new, v_new, k_pages, v_pages, ks, vs, block_table, cache_seqlens, cu_seqlens_q, plan.append_items,
             k_scale if fp8 else dummy, v_scale if fp8 else dummy,
             cos if cos is not None else dummy, sin if sin is not None else dummy,
-            k_pages.shape[0] // page_size, width, cos.shape[0] if cos is not None else 0, num_kv,
+            k_pages.shape[0] // page_size, width, stage_width, cos.shape[0] if cos is not None else 0, num_kv,
             page_size,
             k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
             k_pages.stride(0), k_pages.stride(1), v_pages.stride(0), v_pages.stride(1),
@@ -227,8 +241,8 @@ def _run(plan: PrefillPagedPlan, q, k_new, v_new, k_pages, v_pages, k_scale, v_s
         q = rotate_rows(q, cos, sin, rotary_dim, False, batch=cache_seqlens.shape[0], max_rows=max(plan.attn.q_lens),
                         cu=cu_seqlens_q, pos_off=cache_seqlens)
         rope_q = False
-    k_pool, v_pool, table = (ks, vs, _identity_table(batch, width, q.device)) if stage else (k_pages, v_pages,
-                                                                                             block_table)
+    k_pool, v_pool, table = ((ks, vs, _identity_table(batch, stage_width, q.device)) if stage
+                             else (k_pages, v_pages, block_table))
     pooled_fp8 = fp8 and not stage
     run_plan(plan.attn, q=q, k_pool=k_pool, v_pool=v_pool, o=out, table=table, cache_lens=cache_seqlens,
              cu_q=cu_seqlens_q,
