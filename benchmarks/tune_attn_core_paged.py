@@ -47,7 +47,7 @@ CANDIDATES: dict[tuple[str, int], list[TileConfig]] = {
 # `fused_combine` are the defaults (ninth session's sweep): their negations check that they still win
 SPLIT_KNOBS = ({"num_splits": 1}, {"programs_per_sm": 1}, {"programs_per_sm": 2}, {"programs_per_sm": 8},
                {"fused_combine": False}, {"tile_in_page": False}, {"min_split_keys": 64}, {"min_split_keys": 128},
-               {"pow2_pages": False}, {"latency": False})
+               {"pow2_pages": False}, {"latency": False}, {"merge_small": True})
 
 
 def planner(op: str, case):

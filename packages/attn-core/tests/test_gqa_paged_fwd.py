@@ -204,6 +204,25 @@ def test_latency_tile_and_splits():
     assert ln.cfg == LATENCY_CONFIGS[("small", 128)] and int(ln.items[:, 3].max()) == 300 // LATENCY_SPLIT_KEYS
 
 
+MERGE_CASES = {
+    "noncausal-sinks": dict(q_lens=[40, 1, 1, 0, 2], cache_lens=[90, 77, 300, 5, 64], num_heads=8, num_kv=2, d=128,
+                            page_size=16, is_causal=False, sinks=True),
+    "window-softcap-rope": dict(q_lens=[33, 1, 3], cache_lens=[200, 150, 40], num_heads=8, num_kv=2, d=64,
+                                page_size=48, window_size_left=50, softcap=4.0, rope=True, rotary_dim=32),
+}
+
+
+@pytest.mark.parametrize("splits", [None, 3])
+@pytest.mark.parametrize("name", MERGE_CASES)
+def test_decode_requests_merged_into_the_prefill_launch(name, splits):
+    """``merge_small``: a mixed batch runs as one launch of the prefill tile, decode requests included (rows of
+    one to four queries in 128-row blocks), with and without forced splits."""
+    case = build_case(device=DEV, q_dtype=torch.float16, kv_dtype=torch.float16, seed=25, **MERGE_CASES[name])
+    _, plan = _check(case, merge_small=True, **({"num_splits": splits} if splits else {}))
+    (ln,) = plan.launches
+    assert ln.kind == "large" and set(ln.items[:, 0].tolist()) == {b for b, q in enumerate(plan.q_lens) if q}
+
+
 def test_kernel_compiles_for_sm90():
     """The paged kernel's GPU-only variants at D = 128 (wgmma tiles, RoPE restaging, the in-kernel split merge,
     one table entry per tile) and the combine / append kernels through Triton's sm_90 pipeline and ptxas."""

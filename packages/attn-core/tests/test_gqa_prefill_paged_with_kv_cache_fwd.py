@@ -117,6 +117,14 @@ def test_fp8_staging(layout):
     assert plan.stage_fp8
 
 
+@pytest.mark.parametrize("pool_dtype", [F16, E4M3], ids=["f16", "fp8"])
+def test_decode_requests_merged_into_the_prefill_launch(pool_dtype):
+    """``merge_small``: one-token requests run in the prefill tile's launch (second key source included)."""
+    case = build_case([25, 1, 0, 2], [40, 90, 7, 0], 8, 2, 64, 16, F16, pool_dtype, DEV, seed=34, fuse_rope=True)
+    plan = _with_plan(case, merge_small=True)
+    assert [ln.kind for ln in plan.attn.launches] == ["large"]
+
+
 def test_fp8_staging_sized_by_the_longest_request():
     """The op's own per-call plan stages the longest request's pages per request, not the table's capacity (here
     a table twice as wide as needed): the kernels index the staging pools by that width."""

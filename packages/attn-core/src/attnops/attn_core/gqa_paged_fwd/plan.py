@@ -83,6 +83,12 @@ CONFIGS: dict[tuple[str, int], TileConfig] = {
 # h200/20261203-0825-tune-paged-latency-concurrent.json, against ``latency=False``): MHA serving-p128 11.6 -> 9.0
 # us, serving-b2 / kv1k / kv512 / speculative 8.8 / 8.7 / 8.2 / 10.5 -> 7.8 / 7.6 / 6.6 / 9.8, qwen-ragged-rope
 # 42.1 -> 37.5; but llama-8b-noncausal (112 programs at 256-key splits) 34.6 -> 38.4, hence half the SMs.
+# Mixed batches whose prefill class runs the Triton tile: the decode requests as items of the prefill launch (one
+# launch instead of two; a decode item on the 128-row tile wastes MMA rows but reads its keys once). H200 Nsight,
+# 2026-12-03: llama-8b-noncausal's two launches run one after the other (prefill 20.7 us on 64 programs, decode
+# 13.0 us on 112), gpt-oss-sink-mixed's 16.0 + 8.1 us; a side-stream decode launch did not overlap them. Off until
+# measured (``merge_small=True`` per plan).
+MERGE_SMALL_DEFAULT = False
 LATENCY_SPLIT_KEYS = 128
 LATENCY_CONFIGS: dict[tuple[str, int], TileConfig] = {("small", 128): TileConfig(16, 128, 8, 2)}
 
@@ -174,7 +180,7 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
                          fused_combine: bool | None = None, tile_in_page: bool | None = None,
                          min_split_keys: int | None = None, pow2_pages: bool | None = None,
                          ws: ws_launch.WsConfig | bool | None = None,
-                         latency: bool | None = None) -> PagedAttentionPlan:
+                         latency: bool | None = None, merge_small: bool | None = None) -> PagedAttentionPlan:
     """Schedule one batch layout. ``q_lens`` / ``kv_lens``: per-request host ints (``kv_lens`` = pool keys;
     with ``new_keys`` the request also has its q_len new keys). Tuning / test knobs: ``num_splits`` forces
     the KV split count of every item; ``configs`` overrides ``CONFIGS`` entries; ``programs_per_sm``
@@ -190,7 +196,8 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     the default config where ``ws_launch.worth_it`` says so, False never (default ``WS_DEFAULT``); ``latency``:
     the small class's latency rule (``LATENCY_SPLIT_KEYS`` / ``LATENCY_CONFIGS`` where it would give at most
     half as many programs as SMs; None: that rule, True: always, False: never; an explicit ``min_split_keys`` or small
-    config wins)."""
+    config wins); ``merge_small`` (default ``MERGE_SMALL_DEFAULT``): a mixed batch's decode requests join the
+    prefill class's launch when that launch runs the Triton tile."""
     device = torch.device(device) if device is not None else runtime.device()
     group = num_heads // num_kv_heads
     wl, wr = window_bounds(is_causal, window_size_left, window_size_right)
@@ -200,12 +207,17 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     plan = PagedAttentionPlan(q_lens, kv_lens, num_heads, num_kv_heads, head_dim, (wl, wr), new_keys, device,
                               pow2_pages=POW2_PAGES_DEFAULT if pow2_pages is None else pow2_pages)
     sms = runtime.num_sms()
+    ws_cfg, ws_items = _ws_work(q_lens, kv_lens, num_heads, head_dim, wl, wr, new_keys, group, ws, device)
+    small = [q * group <= SMALL_ROWS for q in q_lens]
+    merge = MERGE_SMALL_DEFAULT if merge_small is None else merge_small
+    if merge and ws_cfg is None and any(q and not is_small for q, is_small in zip(q_lens, small)):
+        small = [False] * len(q_lens)
     for kind in ("large", "small"):
         cfg = table[config_key(kind, head_dim)]
         bm = cfg.block_m
         blocks = []  # (b, m_block, pool key span, cost)
         for b, (q, c) in enumerate(zip(q_lens, kv_lens)):
-            if q == 0 or (q * group <= SMALL_ROWS) != (kind == "small"):
+            if q == 0 or small[b] != (kind == "small"):
                 continue
             total = c + q if new_keys else c
             for m in range(math.ceil(q * group / bm)):
@@ -255,7 +267,7 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
         tile = kind in TILE_IN_PAGE_DEFAULT if tile_in_page is None else tile_in_page
         ln = Launch(kind, cfg, item_t, comb_t, part_o, part_lse, counters, tile)
         if kind == "large":
-            ln.ws, ln.ws_items = _ws_work(q_lens, kv_lens, num_heads, head_dim, wl, wr, new_keys, group, ws, device)
+            ln.ws, ln.ws_items = ws_cfg, ws_items
         plan.launches.append(ln)
     return plan
 
