@@ -122,14 +122,15 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
     # reads every key from the pool (the prefill op appended the new rows first, rotated when rope_new_k)
     plain = (cu_q is not None and not q_uniform and q_scale is None and k_scale is None
              and not (rope_q or rope_pool_k))
-
-    def run_launch(ln):
+    for ln in plan.launches:
+        if ln.n_items == 0:
+            continue
         if ln.ws is not None and ws_launch.paged_applies(ln.ws, q, k_pool, v_pool, o, page_size, plain):
             ws_launch.launch_paged(ln.ws, q, k_pool, v_pool, o, cu_q, cache_lens, table, ln.ws_items, page_size,
                                    sm_scale, wl, wr, kv_plus_q=k_new is not None, softcap=cap, sinks=sinks)
-            return
+            continue
 
-        def launch(cfg):
+        def launch(cfg, ln=ln):
             paged_attention_kernel[(ln.n_items * num_kv,)](
                 q, k_pool, v_pool, kn, vn, o,
                 table, cache_lens, cu_q if cu_q is not None else dummy, ln.items, ln.part_o, ln.part_lse,
@@ -160,10 +161,6 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
                 num_kv, group, q_uniform, o.stride(-3), o.stride(-2), HAS_SINKS=sinks is not None,
                 BLOCK_M=ln.cfg.block_m, BLOCK_R=rows, BLOCK_D=d, num_warps=4,
             )
-
-    for ln in plan.launches:
-        if ln.n_items:
-            run_launch(ln)
 
 
 # --------------------------------------------------------------------------------------------------

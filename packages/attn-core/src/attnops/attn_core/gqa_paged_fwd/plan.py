@@ -83,14 +83,14 @@ CONFIGS: dict[tuple[str, int], TileConfig] = {
 # h200/20261203-0825-tune-paged-latency-concurrent.json, against ``latency=False``): MHA serving-p128 11.6 -> 9.0
 # us, serving-b2 / kv1k / kv512 / speculative 8.8 / 8.7 / 8.2 / 10.5 -> 7.8 / 7.6 / 6.6 / 9.8, qwen-ragged-rope
 # 42.1 -> 37.5; but llama-8b-noncausal (112 programs at 256-key splits) 34.6 -> 38.4, hence half the SMs.
+LATENCY_SPLIT_KEYS = 128
+LATENCY_CONFIGS: dict[tuple[str, int], TileConfig] = {("small", 128): TileConfig(16, 128, 8, 2)}
 # Mixed batches whose prefill class runs the Triton tile: the decode requests as items of the prefill launch (one
 # launch instead of two; a decode item on the 128-row tile wastes MMA rows but reads its keys once). H200 Nsight,
 # 2026-12-03: llama-8b-noncausal's two launches run one after the other (prefill 20.7 us on 64 programs, decode
 # 13.0 us on 112), gpt-oss-sink-mixed's 16.0 + 8.1 us; a side-stream decode launch did not overlap them. Off until
 # measured (``merge_small=True`` per plan).
 MERGE_SMALL_DEFAULT = False
-LATENCY_SPLIT_KEYS = 128
-LATENCY_CONFIGS: dict[tuple[str, int], TileConfig] = {("small", 128): TileConfig(16, 128, 8, 2)}
 
 
 def config_key(kind: str, head_dim: int) -> tuple[str, int]:
@@ -195,8 +195,8 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     warp-specialized kernel when the call allows it (``run_plan``): a ``WsConfig`` forces that config, True
     the default config where ``ws_launch.worth_it`` says so, False never (default ``WS_DEFAULT``); ``latency``:
     the small class's latency rule (``LATENCY_SPLIT_KEYS`` / ``LATENCY_CONFIGS`` where it would give at most
-    half as many programs as SMs; None: that rule, True: always, False: never; an explicit ``min_split_keys`` or small
-    config wins); ``merge_small`` (default ``MERGE_SMALL_DEFAULT``): a mixed batch's decode requests join the
+    half as many programs as SMs; None: that rule, True: always, False: never; an explicit ``min_split_keys`` or
+    small config wins); ``merge_small`` (default ``MERGE_SMALL_DEFAULT``): a mixed batch's decode requests join the
     prefill class's launch when that launch runs the Triton tile."""
     device = torch.device(device) if device is not None else runtime.device()
     group = num_heads // num_kv_heads
