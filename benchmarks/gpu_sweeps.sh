@@ -29,6 +29,8 @@ PHASE=${PHASE:-all}
   "$core/test_gqa_bwd.py::test_single_token_every_config" \
   "$core/test_attn_core_reliability.py::test_nan_and_inf_stay_in_their_request" \
   "$core/test_mha_decode_paged_with_kv_cache_fwd.py" \
+  "$core/test_gqa_paged_fwd.py::test_decode_requests_merged_into_the_prefill_launch" \
+  "$core/test_gqa_prefill_paged_with_kv_cache_fwd.py::test_decode_requests_merged_into_the_prefill_launch" \
   "$core/test_gqa_paged_fwd.py::test_page_addressing" \
   "$core/test_gqa_paged_fwd.py::test_kv_splits_merged_in_the_kernel_gpu" \
   "$core/test_gqa_varlen_fwd.py::test_tma_configs_gpu" \
@@ -46,6 +48,9 @@ if [ "$PHASE" = tests ]; then (cd "$OUT" && tar czf sweeps-logs.tgz --remove-fil
 # with RoPE, 64x32 w8 none). The default plan's time per kernel is printed too (attention vs combine).
 # (the ninth session's sweep decided tile_in_page / fused combine for the paged ops, the D = 64 tile, the RoPE key
 # pre-pass, GQABwd `choose` and MLA's split floor: docs/perf/attn-core.md "Ninth session")
+# merge_small (nineteenth session, untimed): the mixed rows' decode requests in the prefill launch
+tune tune-merge-small 120 tune_attn_core_paged --variants merge_small \
+  --filter noncausal,sink-mixed,serving-step,ragged-odd,gpt-oss-120b-window,qwen-ragged-rope
 tune tune-splits 90 tune_attn_core --filter qwen3-30b,llama-8b-32k,llama-70b-32k,gemma-2b-8k  # one-wave split rule
 tune tune-paged 150 tune_attn_core_paged \
   --filter gemma-2b,qwen35,gpt-oss-sink,-p16/,llama-8b-rope/  # D = 256 tiles, sink rows, p16 rows on 0.3.4
