@@ -88,6 +88,17 @@ def _ws_variants(case, default_plan) -> list[tuple[str, dict]]:
     return [("ws=False", {"ws": False})] + [(cfg.name, {"ws": cfg}) for cfg in ws_launch.paged_configs(d)]
 
 
+def _merged_variants(head_dim: int) -> list[tuple[str, dict]]:
+    """``merge_small`` with each large tile and with split settings: the merged launch holds every item of a
+    mixed batch, so its tile and splits decide the row (the split-sweep knobs alone change one class)."""
+    key = config_key("large", head_dim)
+    tiles = [(f"merge_small+large:{c.block_m}x{c.block_n}w{c.num_warps}s{c.num_stages}",
+              {"merge_small": True, "configs": {key: c}}) for c in CANDIDATES.get(key, []) if c != CONFIGS[key]]
+    splits = [(f"merge_small+{k}={v}", {"merge_small": True, k: v})
+              for k, v in (("num_splits", 2), ("min_split_keys", 256), ("min_split_keys", 128))]
+    return tiles + splits
+
+
 def main():
     parser = sweep_arguments(__doc__.splitlines()[0], "tune-attn-core-paged.json")
     parser.add_argument("--ws", action="store_true", help="time the warp-specialized kernel's configs")
@@ -112,6 +123,7 @@ def main():
                 variants += [(f"{ln.kind}:{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}s{cfg.num_stages}",
                               {"configs": {key: cfg}}) for cfg in CANDIDATES.get(key, []) if cfg != CONFIGS[key]]
             variants += [("".join(f"{k}={v}" for k, v in knob.items()), knob) for knob in SPLIT_KNOBS]
+            variants += _merged_variants(d)
         if args.variants:
             variants = variants[:1] + [v for v in variants[1:] if matches(v[0], args.variants)]
         timed, failed = check_and_time(spec, case, expected, (

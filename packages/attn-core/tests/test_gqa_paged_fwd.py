@@ -15,6 +15,7 @@ from attnops.attn_core.gqa_paged_fwd.plan import (
     CONFIGS,
     LATENCY_CONFIGS,
     LATENCY_SPLIT_KEYS,
+    MERGED_CONFIGS,
     SMALL_ROWS,
     plan_paged_attention,
 )
@@ -176,8 +177,8 @@ def test_min_split_keys_knob():
 def test_latency_rule(monkeypatch):
     """On 132 SMs a decode launch that 256-key splits leave at most half the SMs (MHA serving-p128: 16 heads,
     512 keys: 32 programs) splits to LATENCY_SPLIT_KEYS keys on the D = 128 latency tile; llama-8b-noncausal's
-    decode part (7 requests x 8 KV heads x 2 splits = 112 programs) and a batch that fills the GPU keep the
-    defaults; ``latency=False`` restores them."""
+    decode part (7 requests x 8 KV heads x 2 splits = 112 programs, when not merged into its prefill launch) and a
+    batch that fills the GPU keep the defaults; ``latency=False`` restores them."""
     monkeypatch.setattr(runtime, "num_sms", lambda: 132)
 
     def small(plan):
@@ -191,7 +192,7 @@ def test_latency_rule(monkeypatch):
     busy = plan_paged_attention([1] * 32, [4096] * 32, num_heads=32, num_kv_heads=8, head_dim=128)
     assert small(busy)[0] == CONFIGS[("small", 128)]
     noncausal = plan_paged_attention([256] + [1] * 7, [512] * 8, num_heads=32, num_kv_heads=8, head_dim=128,
-                                     is_causal=False)
+                                     is_causal=False, merge_small=False)
     assert small(noncausal) == (CONFIGS[("small", 128)], 2)
 
 
@@ -257,11 +258,15 @@ def test_plan_for_other_query_lengths_is_rejected(monkeypatch):
 
 
 def test_tile_classes():
-    """Requests with q_len·G <= 16 rows go to the small (decode) tile, longer ones to the large tile."""
-    plan = plan_paged_attention([1, 4, 5, 0], [100, 100, 100, 0], num_heads=8, num_kv_heads=2, head_dim=128)
+    """Requests with q_len·G <= 16 rows go to the small (decode) tile, longer ones to the large tile; merged (the
+    default for a mixed batch on the Triton tile), every request is an item of the large tile's launch."""
+    lengths = ([1, 4, 5, 0], [100, 100, 100, 0])
+    plan = plan_paged_attention(*lengths, num_heads=8, num_kv_heads=2, head_dim=128, merge_small=False)
     kinds = {ln.kind: ln.items[:, 0].tolist() for ln in plan.launches}
     assert sorted(kinds["small"]) == [0, 1] and kinds["large"] == [2]
     assert 4 * 4 <= SMALL_ROWS < 5 * 4
+    (merged,) = plan_paged_attention(*lengths, num_heads=8, num_kv_heads=2, head_dim=128).launches
+    assert merged.kind == "large" and sorted(merged.items[:, 0].tolist()) == [0, 1, 2]
 
 
 @pytest.mark.parametrize("q_dtype,kv_dtype,per_head", [
@@ -357,12 +362,17 @@ def test_strided_inputs():
     SPEC.compare(ours.run(SPEC.fn), case.fresh().run(SPEC.reference), case)
 
 
+TILE_TABLES = [(k, False) for k in sorted(CONFIGS)] + [(k, True) for k in sorted(MERGED_CONFIGS)]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("key", sorted(CONFIGS), ids=lambda k: f"{k[0]}-d{k[1]}")
+@pytest.mark.parametrize("key, merged", TILE_TABLES,
+                         ids=lambda k: f"{k[0]}-d{k[1]}" if isinstance(k, tuple) else ("merged" if k else "table"))
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
-def test_every_config(key, dtype):
-    """Every tile config of the table, compiled and checked on the GPU (with and without splits, RoPE and
-    fp8 pools so every constexpr path of each config is built)."""
+def test_every_config(key, merged, dtype):
+    """Every tile config of the tables (``MERGED_CONFIGS``: the launch of a mixed batch's requests, decode ones
+    included), compiled and checked on the GPU (with and without splits, RoPE and fp8 pools so every constexpr
+    path of each config is built)."""
     kind, d = key
     q_lens = [1, 1, 1] if kind == "small" else [300, 1, 77]
     group = 4
@@ -373,11 +383,13 @@ def test_every_config(key, dtype):
                    **base),
     ]
     assert (q_lens[0] * group <= SMALL_ROWS) == (kind == "small")
+    cfg = (MERGED_CONFIGS if merged else CONFIGS)[key]
     for case in cases:
         for splits in (None, 3):
-            _check(case, num_splits=splits) if splits else _check(case)
-    fell_back = {k: v for k, v in FALLBACKS.items() if k[1] == CONFIGS[key]}
-    assert not fell_back, f"config {CONFIGS[key]} did not fit (OutOfResources); replaced by {fell_back}"
+            _, plan = _check(case, merge_small=merged, latency=False, **({"num_splits": splits} if splits else {}))
+            assert {ln.cfg for ln in plan.launches if ln.kind == kind} == {cfg}
+    fell_back = {k: v for k, v in FALLBACKS.items() if k[1] == cfg}
+    assert not fell_back, f"config {cfg} did not fit (OutOfResources); replaced by {fell_back}"
 
 
 FUZZ_SEEDS = reliability.fuzz_seeds(SPEC, reliability.fuzz_cases(6))

@@ -87,10 +87,14 @@ LATENCY_SPLIT_KEYS = 128
 LATENCY_CONFIGS: dict[tuple[str, int], TileConfig] = {("small", 128): TileConfig(16, 128, 8, 2)}
 # Mixed batches whose prefill class runs the Triton tile: the decode requests as items of the prefill launch (one
 # launch instead of two; a decode item on the 128-row tile wastes MMA rows but reads its keys once). H200 Nsight,
-# 2026-12-03: llama-8b-noncausal's two launches run one after the other (prefill 20.7 us on 64 programs, decode
-# 13.0 us on 112), gpt-oss-sink-mixed's 16.0 + 8.1 us; a side-stream decode launch did not overlap them. Off until
-# measured (``merge_small=True`` per plan).
-MERGE_SMALL_DEFAULT = False
+# 2026-12-03: llama-8b-noncausal's two launches ran one after the other (prefill 20.7 us on 64 programs, decode
+# 13.0 us on 112), gpt-oss-sink-mixed's 16.0 + 8.1 us; a side-stream decode launch did not overlap them. Merged
+# (benchmarks/results/h200/20261203-0925-tune-merge-small.json, against two launches): noncausal 34.1 -> 22.7 us,
+# qwen-ragged-rope 37.4 -> 25.1, sink-mixed 21.6 -> 16.8, gpt-oss-120b-window 26.6 -> 25.9, serving-step and
+# ragged-odd within 1 %. The merged launch's D = 64 tile: the 4-warp 128x64 one (sink-mixed 14.0 us,
+# 120b-window 23.1); at D = 128 the default tile stays (128x128: noncausal 21.4 but qwen-ragged-rope 27.9).
+MERGE_SMALL_DEFAULT = True
+MERGED_CONFIGS: dict[tuple[str, int], TileConfig] = {("large", 64): TileConfig(128, 64, 4, 3)}
 
 
 def config_key(kind: str, head_dim: int) -> tuple[str, int]:
@@ -210,10 +214,12 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     ws_cfg, ws_items = _ws_work(q_lens, kv_lens, num_heads, head_dim, wl, wr, new_keys, group, ws, device)
     small = [q * group <= SMALL_ROWS for q in q_lens]
     merge = MERGE_SMALL_DEFAULT if merge_small is None else merge_small
-    if merge and ws_cfg is None and any(q and not is_small for q, is_small in zip(q_lens, small)):
+    merged = merge and ws_cfg is None and any(q and not is_small for q, is_small in zip(q_lens, small))
+    if merged:
         small = [False] * len(q_lens)
     for kind in ("large", "small"):
-        cfg = table[config_key(kind, head_dim)]
+        key = config_key(kind, head_dim)
+        cfg = MERGED_CONFIGS[key] if merged and key in MERGED_CONFIGS and key not in (configs or {}) else table[key]
         bm = cfg.block_m
         blocks = []  # (b, m_block, pool key span, cost)
         for b, (q, c) in enumerate(zip(q_lens, kv_lens)):
