@@ -37,7 +37,9 @@ CANDIDATES: dict[tuple[str, int], list[TileConfig]] = {
     ("small", 128): [T(16, 32, 4, 3), T(16, 64, 4, 3), T(16, 64, 8, 4), T(16, 128, 8, 2), T(16, 32, 8, 3)],
     ("small", 256): [T(16, 32, 4, 3), T(16, 64, 4, 2), T(16, 64, 8, 2), T(16, 16, 8, 3)],
     ("large", 64): [T(64, 64, 4, 3), T(128, 64, 4, 3), T(128, 64, 8, 3), T(128, 128, 8, 3), T(128, 64, 8, 4)],
-    ("large", 128): [T(64, 64, 4, 3), T(128, 64, 8, 3), T(128, 64, 4, 3), T(128, 128, 8, 2), T(128, 32, 4, 4)],
+    # (128x64 w8 s4: the merged noncausal launch waits on its K / V copies at 3 stages, H200 Nsight 2026-12-03)
+    ("large", 128): [T(64, 64, 4, 3), T(128, 64, 8, 3), T(128, 64, 4, 3), T(128, 128, 8, 2), T(128, 32, 4, 4),
+                     T(128, 64, 8, 4)],
     # 4-warp D = 256 tiles: 96 / 64 KB of shared memory would let two programs share an SM, but ptxas caps
     # them at 255 registers with 8-104 B of spill (offline sm_90): the sweep decides
     ("large", 256): [T(64, 64, 8, 2), T(64, 32, 8, 2), T(64, 32, 8, 3), T(64, 64, 4, 2), T(128, 32, 8, 2),

@@ -227,9 +227,7 @@ def floor_gap(op: str, name: str) -> str:
                 f"on the long MHA rows and 20 % slower on GQA (H200 sweep 2026-12-02) ({core})")
     if "sink-mixed" in name:
         if op == "GQAPagedFwd":
-            return ("two launches one after the other (H200 Nsight: prefill 16.0 µs on 144 programs, then 8.1 µs for "
-                    "the decode request's 8 programs over a 128-key window: a fixed cost per launch); a side-stream "
-                    f"decode launch measured no overlap ({core})")
+            return f"one merged launch on the D = 64 128x64 w4 tile since attn-core 0.3.12 (21.1 µs before) ({core})"
         return ("window-128 rows: each query tile meets 2–3 key tiles, so its q load, epilogue and the launch "
                 f"dominate (hypothesis; FA3 13–24 µs; the ws paged layout swept 12 % slower) ({core})")
     if op in ("GQADenseFwd", "GQAVarlenFwd"):
@@ -242,9 +240,9 @@ def floor_gap(op: str, name: str) -> str:
         if "-p16" in name:
             return f"pages below the key tile: per-key table gather and division (`pow2_pages` candidate) ({core})"
         if name == "llama-8b-noncausal":
-            return ("two launches one after the other (H200 Nsight: the 256-token prefill on 64 programs 20.7 µs, then "
-                    "the 7 decode requests' 112 programs 13.0 µs); a side-stream decode launch measured no overlap, "
-                    f"the latency split rule 11 % slower here ({core})")
+            return ("one merged launch (attn-core 0.3.12; two launches took 33.4 µs): 120 programs of a 128-row tile "
+                    "over 512 keys, 21.9 µs (H200 Nsight: tensor pipe 23 % active, the loop waits on its 3-stage "
+                    f"K / V cp.async group and on the Q·Kᵀ wgmma); splitting the keys measured slower ({core})")
         if name in PAGED_PREFILL_ROWS:
             return ("prefill with too few query tiles for the warp-specialized layout's rule (work for 7 / 8 of the "
                     f"SMs): the Triton tile at 170-275 TF/s, {serial} ({core})")
@@ -265,8 +263,9 @@ def floor_gap(op: str, name: str) -> str:
         return (f"the narrow / wide tile rule (attn-mla 0.2.7, swept on all 18 rows) is the lever measured so far "
                 f"({mla})")
     if op == "TopKSelectFwd":
-        return ("split over 32 programs in two launches (histogram 3.5 µs, select 11.9 µs): the row's last program "
-                f"selects ~860 threshold-bin candidates in 21 dependent CTA-wide steps, ~7 µs alone ({mla})")
+        return ("split over 32 programs in two launches (histogram 3.5 µs, select 11.7 µs): 4-warp programs issue "
+                "~1080 dependent instructions a warp, the row's last program ~3000 more, at ~7-9 cycles each (H200 "
+                f"SASS counts; 8 / 16-warp candidates not yet timed) ({mla})")
     return "not analysed yet"
 
 

@@ -77,6 +77,14 @@ CONFIGS = {
     "h200-split-radix": TopKConfig(block=1024, stages=1, samples=64, slack=(9, 4), cap_factor=1, max_cap=4096,
                                    num_warps=4, maxnreg=None, programs_per_sm=1, split_chunk=512, hist_bits=11,
                                    radix=True),
+    # Sweep candidates (not picked): the split path with 8 / 16 warps. H200 Nsight of h200-split (2026-12-03,
+    # SASS counts): every select program runs ~1080 instructions per warp and the row's last program ~3000 more,
+    # at ~7-9 cycles each: one warp per scheduler hides no latency. More warps spread the 2048 bins, the chunk
+    # and the candidates over more threads (fewer instructions per warp; the cross-warp step stays one).
+    "h200-split-w8": TopKConfig(block=1024, stages=1, samples=64, slack=(9, 4), cap_factor=1, max_cap=4096,
+                                num_warps=8, maxnreg=None, programs_per_sm=1, split_chunk=512, hist_bits=11),
+    "h200-split-w16": TopKConfig(block=1024, stages=1, samples=64, slack=(9, 4), cap_factor=1, max_cap=4096,
+                                 num_warps=16, maxnreg=None, programs_per_sm=1, split_chunk=512, hist_bits=11),
     # Small steps so that shrunk rows still take several steps per pass (interpreter).
     "interpreter": TopKConfig(block=256, stages=1, samples=64, slack=(9, 4), cap_factor=4, max_cap=16384,
                               num_warps=4, maxnreg=None, programs_per_sm=1),
