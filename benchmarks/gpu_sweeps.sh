@@ -37,6 +37,8 @@ PHASE=${PHASE:-all}
   "$core/test_gqa_varlen_fwd.py::test_rope_keys_rotated_in_a_prepass" \
   "$core/test_gqa_dense_fwd.py::test_rope_keys_rotated_in_a_prepass" \
   "$core/test_gqa_bwd.py::test_atomic_dq_every_config_gpu" \
+  "$core/test_gqa_paged_fwd.py::test_every_config" \
+  "$mla/test_topk_select_fwd.py::test_every_config_shrunk" \
   "$mla/test_topk_select_fwd.py::test_windows_of_every_kind" \
   "$mla/test_topk_select_fwd.py::test_ties_go_to_the_lower_position" \
   "$mla/test_topk_select_fwd.py::test_all_minus_inf_row_is_still_selected" \
@@ -48,9 +50,10 @@ if [ "$PHASE" = tests ]; then (cd "$OUT" && tar czf sweeps-logs.tgz --remove-fil
 # with RoPE, 64x32 w8 none). The default plan's time per kernel is printed too (attention vs combine).
 # (the ninth session's sweep decided tile_in_page / fused combine for the paged ops, the D = 64 tile, the RoPE key
 # pre-pass, GQABwd `choose` and MLA's split floor: docs/perf/attn-core.md "Ninth session")
-# merge_small (nineteenth session, untimed): the mixed rows' decode requests in the prefill launch
-tune tune-merge-small 120 tune_attn_core_paged --variants merge_small \
-  --filter noncausal,sink-mixed,serving-step,ragged-odd,gpt-oss-120b-window,qwen-ragged-rope
+# TopK decode at 8 / 16 warps (twentieth session, untimed: h200-split-w8 / -w16 beside the default); the merged
+# noncausal launch's tiles (128x64 w8 s4 new: its loop waits on the 3-stage K / V copies)
+tune tune-topk-warps 90 tune_attn_mla --filter topk-decode --iters 20
+tune tune-noncausal 60 tune_attn_core_paged --filter noncausal --variants large:
 tune tune-splits 90 tune_attn_core --filter qwen3-30b,llama-8b-32k,llama-70b-32k,gemma-2b-8k  # one-wave split rule
 tune tune-paged 150 tune_attn_core_paged \
   --filter gemma-2b,qwen35,gpt-oss-sink,-p16/,llama-8b-rope/  # D = 256 tiles, sink rows, p16 rows on 0.3.4
