@@ -39,6 +39,7 @@ PHASE=${PHASE:-all}
   "$core/test_gqa_bwd.py::test_atomic_dq_every_config_gpu" \
   "$core/test_gqa_paged_fwd.py::test_every_config" \
   "$mla/test_topk_select_fwd.py::test_every_config_shrunk" \
+  "$mla/test_topk_select_fwd.py::test_split_path_random_rows" \
   "$mla/test_topk_select_fwd.py::test_windows_of_every_kind" \
   "$mla/test_topk_select_fwd.py::test_ties_go_to_the_lower_position" \
   "$mla/test_topk_select_fwd.py::test_all_minus_inf_row_is_still_selected" \
@@ -50,10 +51,13 @@ if [ "$PHASE" = tests ]; then (cd "$OUT" && tar czf sweeps-logs.tgz --remove-fil
 # with RoPE, 64x32 w8 none). The default plan's time per kernel is printed too (attention vs combine).
 # (the ninth session's sweep decided tile_in_page / fused combine for the paged ops, the D = 64 tile, the RoPE key
 # pre-pass, GQABwd `choose` and MLA's split floor: docs/perf/attn-core.md "Ninth session")
-# TopK decode at 8 / 16 warps (twentieth session, untimed: h200-split-w8 / -w16 beside the default); the merged
-# noncausal launch's tiles (128x64 w8 s4 new: its loop waits on the 3-stage K / V copies)
+# TopK decode at 8 / 16 warps and in one launch (twentieth session, untimed: h200-split-w8 / -w16 / -w16-1l beside
+# the default); the merged noncausal launch's tiles (128x64 w8 s4 new: its loop waits on the 3-stage K / V copies)
 tune tune-topk-warps 90 tune_attn_mla --filter topk-decode --iters 20
 tune tune-noncausal 60 tune_attn_core_paged --filter noncausal --variants large:
+# dense gemma-2b-8k-bs1 (0.71x cuDNN; 32 splits of 256 keys, 64 splits measured slower): attention vs combine
+step gemma-bs1-breakdown 40 python3 -m benchmarks.ncu_row --family attn-core --row GQADenseFwd/gemma-2b-8k-bs1/bf16 \
+  --breakdown
 tune tune-splits 90 tune_attn_core --filter qwen3-30b,llama-8b-32k,llama-70b-32k,gemma-2b-8k  # one-wave split rule
 tune tune-paged 150 tune_attn_core_paged \
   --filter gemma-2b,qwen35,gpt-oss-sink,-p16/,llama-8b-rope/  # D = 256 tiles, sink rows, p16 rows on 0.3.4
