@@ -1,6 +1,7 @@
 """Compile the paged attention kernels (GQAPagedFwd / MHADecodePaged / GQAPrefillPaged) for sm_90 without a
 GPU and report what ptxas says: registers, spill bytes, shared memory, wgmma, software pipelining, for every
-tile config of ``gqa_paged_fwd.plan.CONFIGS`` (or the tuning candidates with ``--all``) and the feature
+tile config of ``gqa_paged_fwd.plan.CONFIGS`` (with the latency and merged tables; or the tuning candidates with
+``--all``) and the feature
 variants the seed rows use. Exit status 1 on a compile error or shared memory over the sm_90 limit.
 
     python -m benchmarks.sm90_compile_paged            # CONFIGS x feature variants
@@ -21,7 +22,7 @@ from attnops.attn_core.gqa_paged_fwd.kernel import (  # noqa: E402
     paged_attention_combine_kernel,
     paged_attention_kernel,
 )
-from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, LATENCY_CONFIGS  # noqa: E402
+from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, LATENCY_CONFIGS, MERGED_CONFIGS  # noqa: E402
 from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd.kernel import (  # noqa: E402
     paged_append_kernel,
     paged_stage_kernel,
@@ -81,7 +82,8 @@ def main(argv=None) -> int:
     p.add_argument("--variants", default="", help="only variants whose label contains this")
     args = p.parse_args(argv)
     dims = {int(x) for x in args.dims.split(",")}
-    configs = {**CONFIGS, **{(k, "latency"): c for k, c in LATENCY_CONFIGS.items()}}
+    configs = {**CONFIGS, **{(k, "latency"): c for k, c in LATENCY_CONFIGS.items()},
+               **{(k, "merged"): c for k, c in MERGED_CONFIGS.items()}}
     if args.all:
         from .tune_attn_core_paged import CANDIDATES
 

@@ -213,6 +213,25 @@ MERGE_CASES = {
 }
 
 
+def test_merge_rule(monkeypatch):
+    """On 132 SMs the four mixed seed layouts measured merged on the H200 merge by default; decode requests whose
+    keys would lengthen the prefill launch (long caches, or a prefill split less for their sake) keep their own
+    launch; ``merge_small`` True / False force either."""
+    monkeypatch.setattr(runtime, "num_sms", lambda: 132)
+
+    def launches(q_lens, kv_lens, heads=(32, 8, 128), **kw):
+        plan = plan_paged_attention(q_lens, kv_lens, num_heads=heads[0], num_kv_heads=heads[1], head_dim=heads[2],
+                                    device="cpu", **kw)
+        return sorted(ln.kind for ln in plan.launches)
+
+    assert launches([256] + [1] * 7, [512] * 8, is_causal=False) == ["large"]  # llama-8b-noncausal
+    assert launches([256, 1, 0, 31], [1025, 513, 0, 127], (64, 8, 64), window_size_left=128) == ["large"]  # sink-mixed
+    assert launches([256] + [1] * 7, [32768] * 8) == ["large", "small"]
+    assert launches([256, 1, 1], [32768, 1024, 1024]) == ["large", "small"]  # the prefill would split 2 ways, not 3
+    assert launches([256] + [1] * 7, [32768] * 8, merge_small=True) == ["large"]
+    assert launches([256] + [1] * 7, [512] * 8, is_causal=False, merge_small=False) == ["large", "small"]
+
+
 @pytest.mark.parametrize("splits", [None, 3])
 @pytest.mark.parametrize("name", MERGE_CASES)
 def test_decode_requests_merged_into_the_prefill_launch(name, splits):
@@ -258,14 +277,14 @@ def test_plan_for_other_query_lengths_is_rejected(monkeypatch):
 
 
 def test_tile_classes():
-    """Requests with q_len·G <= 16 rows go to the small (decode) tile, longer ones to the large tile; merged (the
-    default for a mixed batch on the Triton tile), every request is an item of the large tile's launch."""
+    """Requests with q_len·G <= 16 rows go to the small (decode) tile, longer ones to the large tile; merged, every
+    request is an item of the large tile's launch."""
     lengths = ([1, 4, 5, 0], [100, 100, 100, 0])
     plan = plan_paged_attention(*lengths, num_heads=8, num_kv_heads=2, head_dim=128, merge_small=False)
     kinds = {ln.kind: ln.items[:, 0].tolist() for ln in plan.launches}
     assert sorted(kinds["small"]) == [0, 1] and kinds["large"] == [2]
     assert 4 * 4 <= SMALL_ROWS < 5 * 4
-    (merged,) = plan_paged_attention(*lengths, num_heads=8, num_kv_heads=2, head_dim=128).launches
+    (merged,) = plan_paged_attention(*lengths, num_heads=8, num_kv_heads=2, head_dim=128, merge_small=True).launches
     assert merged.kind == "large" and sorted(merged.items[:, 0].tolist()) == [0, 1, 2]
 
 

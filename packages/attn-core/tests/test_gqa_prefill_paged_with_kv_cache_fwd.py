@@ -244,13 +244,14 @@ def test_repeated_calls_are_bitwise_identical():
 @pytest.mark.parametrize("dtype", [F16, torch.bfloat16], ids=["f16", "bf16"])
 def test_every_config(d, dtype):
     """The large-tile configs with the second key source (new rows), RoPE, fp8 pools and splits; the mixed batch
-    both merged into one launch (the default: ``MERGED_CONFIGS`` where it has the head dim) and in two."""
+    both merged into one launch (``MERGED_CONFIGS`` where it has the head dim) and in two."""
     for pool_dtype in (dtype, E4M3):
         case = build_case([300, 77, 1], [2000, 500, 900], 8, 2, d, 64, dtype, pool_dtype, DEV, seed=28,
                           fuse_rope=True, rotary_dim=d // 2, softcap=30.0)
         SPEC.check(case)
         _with_plan(case, num_splits=3)
         _with_plan(case, merge_small=False)
+        _with_plan(case, merge_small=True)
     assert not FALLBACKS, f"configs that did not fit (OutOfResources) and their replacements: {FALLBACKS}"
 
 

@@ -95,6 +95,11 @@ LATENCY_CONFIGS: dict[tuple[str, int], TileConfig] = {("small", 128): TileConfig
 # 120b-window 23.1); at D = 128 the default tile stays (128x128: noncausal 21.4 but qwen-ragged-rope 27.9).
 MERGE_SMALL_DEFAULT = True
 MERGED_CONFIGS: dict[tuple[str, int], TileConfig] = {("large", 64): TileConfig(128, 64, 4, 3)}
+# ``_merge_pays``: the decode launch a merge saves costs 6-13 µs on the H200 (sink-mixed's: 8.1 µs for 8 programs
+# over 128 keys); the 128-row tile spends ~0.04 µs per key (noncausal: 20.7 µs for 512), so the decode blocks may
+# add up to ~256 keys to the prefill launch. The four measured rows add 0-50 (gpt-oss-120b-window: 50, 25.8 ->
+# 22.2 µs merged); long decodes beside a prefill add thousands and keep two launches.
+MERGE_LAUNCH_KEYS = 256
 
 
 def config_key(kind: str, head_dim: int) -> tuple[str, int]:
@@ -200,8 +205,9 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     the default config where ``ws_launch.worth_it`` says so, False never (default ``WS_DEFAULT``); ``latency``:
     the small class's latency rule (``LATENCY_SPLIT_KEYS`` / ``LATENCY_CONFIGS`` where it would give at most
     half as many programs as SMs; None: that rule, True: always, False: never; an explicit ``min_split_keys`` or
-    small config wins); ``merge_small`` (default ``MERGE_SMALL_DEFAULT``): a mixed batch's decode requests join the
-    prefill class's launch when that launch runs the Triton tile."""
+    small config wins); ``merge_small``: a mixed batch's decode requests join the prefill class's launch when that
+    launch runs the Triton tile (None: where ``_merge_pays`` and ``MERGE_SMALL_DEFAULT``, True: always, False:
+    never)."""
     device = torch.device(device) if device is not None else runtime.device()
     group = num_heads // num_kv_heads
     wl, wr = window_bounds(is_causal, window_size_left, window_size_right)
@@ -213,27 +219,23 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     sms = runtime.num_sms()
     ws_cfg, ws_items = _ws_work(q_lens, kv_lens, num_heads, head_dim, wl, wr, new_keys, group, ws, device)
     small = [q * group <= SMALL_ROWS for q in q_lens]
-    merge = MERGE_SMALL_DEFAULT if merge_small is None else merge_small
-    merged = merge and ws_cfg is None and any(q and not is_small for q, is_small in zip(q_lens, small))
+    large_key = config_key("large", head_dim)
+    merged_cfg = MERGED_CONFIGS.get(large_key) if large_key not in (configs or {}) else None
+    merged_cfg = merged_cfg or table[large_key]
+    shape = (q_lens, kv_lens, group, wl, wr, new_keys)
+    merged = False
+    if merge_small is not False and ws_cfg is None:
+        large_blocks = _class_blocks(*shape, [not x for x in small], merged_cfg.block_m, True)
+        small_blocks = _class_blocks(*shape, small, merged_cfg.block_m, True)
+        merged = bool(large_blocks and small_blocks) and (
+            merge_small or (MERGE_SMALL_DEFAULT
+                            and _merge_pays(large_blocks, small_blocks, num_kv_heads, sms, merged_cfg)))
     if merged:
         small = [False] * len(q_lens)
     for kind in ("large", "small"):
-        key = config_key(kind, head_dim)
-        cfg = MERGED_CONFIGS[key] if merged and key in MERGED_CONFIGS and key not in (configs or {}) else table[key]
+        cfg = merged_cfg if merged and kind == "large" else table[config_key(kind, head_dim)]
         bm = cfg.block_m
-        blocks = []  # (b, m_block, pool key span, cost)
-        for b, (q, c) in enumerate(zip(q_lens, kv_lens)):
-            if q == 0 or small[b] != (kind == "small"):
-                continue
-            total = c + q if new_keys else c
-            for m in range(math.ceil(q * group / bm)):
-                t_lo = m * bm // group
-                t_hi = min(q, -(-(m * bm + bm) // group)) - 1
-                span = _key_span(q, total, t_lo, t_hi, wl, wr)
-                pool_span = min(span, c) if new_keys else span
-                rows = min(bm, q * group - m * bm)
-                cost = span * (1.0 + (rows / 16.0 if kind == "large" else 0.0))
-                blocks.append((b, m, pool_span, cost))
+        blocks = _class_blocks(*shape, [x == (kind == "small") for x in small], bm, kind == "large")
         if not blocks:
             continue
         n0 = len(blocks) * num_kv_heads
@@ -246,13 +248,13 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
         forced = num_splits is not None
         min_keys = min_split_keys or MIN_SPLIT_KEYS[kind]
         if kind == "small" and latency is not False and (latency or 2 * num_kv_heads * sum(
-                _splits(span, cfg.block_n, min_keys, want, forced) for _, _, span, _ in blocks) <= sms):
+                _splits(span, cfg.block_n, min_keys, want, forced) for _, _, span, _, _ in blocks) <= sms):
             if min_split_keys is None:
                 min_keys = LATENCY_SPLIT_KEYS
             if configs is None or config_key(kind, head_dim) not in configs:
                 cfg = LATENCY_CONFIGS.get(config_key(kind, head_dim), cfg)
         items, combine, slot = [], [], 0
-        for b, m, pool_span, cost in blocks:
+        for b, m, pool_span, cost, _ in blocks:
             s = _splits(pool_span, cfg.block_n, min_keys, want, forced)
             if s == 1:
                 items.append((cost, (b, m, 0, 1, -1)))
@@ -276,6 +278,43 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
             ln.ws, ln.ws_items = ws_cfg, ws_items
         plan.launches.append(ln)
     return plan
+
+
+def _class_blocks(q_lens, kv_lens, group: int, wl: int, wr: int, new_keys: bool, members, bm: int,
+                  large: bool) -> list[tuple[int, int, int, float, int]]:
+    """(b, m_block, pool key span, cost, key span) of every ``bm``-row block of packed query rows of the member
+    requests (``members[b]``; empty requests have none)."""
+    blocks = []
+    for b, (q, c) in enumerate(zip(q_lens, kv_lens)):
+        if q == 0 or not members[b]:
+            continue
+        total = c + q if new_keys else c
+        for m in range(math.ceil(q * group / bm)):
+            t_lo = m * bm // group
+            t_hi = min(q, -(-(m * bm + bm) // group)) - 1
+            span = _key_span(q, total, t_lo, t_hi, wl, wr)
+            rows = min(bm, q * group - m * bm)
+            cost = span * (1.0 + (rows / 16.0 if large else 0.0))
+            blocks.append((b, m, min(span, c) if new_keys else span, cost, span))
+    return blocks
+
+
+def _merge_pays(large_blocks, small_blocks, num_kv_heads: int, sms: int, cfg: TileConfig) -> bool:
+    """Whether a mixed batch's decode blocks join the prefill launch by default. A decode block on the prefill tile
+    pays the whole tile's MMAs over its keys. A launch's time is modelled in keys of one program: its blocks' key
+    work spread over the programs in flight (one 8-warp or two 4-warp programs per SM: the tiles' registers), or
+    its longest block after the split heuristic below (more blocks: fewer splits). Merging pays when the decode
+    blocks add at most ``MERGE_LAUNCH_KEYS`` to the prefill launch's time: the decode launch's fixed cost, saved."""
+    in_flight = sms * max(1, 8 // cfg.num_warps)
+
+    def launch_keys(blocks) -> float:
+        n0 = len(blocks) * num_kv_heads
+        want = max(1, math.ceil(sms / n0)) if n0 < sms else 1
+        longest = max(span / _splits(pool_span, cfg.block_n, MIN_SPLIT_KEYS["large"], want, False)
+                      for _, _, pool_span, _, span in blocks)
+        return max(num_kv_heads * sum(span for *_, span in blocks) / in_flight, longest)
+
+    return launch_keys(large_blocks + small_blocks) - launch_keys(large_blocks) <= MERGE_LAUNCH_KEYS
 
 
 def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, new_keys: bool, group: int, ws,
