@@ -61,7 +61,6 @@ step gemma-bs1-breakdown 40 python3 -m benchmarks.ncu_row --family attn-core --r
 tune tune-splits 90 tune_attn_core --filter qwen3-30b,llama-8b-32k,llama-70b-32k,gemma-2b-8k  # one-wave split rule
 tune tune-paged 150 tune_attn_core_paged \
   --filter gemma-2b,qwen35,gpt-oss-sink,-p16/,llama-8b-rope/  # D = 256 tiles, sink rows, p16 rows on 0.3.4
-tune tune-topk 90 tune_attn_mla --filter TopK --iters 10  # h200-latency-4x, radix selects
 tune tune-bwd 90 tune_gqa_bwd --filter long  # the long rows on the refit `choose`
 tune tune-mla 60 tune_attn_mla --filter ds-v3-32k,serving-batch,ds-v2  # the 128-key split floor on the other rows
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
