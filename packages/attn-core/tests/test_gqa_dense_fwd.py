@@ -81,12 +81,23 @@ def test_prefill_head_dims(head_dim):
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["combine-kernel", "merged-in-kernel"])
-@pytest.mark.parametrize("heads,num_splits", [((8, 2), 2), ((8, 2), 8), ((71, 1), 3)], ids=["G4-2", "G4-8", "G71-3"])
+@pytest.mark.parametrize("heads,num_splits", [((8, 2), 2), ((8, 2), 3), ((8, 2), 8), ((71, 1), 3)],
+                         ids=["G4-2", "G4-3", "G4-8", "G71-3"])
 def test_decode_split_kv_and_combine(heads, num_splits, fused):
     """Split-KV as chosen for small grids, merged by the combine kernel or by the last split of each block;
-    8 splits of 45 keys leaves empty splits; G = 71 spans several m-blocks (one counter each)."""
+    8 splits of 45 keys leaves empty splits; G = 71 spans several m-blocks (one counter each). The combine
+    kernel's steps (``combine_chunk``: 8 heads x 64 columns a partial): 2, 4 (one padded slot) and 8 partials at a
+    time; one at a time for G = 71's 64-head programs."""
     with fwd.forced(num_splits=num_splits, fused_combine=fused):
         SPEC.check(make_case(DECODE, DEV, shrink=True, seed=3, heads=heads, head_dim=64, s_kv=45))
+
+
+def test_combine_chunk():
+    """Partials per combine step: the splits' next power of two, capped by the step's size; one for wide
+    programs."""
+    assert [fwd.combine_chunk(s, 512) for s in (1, 2, 3, 8, 33)] == [1, 2, 4, 8, 8]
+    assert fwd.combine_chunk(32, 256) == 16 and fwd.combine_chunk(32, 1024) == 4
+    assert fwd.combine_chunk(32, 2048) == fwd.combine_chunk(32, 4096) == 1
 
 
 @pytest.mark.parametrize(

@@ -320,10 +320,11 @@ def gqa_fwd_combine_kernel(
     S_q, H, num_splits, T_total,
     stride_ob, stride_ot, stride_oh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr,
-    VARLEN: tl.constexpr, HAS_SINK: tl.constexpr,
+    VARLEN: tl.constexpr, HAS_SINK: tl.constexpr, SPLIT_CHUNK: tl.constexpr,
 ):
-    """Grid ``(T_total, cdiv(H, BLOCK_H))``: merge the ``num_splits`` partials of one token's heads,
-    add the sink, normalize (empty rows -> 0) and store in the output dtype."""
+    """Grid ``(T_total, cdiv(H, BLOCK_H))``: merge the ``num_splits`` partials of one token's heads
+    (``SPLIT_CHUNK`` at a time, see ``merge_splits``), add the sink, normalize (empty rows -> 0) and store in the
+    output dtype."""
     tok = tl.program_id(0)
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     h_mask = heads < H
@@ -331,7 +332,7 @@ def gqa_fwd_combine_kernel(
     d_mask = offs_d < HEAD_DIM
     mask = h_mask[:, None] & d_mask[None, :]
     acc, m_i, l_i = merge_splits(ws_o_ptr, ws_lse_ptr, tok.to(tl.int64) * H + heads, T_total * H, num_splits,
-                                 h_mask, offs_d, d_mask, HEAD_DIM)
+                                 h_mask, offs_d, d_mask, HEAD_DIM, SPLIT_CHUNK)
     if HAS_SINK:
         sink2 = tl.load(sink_ptr + heads, mask=h_mask, other=0.0) * LOG2E_C
         acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)

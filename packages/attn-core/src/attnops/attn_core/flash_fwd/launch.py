@@ -342,8 +342,24 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
             ws_o, ws_lse, o, p.sinks if p.sinks is not None else dummy,
             max(S_q, 1), H, num_splits, total_tokens, *_bsh_strides(o, p.varlen),
             HEAD_DIM=D, BLOCK_D=block_d, BLOCK_H=block_h, VARLEN=p.varlen, HAS_SINK=p.sinks is not None,
-            num_warps=4,
+            SPLIT_CHUNK=combine_chunk(num_splits, block_h * block_d), num_warps=4,
         )
+
+
+# Partials a combine step loads together (``merge_splits``), at most this many fp32 elements per step (32 a
+# thread at 4 warps; programs of the widest head block, 4096 elements a partial, keep one split a step). Merged one
+# at a time, each split cost ~0.22 µs of L2 round trip on the H200 (fitted on the gemma-2b-8k-bs1 split sweep,
+# 20261203-0836-tune-gemma-bs1.json: 16 / 22 / 32 / 64 splits 21.0 / 19.0 / 17.4 / 20.8 µs), ~7 µs of its 17.4 at
+# 32 splits. Not yet timed.
+COMBINE_STEP_ELEMS = 4096
+
+
+def combine_chunk(num_splits: int, row_elems: int) -> int:
+    """Partials per combine step: a power of two, at most the splits' next power of two and
+    ``COMBINE_STEP_ELEMS`` elements with ``row_elems`` (heads × padded D) per partial; one where fewer than 4 fit
+    (wide programs: their rows already keep loads in flight; a 2-split step spilled at D = 64, offline sm_90)."""
+    fit = COMBINE_STEP_ELEMS // row_elems
+    return min(triton.next_power_of_2(num_splits), fit) if fit >= 4 else 1
 
 
 def default_sm_scale(head_dim: int) -> float:
