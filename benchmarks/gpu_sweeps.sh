@@ -38,6 +38,7 @@ PHASE=${PHASE:-all}
   "$core/test_gqa_dense_fwd.py::test_rope_keys_rotated_in_a_prepass" \
   "$core/test_gqa_bwd.py::test_atomic_dq_every_config_gpu" \
   "$core/test_gqa_paged_fwd.py::test_every_config" \
+  "$core/test_gqa_dense_fwd.py::test_decode_split_kv_and_combine" \
   "$mla/test_topk_select_fwd.py::test_every_config_shrunk" \
   "$mla/test_topk_select_fwd.py::test_split_path_random_rows" \
   "$mla/test_topk_select_fwd.py::test_windows_of_every_kind" \
@@ -56,6 +57,7 @@ if [ "$PHASE" = tests ]; then (cd "$OUT" && tar czf sweeps-logs.tgz --remove-fil
 tune tune-topk-warps 90 tune_attn_mla --filter topk-decode --iters 20
 tune tune-noncausal 60 tune_attn_core_paged --filter noncausal --variants large:
 # dense gemma-2b-8k-bs1 (0.71x cuDNN; 32 splits of 256 keys, 64 splits measured slower): attention vs combine
+# (with the chunked combine of the twentieth session: combine vs attention launch time)
 step gemma-bs1-breakdown 40 python3 -m benchmarks.ncu_row --family attn-core --row GQADenseFwd/gemma-2b-8k-bs1/bf16 \
   --breakdown
 tune tune-splits 90 tune_attn_core --filter qwen3-30b,llama-8b-32k,llama-70b-32k,gemma-2b-8k  # one-wave split rule
