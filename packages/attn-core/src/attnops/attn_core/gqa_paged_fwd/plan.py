@@ -303,7 +303,7 @@ def _merge_pays(large_blocks, small_blocks, num_kv_heads: int, sms: int, cfg: Ti
     """Whether a mixed batch's decode blocks join the prefill launch by default. A decode block on the prefill tile
     pays the whole tile's MMAs over its keys. A launch's time is modelled in keys of one program: its blocks' key
     work spread over the programs in flight (one 8-warp or two 4-warp programs per SM: the tiles' registers), or
-    its longest block after the split heuristic below (more blocks: fewer splits). Merging pays when the decode
+    its longest block after the planner's split heuristic (more blocks: fewer splits). Merging pays when the decode
     blocks add at most ``MERGE_LAUNCH_KEYS`` to the prefill launch's time: the decode launch's fixed cost, saved."""
     in_flight = sms * max(1, 8 // cfg.num_warps)
 
