@@ -20,15 +20,22 @@ DEV = runtime.device()
 F16 = torch.float16
 
 
-def _with_plan(case, **plan_kw):
+def _plan(case, **plan_kw):
     a = case.inputs
-    plan = gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], a["q"].shape[1], a["k_new"].shape[1],
+    return gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], a["q"].shape[1], a["k_new"].shape[1],
                                   a["q"].shape[2], is_causal=a.get("is_causal", True), **plan_kw)
+
+
+def _check_with(case, plan):
+    """Run ours with ``plan`` and compare with the reference."""
     ours = case.fresh()
     ours.inputs["plan"] = plan
-    out = ours.run(SPEC.fn)
-    SPEC.compare(out, case.fresh().run(SPEC.reference), case)
+    SPEC.compare(ours.run(SPEC.fn), case.fresh().run(SPEC.reference), case)
     return plan
+
+
+def _with_plan(case, **plan_kw):
+    return _check_with(case, _plan(case, **plan_kw))
 
 
 @pytest.mark.parametrize(
@@ -129,12 +136,9 @@ def test_fp8_staging_sized_by_the_longest_request():
     """The op's own per-call plan stages the longest request's pages per request, not the table's capacity (here
     a table twice as wide as needed): the kernels index the staging pools by that width."""
     case = build_case([9, 3, 0], [40, 70, 5], 8, 2, 64, 16, F16, E4M3, DEV, seed=32, width=16, fuse_rope=True)
-    a = case.inputs
-    plan = gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, 64, stage_fp8=True)
+    plan = _plan(case, stage_fp8=True)
     plan.stage_tokens = 73  # what the op's own plan records: max(c + q) over requests with new tokens
-    ours = case.fresh()
-    ours.inputs["plan"] = plan
-    SPEC.compare(ours.run(SPEC.fn), case.fresh().run(SPEC.reference), case)
+    _check_with(case, plan)
 
 
 def test_fp8_staging_rule(monkeypatch):
@@ -146,7 +150,7 @@ def test_fp8_staging_rule(monkeypatch):
     monkeypatch.setattr(ws_launch, "paged_applies", lambda *a, **k: True)
     case = build_case([130, 3], [40, 70], 8, 2, 64, 16, F16, E4M3, DEV, seed=33, width=12, num_pages=24)
     a = case.inputs
-    plan = gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, 64, ws=ws_launch.PAGED_DEFAULTS[64])
+    plan = _plan(case, ws=ws_launch.PAGED_DEFAULTS[64])
     assert any(ln.ws is not None for ln in plan.attn.launches), plan.describe()
     args = (a["q"], a["k_pages"], a["v_pages"], a["block_table"], a["out"], 16)
     assert _stage_width(plan, *args) == 12  # 2 x 12 pages of 16 rows = the pool's 384 rows
@@ -167,8 +171,7 @@ def test_fp8_rows_stage_for_the_warp_specialized_kernel(w):
 
     case = make_case(w, DEV, shrink=False, seed=5)
     a = case.inputs
-    plan = gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], a["q"].shape[1], a["k_new"].shape[1],
-                                  a["q"].shape[2])
+    plan = _plan(case)
     assert _stage_width(plan, a["q"], a["k_pages"], a["v_pages"], a["block_table"], a["out"], a["page_size"]), \
         plan.describe()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -45,6 +45,9 @@ class TopKConfig:
         return 4 * topk > self.cap(topk)
 
 
+# The split path's config for the decode row; its sweep candidates below vary one field or two.
+_SPLIT = TopKConfig(block=1024, stages=1, samples=64, slack=(9, 4), cap_factor=1, max_cap=4096, num_warps=4,
+                    maxnreg=None, programs_per_sm=1, split_chunk=512, hist_bits=11)
 # Every config the op can pick; tests run each (GPU: full-size rows; CPU: shrunk rows).
 CONFIGS = {
     # Many rows: 8-warp programs capped at 80 registers, 3 per SM. 2048-position tiles, 3 in flight per
@@ -73,26 +76,19 @@ CONFIGS = {
     # k = 2048), selected in 21 bitwise steps by the row's last program over a next_pow2(topk)-wide register
     # tensor. (4096 bins would halve the candidates, but not that tensor, and double tl.histogram's work:
     # 2304 SASS per 512-key program, ~1 µs, offline sm_90.)
-    "h200-split": TopKConfig(block=1024, stages=1, samples=64, slack=(9, 4), cap_factor=1, max_cap=4096,
-                             num_warps=4, maxnreg=None, programs_per_sm=1, split_chunk=512, hist_bits=11),
+    "h200-split": _SPLIT,
     # Sweep candidate (not picked): the last program's select by 8-bit digits (4 histogram steps instead of 21
     # bitwise ones over the candidates).
-    "h200-split-radix": TopKConfig(block=1024, stages=1, samples=64, slack=(9, 4), cap_factor=1, max_cap=4096,
-                                   num_warps=4, maxnreg=None, programs_per_sm=1, split_chunk=512, hist_bits=11,
-                                   radix=True),
+    "h200-split-radix": replace(_SPLIT, radix=True),
     # Sweep candidates (not picked): the split path with 8 / 16 warps. H200 Nsight of h200-split (2026-12-03,
     # SASS counts): every select program runs ~1080 instructions per warp and the row's last program ~3000 more,
     # at ~7-9 cycles each: one warp per scheduler hides no latency. More warps spread the 2048 bins, the chunk
     # and the candidates over more threads (fewer instructions per warp; the cross-warp step stays one).
-    "h200-split-w8": TopKConfig(block=1024, stages=1, samples=64, slack=(9, 4), cap_factor=1, max_cap=4096,
-                                num_warps=8, maxnreg=None, programs_per_sm=1, split_chunk=512, hist_bits=11),
-    "h200-split-w16": TopKConfig(block=1024, stages=1, samples=64, slack=(9, 4), cap_factor=1, max_cap=4096,
-                                 num_warps=16, maxnreg=None, programs_per_sm=1, split_chunk=512, hist_bits=11),
+    "h200-split-w8": replace(_SPLIT, num_warps=8),
+    "h200-split-w16": replace(_SPLIT, num_warps=16),
     # Sweep candidate (not picked): w16 in one launch (the histogram launch took 3.5 µs of the op's 15.3 on the
     # H200, plus the gap between the launches).
-    "h200-split-w16-1l": TopKConfig(block=1024, stages=1, samples=64, slack=(9, 4), cap_factor=1, max_cap=4096,
-                                    num_warps=16, maxnreg=None, programs_per_sm=1, split_chunk=512, hist_bits=11,
-                                    one_launch=True),
+    "h200-split-w16-1l": replace(_SPLIT, num_warps=16, one_launch=True),
     # Small steps so that shrunk rows still take several steps per pass (interpreter).
     "interpreter": TopKConfig(block=256, stages=1, samples=64, slack=(9, 4), cap_factor=4, max_cap=16384,
                               num_warps=4, maxnreg=None, programs_per_sm=1),
