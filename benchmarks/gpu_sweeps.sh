@@ -5,7 +5,8 @@
 # is cut at its cap or at DEADLINE (epoch seconds), whichever comes first; JSON and logs land under $OUT
 # (logs packed into sweeps-logs.tgz); one summary line per step is printed.
 # PHASE=tests runs only the GPU tests, PHASE=sweeps only the sweeps (the two phases of a one-GPU machine:
-# the tests may share the GPU with the sanitizer, the sweeps time kernels and must have it alone).
+# the tests may share the GPU with the sanitizer, the sweeps time kernels and must have it alone). The tests run on
+# TEST_WORKERS pytest-xdist workers (default 8: their time is mostly Triton compiles, ~3x faster than one).
 #   ATTNOPS_GIT_SHA=<sha> DEADLINE=<epoch s> [PHASE=tests|sweeps|all] bash benchmarks/gpu_sweeps.sh
 set -u
 OUT=${OUT:-/tmp/attnops-out}
@@ -25,7 +26,7 @@ core=packages/attn-core/tests mla=packages/attn-mla/tests
 # Caps add up to ~480 s: the deadline cuts the last sweeps first (ordered by the size of the gap they address).
 # Node ids, not -k: on the GPU machine a -k expression once matched every test of the family.
 PHASE=${PHASE:-all}
-[ "$PHASE" = sweeps ] || step gpu-tests "${TESTS_CAP:-120}" python3 -m pytest -v -rf --timeout 90 -p no:cacheprovider \
+[ "$PHASE" = sweeps ] || step gpu-tests "${TESTS_CAP:-120}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 90 -p no:cacheprovider \
   "$core/test_gqa_bwd.py::test_single_token_every_config" \
   "$core/test_attn_core_reliability.py::test_nan_and_inf_stay_in_their_request" \
   "$core/test_mha_decode_paged_with_kv_cache_fwd.py" \
@@ -45,7 +46,10 @@ PHASE=${PHASE:-all}
   "$mla/test_topk_select_fwd.py::test_ties_go_to_the_lower_position" \
   "$mla/test_topk_select_fwd.py::test_all_minus_inf_row_is_still_selected" \
   "$mla/test_topk_select_fwd.py::test_radix_and_bitwise_selects_agree"
-if [ "$PHASE" = tests ]; then (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null); exit 0; fi
+if [ "$PHASE" = tests ]; then
+  grep -h "^FAILED\|^ERROR" "$OUT/gpu-tests.log" 2>/dev/null | head -20  # the failing node ids, before packing
+  (cd "$OUT" && tar czf tests-logs.tgz --remove-files ./*.log 2>/dev/null); exit 0
+fi
 # paged: the rows slower on 2026-12-01 (405b-p256, 70b-p16); the p16 rows (pow2_pages: pages below the tile);
 # GQAPagedFwd's prefill rows (0.40-0.58x FA3 on the per-key gather of the prefill tile: tile_in_page and
 # pow2_pages for that kind, page 64); the prefill op's smaller rows (D = 256 tiles: its default spills 136 B

@@ -167,14 +167,12 @@ def compile_rope_keys(head_dim: int, interleaved: bool, dtype: str = "fp16"):
     return compile_sm90(rope_rows_kernel, ptrs, consts, 4, 1)
 
 
-def compile_combine(head_dim: int, out: str = "bf16", varlen: bool = True, sink: bool = True, block_h: int = 0):
-    """The combine at ``block_h`` heads per program (0: the widest the launch picks), with the widest step of
-    partials ``fwd.combine_chunk`` allows there (32 splits)."""
+def compile_combine(head_dim: int, out: str = "bf16", varlen: bool = True, sink: bool = True, splits: int = 32):
+    """The combine of ``splits`` partials per row, at the columns per program the launch picks for them."""
     ptrs = {"ws_o_ptr": "*fp32", "ws_lse_ptr": "*fp32", "o_ptr": f"*{out}", "sink_ptr": "*fp32"}
-    block_d = triton.next_power_of_2(head_dim)
-    block_h = block_h or max(1, min(32, 4096 // block_d))
-    consts = {"HEAD_DIM": head_dim, "BLOCK_D": block_d, "BLOCK_H": block_h, "VARLEN": varlen, "HAS_SINK": sink,
-              "SPLIT_CHUNK": fwd.combine_chunk(32, block_h * block_d)}
+    block_dc = fwd.combine_columns(splits, triton.next_power_of_2(head_dim))
+    consts = {"HEAD_DIM": head_dim, "BLOCK_DC": block_dc, "SPLITS": triton.next_power_of_2(splits),
+              "VARLEN": varlen, "HAS_SINK": sink}
     return compile_sm90(gqa_fwd_combine_kernel, ptrs, consts, 4, 2)
 
 
@@ -243,7 +241,7 @@ def main(argv=None) -> int:
                    for il in (False, True)]
         helpers += [(f"combine-{'varlen' if vl else 'dense'}", lambda d=d, vl=vl: compile_combine(d, varlen=vl))
                     for vl in (True, False)]
-        helpers += [("combine-1-head", lambda d=d: compile_combine(d, block_h=1))]  # a single token's split merge
+        helpers += [("combine-128-splits", lambda d=d: compile_combine(d, splits=128))]  # the most splits
         for label, build in helpers:
             try:
                 r = ptxas_report(build())

@@ -56,7 +56,8 @@ def _split_options(case, cfg) -> tuple[int, list[int]]:
         sqrt_rule = max(1, min(triton.cdiv(sms, programs), math.isqrt(max_kv) // 4, fwd.MAX_SPLITS))
         # the rule before 0.3.5 (~2 programs per SM), which one wave (the default since) replaced
         two_waves = max(1, min(triton.cdiv(2 * sms, programs), max_kv // fwd.MIN_SPLIT_KEYS, fwd.MAX_SPLITS))
-        opts |= {max(1, default // 2), min(fwd.MAX_SPLITS, default * 2), sqrt_rule, two_waves}
+        opts |= {max(1, default // 2), min(fwd.MAX_SPLITS, default * 2), min(fwd.MAX_SPLITS, default * 4),
+                 sqrt_rule, two_waves}
     return default, sorted(opts)
 
 

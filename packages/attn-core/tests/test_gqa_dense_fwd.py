@@ -86,18 +86,16 @@ def test_prefill_head_dims(head_dim):
 def test_decode_split_kv_and_combine(heads, num_splits, fused):
     """Split-KV as chosen for small grids, merged by the combine kernel or by the last split of each block;
     8 splits of 45 keys leaves empty splits; G = 71 spans several m-blocks (one counter each). The combine
-    kernel's steps (``combine_chunk``: 8 heads x 64 columns a partial): 2, 4 (one padded slot) and 8 partials at a
-    time; one at a time for G = 71's 64-head programs."""
+    kernel merges each row's splits in one step (3 splits: one padded slot) over 64 columns a program."""
     with fwd.forced(num_splits=num_splits, fused_combine=fused):
         SPEC.check(make_case(DECODE, DEV, shrink=True, seed=3, heads=heads, head_dim=64, s_kv=45))
 
 
-def test_combine_chunk():
-    """Partials per combine step: the splits' next power of two, capped by the step's size; one for wide
-    programs."""
-    assert [fwd.combine_chunk(s, 512) for s in (1, 2, 3, 8, 33)] == [1, 2, 4, 8, 8]
-    assert fwd.combine_chunk(32, 256) == 16 and fwd.combine_chunk(32, 1024) == 4
-    assert fwd.combine_chunk(32, 2048) == fwd.combine_chunk(32, 4096) == 1
+def test_combine_columns():
+    """Columns a combine program merges: its [splits, columns] tile within COMBINE_TILE_ELEMS, at least 16, at
+    most the padded head dim."""
+    assert [fwd.combine_columns(s, 256) for s in (1, 2, 3, 32, 33, 128)] == [256, 256, 256, 64, 32, 16]
+    assert fwd.combine_columns(4, 64) == 64 and fwd.combine_columns(128, 8) == 8
 
 
 @pytest.mark.parametrize(

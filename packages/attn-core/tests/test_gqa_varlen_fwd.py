@@ -266,13 +266,15 @@ def test_custom_op_schema_and_fake():
 
 
 def test_split_heuristic_on_132_sms():
-    """Decode-sized grids get KV splits (>= 256 keys each), full grids none."""
+    """Decode-sized grids get KV splits (>= MIN_SPLIT_KEYS = 128 keys each), full grids none."""
     assert fwd.choose_splits(programs=4, max_kv=262144, sms=132) == 33  # qwen3-30b-256k: B·H_kv = 4, one wave
-    assert fwd.choose_splits(programs=4, max_kv=1024, sms=132) == 4
+    assert fwd.choose_splits(programs=4, max_kv=1024, sms=132) == 8
+    assert fwd.choose_splits(programs=1, max_kv=8192, sms=132) == 64  # gemma-2b-8k-bs1
     assert fwd.choose_splits(programs=32, max_kv=2048, sms=132) == 4  # falcon: 32 requests, 1 KV head
     assert fwd.choose_splits(programs=128, max_kv=4096, sms=132) == 1  # llama-70b-4k: 16 × 8
     assert fwd.choose_splits(programs=512, max_kv=512, sms=132) == 1
-    assert fwd.choose_splits(programs=8, max_kv=300, sms=132) == 1
+    assert fwd.choose_splits(programs=8, max_kv=300, sms=132) == 2
+    assert fwd.choose_splits(programs=8, max_kv=255, sms=132) == 1
 
 
 GPU_SWEEP = [(dt, d) for dt in ("f16", "fp8") for d in (64, 128, 256, 512)] + [("bf16", 128)]

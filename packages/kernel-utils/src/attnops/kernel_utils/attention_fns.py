@@ -193,44 +193,46 @@ def merge_partial(acc, m_i, l_i, o_part, lse2_part):
 
 @triton.jit
 def merge_splits(part_o_ptr, part_lse_ptr, rows, split_stride, num_splits, row_mask, offs_d, d_mask,
-                 ROW_WIDTH: tl.constexpr, SPLIT_CHUNK: tl.constexpr = 1):
+                 ROW_WIDTH: tl.constexpr):
     """Merge ``num_splits`` partials of the same rows: split s of row i sits at workspace row
     ``rows[i] + s·split_stride`` (``part_lse_ptr`` f32 per row, ``part_o_ptr`` f32 ``ROW_WIDTH`` per row).
     Returns the running ``(acc, m, l)`` of :func:`merge_partial` for :func:`add_sink` /
     :func:`normalize_rows`. Loads are ``.cg`` (L2): partials written by other programs of the same
-    launch must not come from a stale L1 line. ``SPLIT_CHUNK`` (a power of two) partials per step, loaded
-    together as a ``[rows, SPLIT_CHUNK, D]`` tile: a step costs about one L2 round trip however many it holds
-    (H200: ~0.22 µs per split merged one at a time, fitted on the gemma-2b-8k-bs1 split sweep)."""
+    launch must not come from a stale L1 line. One split a step: for programs that merge many rows (in-kernel
+    merges); a combine launch merges a row's splits in one step (:func:`merge_row_splits`)."""
     acc = tl.zeros([rows.shape[0], offs_d.shape[0]], tl.float32)
     m_i = tl.full([rows.shape[0]], float("-inf"), tl.float32)
     l_i = tl.zeros([rows.shape[0]], tl.float32)
     mask = row_mask[:, None] & d_mask[None, :]
     r = rows.to(tl.int64)  # stepped by split_stride: no int32 product of split and stride
-    if SPLIT_CHUNK == 1:
-        for _ in range(0, num_splits):
-            o_part = tl.load(part_o_ptr + r[:, None] * ROW_WIDTH + offs_d[None, :], mask=mask, other=0.0,
-                             cache_modifier=".cg")
-            lse2 = tl.load(part_lse_ptr + r, mask=row_mask, other=float("-inf"), cache_modifier=".cg")
-            acc, m_i, l_i = merge_partial(acc, m_i, l_i, o_part, lse2)
-            r += split_stride
-    else:
-        chunk = tl.arange(0, SPLIT_CHUNK)
-        for s0 in range(0, num_splits, SPLIT_CHUNK):
-            s_ok = (s0 + chunk) < num_splits
-            rs = r[:, None] + (s0 + chunk).to(tl.int64)[None, :] * split_stride  # [rows, chunk]
-            ok = row_mask[:, None] & s_ok[None, :]
-            lse2 = tl.load(part_lse_ptr + rs, mask=ok, other=float("-inf"), cache_modifier=".cg")
-            o_part = tl.load(part_o_ptr + rs[:, :, None] * ROW_WIDTH + offs_d[None, None, :],
-                             mask=ok[:, :, None] & d_mask[None, None, :], other=0.0, cache_modifier=".cg")
-            # the chunk's partials folded into one (the max of their lse as the common base), then merged
-            m_c = tl.max(lse2, axis=1)
-            m_c_safe = tl.where(m_c == float("-inf"), 0.0, m_c)
-            w = tl.math.exp2(lse2 - m_c_safe[:, None])  # 0 for empty splits and padding
-            l_c = tl.sum(w, axis=1)
-            o_c = tl.sum(o_part * w[:, :, None], axis=1) / tl.where(l_c == 0.0, 1.0, l_c)[:, None]
-            lse2_c = tl.where(l_c == 0.0, float("-inf"), m_c_safe + tl.math.log2(tl.where(l_c == 0.0, 1.0, l_c)))
-            acc, m_i, l_i = merge_partial(acc, m_i, l_i, o_c, lse2_c)
+    for _ in range(0, num_splits):
+        o_part = tl.load(part_o_ptr + r[:, None] * ROW_WIDTH + offs_d[None, :], mask=mask, other=0.0,
+                         cache_modifier=".cg")
+        lse2 = tl.load(part_lse_ptr + r, mask=row_mask, other=float("-inf"), cache_modifier=".cg")
+        acc, m_i, l_i = merge_partial(acc, m_i, l_i, o_part, lse2)
+        r += split_stride
     return acc, m_i, l_i
+
+
+@triton.jit
+def merge_row_splits(part_o_ptr, part_lse_ptr, row, split_stride, num_splits, offs_d, d_mask,
+                     ROW_WIDTH: tl.constexpr, SPLITS: tl.constexpr):
+    """Merge the ``num_splits`` (at most ``SPLITS``, a power of two) partials of one workspace row in one step:
+    split s at row ``row + s·split_stride``, the columns ``offs_d`` of it. All partials are loaded as one
+    ``[SPLITS, D]`` tile, so the merge costs one L2 round trip however many splits there are (merged one at a
+    time they cost ~0.2 µs each on the H200: 5.9 µs of gemma-2b-8k-bs1's 16.9 at 32 splits). Returns
+    ``(acc [1, D], m [1], l [1])`` as :func:`merge_splits` does for one row (weights relative to ``m``), for
+    :func:`add_sink` / :func:`normalize_rows`."""
+    s = tl.arange(0, SPLITS)
+    ok = s < num_splits
+    rs = row.to(tl.int64) + s.to(tl.int64) * split_stride
+    lse2 = tl.load(part_lse_ptr + rs, mask=ok, other=float("-inf"), cache_modifier=".cg")[:, None]  # [SPLITS, 1]
+    o_part = tl.load(part_o_ptr + rs[:, None] * ROW_WIDTH + offs_d[None, :], mask=ok[:, None] & d_mask[None, :],
+                     other=0.0, cache_modifier=".cg")
+    m = tl.max(lse2, axis=0)  # [1]
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.math.exp2(lse2 - m_safe[None, :])  # 0 for empty splits and padding
+    return tl.sum(o_part * w, axis=0, keep_dims=True), m, tl.sum(w, axis=0)
 
 
 @triton.jit

@@ -31,6 +31,7 @@ from attnops.kernel_utils.attention_fns import (
     LOG2E,
     add_sink,
     kv_block_range,
+    merge_row_splits,
     merge_splits,
     mma,
     normalize_rows,
@@ -319,27 +320,27 @@ def gqa_fwd_combine_kernel(
     ws_o_ptr, ws_lse_ptr, o_ptr, sink_ptr,
     S_q, H, num_splits, T_total,
     stride_ob, stride_ot, stride_oh,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr,
-    VARLEN: tl.constexpr, HAS_SINK: tl.constexpr, SPLIT_CHUNK: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_DC: tl.constexpr, SPLITS: tl.constexpr,
+    VARLEN: tl.constexpr, HAS_SINK: tl.constexpr,
 ):
-    """Grid ``(T_total, cdiv(H, BLOCK_H))``: merge the ``num_splits`` partials of one token's heads
-    (``SPLIT_CHUNK`` at a time, see ``merge_splits``), add the sink, normalize (empty rows -> 0) and store in the
-    output dtype."""
-    tok = tl.program_id(0)
-    heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    h_mask = heads < H
-    offs_d = tl.arange(0, BLOCK_D)
+    """Grid ``(T_total · H, cdiv(HEAD_DIM, BLOCK_DC))``: merge the ``num_splits`` partials of one (token, head)
+    row's ``BLOCK_DC`` columns in one step (``merge_row_splits``), add the sink, normalize (empty rows -> 0) and
+    store in the output dtype. One row per program and the columns spread over programs: a one-token decode
+    still spreads its merge over ``H · D / BLOCK_DC`` programs."""
+    row = tl.program_id(0)
+    tok = row // H
+    head = row % H
+    offs_d = tl.program_id(1) * BLOCK_DC + tl.arange(0, BLOCK_DC)
     d_mask = offs_d < HEAD_DIM
-    mask = h_mask[:, None] & d_mask[None, :]
-    acc, m_i, l_i = merge_splits(ws_o_ptr, ws_lse_ptr, tok.to(tl.int64) * H + heads, T_total * H, num_splits,
-                                 h_mask, offs_d, d_mask, HEAD_DIM, SPLIT_CHUNK)
+    acc, m_i, l_i = merge_row_splits(ws_o_ptr, ws_lse_ptr, row, T_total * H, num_splits, offs_d, d_mask,
+                                     HEAD_DIM, SPLITS)
     if HAS_SINK:
-        sink2 = tl.load(sink_ptr + heads, mask=h_mask, other=0.0) * LOG2E_C
+        sink2 = tl.load(sink_ptr + head + tl.zeros([1], tl.int32)) * LOG2E_C
         acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)
     o = normalize_rows(acc, l_i)
     if VARLEN:
         base = tok.to(tl.int64) * stride_ot
     else:
         base = (tok // S_q).to(tl.int64) * stride_ob + (tok % S_q).to(tl.int64) * stride_ot
-    offs = base + heads.to(tl.int64)[:, None] * stride_oh + offs_d[None, :]
-    tl.store(o_ptr + offs, o.to(o_ptr.dtype.element_ty), mask=mask)
+    offs = base + head.to(tl.int64) * stride_oh + offs_d[None, :]
+    tl.store(o_ptr + offs, o.to(o_ptr.dtype.element_ty), mask=d_mask[None, :])

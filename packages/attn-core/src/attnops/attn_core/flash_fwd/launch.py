@@ -89,7 +89,11 @@ DECODE_CONFIGS: dict[int, dict[int, tuple[FwdConfig, ...]]] = {
           64: (FwdConfig(0, 16, 8, 2), FwdConfig(0, 32, 8, 2))},
 }
 
-MIN_SPLIT_KEYS = 256  # a KV split covers at least this many keys
+# A KV split covers at least this many keys. 128 since the combine merges a row's splits in one step (attn-core
+# 0.3.13): before it, each split cost ~0.2 µs of merge and 256 kept them few; on the 2026-12-03 sweep the rows this
+# moves were already as fast or faster with more splits (qwen3-30b-1k 8 splits 7.3 against 4: 8.7 us; -4k 32: 9.7
+# against 16: 10.1); gemma-2b-8k-bs1 (32 -> 64) is predicted to gain the most (attention 11.0 us at 32 splits).
+MIN_SPLIT_KEYS = 128
 MAX_SPLITS = 128
 # Split calls merge in the kernel (the last split of each block, ``FUSED_COMBINE``) instead of a combine
 # launch. Off until the H200 has checked and timed it (``forced(fused_combine=True)`` in tests / sweeps).
@@ -334,32 +338,26 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
         FUSED_COMBINE=fused, WRITE_LSE=p.lse is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split and not fused:
-        block_h = max(1, min(triton.next_power_of_2(H), 4096 // block_d))
-        # small grids: fewer heads per program, so more SMs share the merge
-        while block_h > 1 and total_tokens * triton.cdiv(H, block_h) < runtime.num_sms():
-            block_h //= 2
-        gqa_fwd_combine_kernel[(total_tokens, triton.cdiv(H, block_h))](
+        splits_p2 = triton.next_power_of_2(num_splits)
+        block_dc = combine_columns(num_splits, block_d)
+        gqa_fwd_combine_kernel[(total_tokens * H, triton.cdiv(block_d, block_dc))](
             ws_o, ws_lse, o, p.sinks if p.sinks is not None else dummy,
             max(S_q, 1), H, num_splits, total_tokens, *_bsh_strides(o, p.varlen),
-            HEAD_DIM=D, BLOCK_D=block_d, BLOCK_H=block_h, VARLEN=p.varlen, HAS_SINK=p.sinks is not None,
-            SPLIT_CHUNK=combine_chunk(num_splits, block_h * block_d), num_warps=4,
+            HEAD_DIM=D, BLOCK_DC=block_dc, SPLITS=splits_p2, VARLEN=p.varlen, HAS_SINK=p.sinks is not None,
+            num_warps=4 if splits_p2 * block_dc >= 1024 else 1,
         )
 
 
-# Partials a combine step loads together (``merge_splits``), at most this many fp32 elements per step (32 a
-# thread at 4 warps; programs of the widest head block, 4096 elements a partial, keep one split a step). Merged one
-# at a time, each split cost ~0.22 µs of L2 round trip on the H200 (fitted on the gemma-2b-8k-bs1 split sweep,
-# 20261203-0836-tune-gemma-bs1.json: 16 / 22 / 32 / 64 splits 21.0 / 19.0 / 17.4 / 20.8 µs), ~7 µs of its 17.4 at
-# 32 splits. Not yet timed.
-COMBINE_STEP_ELEMS = 4096
+# fp32 elements a combine program loads (all splits of its columns at once: 16 a thread at 4 warps). Merged one
+# split at a time, each split cost ~0.2 µs of L2 round trip on the H200 (gemma-2b-8k-bs1: 5.9 µs of 16.9 at 32
+# splits, 2026-12-03 breakdown; ~7 µs on the 0836 split sweep). Not yet timed in this form.
+COMBINE_TILE_ELEMS = 2048
 
 
-def combine_chunk(num_splits: int, row_elems: int) -> int:
-    """Partials per combine step: a power of two, at most the splits' next power of two and
-    ``COMBINE_STEP_ELEMS`` elements with ``row_elems`` (heads × padded D) per partial; one where fewer than 4 fit
-    (wide programs: their rows already keep loads in flight; a 2-split step spilled at D = 64, offline sm_90)."""
-    fit = COMBINE_STEP_ELEMS // row_elems
-    return min(triton.next_power_of_2(num_splits), fit) if fit >= 4 else 1
+def combine_columns(num_splits: int, block_d: int) -> int:
+    """Columns of one row a combine program merges: as many as keep its ``[splits, columns]`` tile within
+    ``COMBINE_TILE_ELEMS`` (at least 16), at most the padded head dim ``block_d``."""
+    return min(block_d, max(16, COMBINE_TILE_ELEMS // triton.next_power_of_2(num_splits)))
 
 
 def default_sm_scale(head_dim: int) -> float:
