@@ -56,8 +56,7 @@ fi
 # with RoPE, 64x32 w8 none). The default plan's time per kernel is printed too (attention vs combine).
 # (the ninth session's sweep decided tile_in_page / fused combine for the paged ops, the D = 64 tile, the RoPE key
 # pre-pass, GQABwd `choose` and MLA's split floor: docs/perf/attn-core.md "Ninth session")
-# TopK decode at 8 / 16 warps and in one launch (twentieth session, untimed: h200-split-w8 / -w16 / -w16-1l beside
-# the default); the merged noncausal launch's tiles (128x64 w8 s4 new: its loop waits on the 3-stage K / V copies)
+# TopK decode at 8 / 16 warps beside the default (timed 2026-12-03 11:00: level); the merged noncausal launch's tiles (128x64 w8 s4 new: its loop waits on the 3-stage K / V copies)
 tune tune-topk-warps 90 tune_attn_mla --filter topk-decode --iters 20
 tune tune-noncausal 60 tune_attn_core_paged --filter noncausal --variants large:
 # dense gemma-2b-8k-bs1 (0.71x cuDNN; 32 splits of 256 keys, 64 splits measured slower): attention vs combine

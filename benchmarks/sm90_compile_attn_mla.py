@@ -105,11 +105,10 @@ def topk_split_variants(name, cfg):
     ptrs = {"score_ptr": "*fp32", "cand_ptr": "*i64", **{n: "*i32" for n in (
         "starts_ptr", "ends_ptr", "out_ptr", "hist_ptr", "counter_ptr")}}
     cx = dict(CHUNK=cfg.split_chunk, HIST_BITS=cfg.hist_bits)
-    if not cfg.one_launch:
-        yield f"topk {name} histogram", lambda: compile_sm90(topk_split_histogram_kernel, ptrs, ints, cx,
-                                                               cfg.num_warps, 1), cfg
+    yield f"topk {name} histogram", lambda: compile_sm90(topk_split_histogram_kernel, ptrs, ints, cx,
+                                                           cfg.num_warps, 1), cfg
     for k in (1024, 2048):
-        sel = dict(cx, CAP=cfg.cap(k), BLOCK=cfg.block, RADIX=cfg.radix, ONE_LAUNCH=cfg.one_launch)
+        sel = dict(cx, CAP=cfg.cap(k), BLOCK=cfg.block, RADIX=cfg.radix)
         yield f"topk {name} select k={k}", lambda sel=sel, k=k: compile_sm90(
             topk_split_select_kernel, ptrs, dict(ints, topk=k), sel, cfg.num_warps, 1), cfg
 

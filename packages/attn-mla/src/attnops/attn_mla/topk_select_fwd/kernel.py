@@ -30,8 +30,7 @@ Whole-row select (``FULL_ONLY`` rows, sample misses): the same search with every
 window (34 reads; exact, slow, rare on real scores).
 
 Split path (``topk_split_*_kernel``: few long rows, e.g. the decode row of 16384 keys, where one program per
-row leaves the GPU idle and spends its time on dependent CTA reductions): grid (rows, chunks), two launches
-(or one, ``ONE_LAUNCH``: step 1 at the head of step 2, the row's programs waiting for each other in between).
+row leaves the GPU idle and spends its time on dependent CTA reductions): grid (rows, chunks), two launches.
 
 1. each program adds its chunk's keys, one relaxed atomic each, into the row's histogram of their top
    ``HIST_BITS`` bits;
@@ -434,15 +433,12 @@ def topk_split_select_kernel(
     CAP: tl.constexpr,  # candidate slots per row (keys in the threshold bin)
     BLOCK: tl.constexpr,  # positions per step of the last program's loops
     RADIX: tl.constexpr,  # the last program's register select by 8-bit digits
-    ONE_LAUNCH: tl.constexpr,  # step 1 here too, then a wait for the row's programs (all resident: see op.py)
 ):
     """Split path, step 2 of 2 (program (i, p) as in step 1): from the row's histogram, the threshold bin b.
     The chunk's keys above b go to the output at slots taken from a per-row counter, its keys in b, as
     (fp32 bits << 32 | position), to the row's candidate buffer at slots from a second counter (order
     unspecified in both). The last program of the row to arrive selects among the candidates and zeroes the
-    row's histogram and counters. ``ONE_LAUNCH``: each program first adds its chunk to the histogram (step 1),
-    arrives on a fourth per-row counter (release) and waits until every program of the row has (acquire), so
-    the histogram launch and its gap go; a GPU-only path (the interpreter runs programs one after another)."""
+    row's histogram and counters."""
     tl.static_assert(CHUNK % 4 == 0)
     i = tl.program_id(0)
     r = row0 + i
@@ -453,21 +449,13 @@ def topk_split_select_kernel(
     hist_row = hist_ptr + (i.to(tl.int64) << HIST_BITS)
     out_row = out_ptr + r.to(tl.int64) * topk
     cand_row = cand_ptr + i.to(tl.int64) * CAP
-    above_counter = counter_ptr + 4 * i
-    cand_counter = counter_ptr + 4 * i + 1
-    arrivals = counter_ptr + 4 * i + 2
-    histogram_done = counter_ptr + 4 * i + 3
+    above_counter = counter_ptr + 3 * i
+    cand_counter = counter_ptr + 3 * i + 1
+    arrivals = counter_ptr + 3 * i + 2
     # The chunk is loaded before the histogram is scanned (not inside the branch): the two loads overlap.
     j = p * CHUNK + tl.arange(0, CHUNK // 4)[:, None] * 4 + tl.arange(0, 4)[None, :]  # [CHUNK / 4, 4]
     m = j < n
     x = tl.load(row_ptr + (lo + j).to(tl.int64) * stride_st, mask=m, other=0.0)
-    if ONE_LAUNCH:
-        tl.atomic_add(hist_row + _key_bin(_ordered_key(x), HIST_BITS), 1, mask=m, sem="relaxed")
-        tl.debug_barrier()  # every thread's histogram adds issued before the arrival is released
-        done = tl.atomic_add(histogram_done, 1, sem="release", scope="gpu") + 1
-        while done < nchunks:
-            done = tl.atomic_add(histogram_done, 0, sem="acquire", scope="gpu")
-        tl.debug_barrier()
     b, above, in_bin = _threshold_bin(hist_row, topk, HIST_BITS)
     if (n > topk) & (in_bin <= CAP):
         key_bin = _key_bin(_ordered_key(x), HIST_BITS)
@@ -486,5 +474,3 @@ def topk_split_select_kernel(
         tl.atomic_xchg(above_counter, 0, sem="relaxed", scope="gpu")
         tl.atomic_xchg(cand_counter, 0, sem="relaxed", scope="gpu")
         tl.atomic_xchg(arrivals, 0, sem="relaxed", scope="gpu")
-        if ONE_LAUNCH:  # every program of the row is past its wait: it has arrived above
-            tl.atomic_xchg(histogram_done, 0, sem="relaxed", scope="gpu")

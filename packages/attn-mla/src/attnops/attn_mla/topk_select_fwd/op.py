@@ -29,9 +29,6 @@ class TopKConfig:
     # cap(topk) = candidate slots of the threshold bin. block: step of the last program's loops.
     split_chunk: int = 0
     hist_bits: int = 11
-    # the split path's histogram step in the select launch, each program waiting for its row's others (a grid
-    # of at most one program per SM: ``one_launch_fits``); GPU only
-    one_launch: bool = False
 
     def programs_per_row(self, s_kv: int) -> int:
         return triton.cdiv(s_kv, self.split_chunk) if self.split_chunk else 1
@@ -86,9 +83,6 @@ CONFIGS = {
     # and the candidates over more threads (fewer instructions per warp; the cross-warp step stays one).
     "h200-split-w8": replace(_SPLIT, num_warps=8),
     "h200-split-w16": replace(_SPLIT, num_warps=16),
-    # Sweep candidate (not picked): w16 in one launch (the histogram launch took 3.5 µs of the op's 15.3 on the
-    # H200, plus the gap between the launches).
-    "h200-split-w16-1l": replace(_SPLIT, num_warps=16, one_launch=True),
     # Small steps so that shrunk rows still take several steps per pass (interpreter).
     "interpreter": TopKConfig(block=256, stages=1, samples=64, slack=(9, 4), cap_factor=4, max_cap=16384,
                               num_warps=4, maxnreg=None, programs_per_sm=1),
@@ -153,31 +147,22 @@ def _launch_split(index_score, starts, ends, topk: int, out: torch.Tensor, confi
     num_rows, chunks = b * s * g, config.programs_per_row(s_kv)
     dev, bins, cap = index_score.device, 1 << config.hist_bits, config.cap(topk)
     batch = min(num_rows, SPLIT_ROWS)
-    state = runtime.arrival_counters(dev, batch * (bins + 4))
-    hist, counters = state[: batch * bins], state[batch * bins: batch * (bins + 4)]
+    state = runtime.arrival_counters(dev, batch * (bins + 3))
+    hist, counters = state[: batch * bins], state[batch * bins: batch * (bins + 3)]
     candidates = torch.empty((batch, cap), dtype=torch.int64, device=dev)
     strides = (*index_score.stride(), *starts.stride(), *ends.stride())
     for row0 in range(0, num_rows, batch):
         grid = (min(batch, num_rows - row0), chunks)
-        one_launch = config.one_launch and one_launch_fits(grid[0] * chunks)
-        if not one_launch:
-            topk_split_histogram_kernel[grid](
-                index_score, starts, ends, hist, row0, s, g, s_kv, *strides,
-                CHUNK=config.split_chunk, HIST_BITS=config.hist_bits, num_warps=config.num_warps,
-            )
+        topk_split_histogram_kernel[grid](
+            index_score, starts, ends, hist, row0, s, g, s_kv, *strides,
+            CHUNK=config.split_chunk, HIST_BITS=config.hist_bits, num_warps=config.num_warps,
+        )
         topk_split_select_kernel[grid](
             index_score, starts, ends, out, hist, counters, candidates, row0, s, g, s_kv, topk, *strides,
             CHUNK=config.split_chunk, HIST_BITS=config.hist_bits, CAP=cap, BLOCK=config.block, RADIX=config.radix,
-            ONE_LAUNCH=one_launch, num_warps=config.num_warps,
+            num_warps=config.num_warps,
         )
     return out
-
-
-def one_launch_fits(programs: int) -> bool:
-    """Whether a one-launch split grid may wait inside the kernel: every program must be resident at once, which
-    one program per SM guarantees (a split program is far below an SM's registers and shared memory); the
-    interpreter runs programs one after another, so it never may."""
-    return not runtime.interpreting() and programs <= runtime.num_sms()
 
 
 @torch.library.custom_op("attnops::topk_select_fwd", mutates_args=())
