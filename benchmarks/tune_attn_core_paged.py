@@ -9,6 +9,7 @@ with the default configs.
     python -m benchmarks.tune_attn_core_paged --filter llama-8b-p64/ --iters 20
     python -m benchmarks.tune_attn_core_paged --ws --filter GQAPagedFwd/llama-8b/,starcoder --iters 20
     python -m benchmarks.tune_attn_core_paged --filter MHADecode --variants latency
+    python -m benchmarks.tune_attn_core_paged --filter llama-70b-p16 --split-counts 2,3,4,5,6 --variants num_splits
 
 ``--ws``: instead, the large class on the warp-specialized kernel (``ws=`` of the plan: every config
 ``ws_launch.paged_applies`` may take) beside the Triton kernel (``ws=False``) and the default plan, on the rows
@@ -106,7 +107,10 @@ def main():
     parser.add_argument("--ws", action="store_true", help="time the warp-specialized kernel's configs")
     parser.add_argument("--variants", default="",
                         help="only variants whose name contains one of these (comma-separated), beside the default")
+    parser.add_argument("--split-counts", default="",
+                        help="also force each of these split counts (comma-separated), e.g. 1,2,3,4,6,8")
     args = parser.parse_args()
+    forced_splits = [{"num_splits": int(n)} for n in filter(None, args.split_counts.split(","))]
     flush = L2Flusher()
     results = []
     for spec, w, case, expected in seed_cases(SPECS, args.filter, OPS):
@@ -124,7 +128,8 @@ def main():
                 key = config_key(ln.kind, d)
                 variants += [(f"{ln.kind}:{cfg.block_m}x{cfg.block_n}w{cfg.num_warps}s{cfg.num_stages}",
                               {"configs": {key: cfg}}) for cfg in CANDIDATES.get(key, []) if cfg != CONFIGS[key]]
-            variants += [("".join(f"{k}={v}" for k, v in knob.items()), knob) for knob in SPLIT_KNOBS]
+            knobs = list(SPLIT_KNOBS) + [k for k in forced_splits if k not in SPLIT_KNOBS]
+            variants += [("".join(f"{k}={v}" for k, v in knob.items()), knob) for knob in knobs]
             variants += _merged_variants(d)
         if args.variants:
             variants = variants[:1] + [v for v in variants[1:] if matches(v[0], args.variants)]
