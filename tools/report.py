@@ -176,9 +176,12 @@ SAME_PEER = {"torch-sdpa": ("sdpa-cudnn", "sdpa-flash"), "torch-gather": ("sdpa-
 DISCREPANCY = 0.2
 
 
-def gap_reason(op: str, name: str, workload_name: str, measured_over_published: float) -> str:
-    """The checked reason for a published-vs-measured gap: the group of ``docs/peer-gaps.md`` it belongs to."""
+def gap_reason(op: str, name: str, workload_name: str, measured_over_published: float, note: str = "") -> str:
+    """The checked reason for a published-vs-measured gap: the group of ``docs/peer-gaps.md`` it belongs to
+    (``note``: the measured peer's note in the run)."""
     faster = measured_over_published < 1
+    if name == "flashinfer" and "MissingJITCacheError" in note:
+        return "this run's FlashInfer fell back to its CUDA-core decode: its tensor-core module was not carried"
     if name == "flashmla":
         return "§6: the page's call re-concatenates q and the whole cache"
     if "chunked" in workload_name:
@@ -311,7 +314,8 @@ def published_vs_measured(by_op) -> tuple[list[str], list[str]]:
                 if timed:
                     n, ms = min(timed, key=lambda t: t[1])
                     if abs(ms / published_ms - 1) > DISCREPANCY:
-                        why = gap_reason(ln.workload.op, name, ln.workload.name, ms / published_ms)
+                        why = gap_reason(ln.workload.op, name, ln.workload.name, ms / published_ms,
+                                         ln.peers[n].get("note", ""))
                         differ.append(f"| {ln.workload.id} | {name} | {published_ms:g} | {n} {ms:.4f} | "
                                       f"{ms / published_ms:.2f} | {why} |")
                 else:

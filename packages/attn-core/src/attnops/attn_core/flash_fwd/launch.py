@@ -92,7 +92,8 @@ DECODE_CONFIGS: dict[int, dict[int, tuple[FwdConfig, ...]]] = {
 # A KV split covers at least this many keys. 128 since the combine merges a row's splits in one step (attn-core
 # 0.3.13): before it, each split cost ~0.2 µs of merge and 256 kept them few; on the 2026-12-03 sweep the rows this
 # moves were already as fast or faster with more splits (qwen3-30b-1k 8 splits 7.3 against 4: 8.7 us; -4k 32: 9.7
-# against 16: 10.1); gemma-2b-8k-bs1 (32 -> 64) is predicted to gain the most (attention 11.0 us at 32 splits).
+# against 16: 10.1); with it gemma-2b-8k-bs1 (32 -> 64 splits) 17.7 -> 8.3 us, qwen3-30b-1k / -4k 7.4 / 10.0 -> 5.7 /
+# 6.9 (H200, 20261203-1125-attn-core-dense-combine.jsonl).
 MIN_SPLIT_KEYS = 128
 MAX_SPLITS = 128
 # Split calls merge in the kernel (the last split of each block, ``FUSED_COMBINE``) instead of a combine
@@ -350,7 +351,8 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
 
 # fp32 elements a combine program loads (all splits of its columns at once: 16 a thread at 4 warps). Merged one
 # split at a time, each split cost ~0.2 µs of L2 round trip on the H200 (gemma-2b-8k-bs1: 5.9 µs of 16.9 at 32
-# splits, 2026-12-03 breakdown; ~7 µs on the 0836 split sweep). Not yet timed in this form.
+# splits, 2026-12-03 breakdown; ~7 µs on the 0836 split sweep). In one step the row took 8.3 µs at 64 splits
+# (cuDNN 12.7; 20261203-1125-attn-core-dense-combine.jsonl).
 COMBINE_TILE_ELEMS = 2048
 
 
