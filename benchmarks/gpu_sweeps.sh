@@ -23,7 +23,7 @@ step() {  # step <name> <cap s> <command...>: run with the time left (at most ca
 }
 tune() { local name=$1 cap=$2 tool=$3; shift 3; step "$name" "$cap" python3 -m "benchmarks.$tool" --out "$OUT/$name.json" "$@"; }
 core=packages/attn-core/tests mla=packages/attn-mla/tests
-# Caps add up to ~480 s: the deadline cuts the last sweeps first (ordered by the size of the gap they address).
+# Caps add up to ~360 s: the deadline cuts the last sweeps first (ordered by the size of the gap they address).
 # Node ids, not -k: on the GPU machine a -k expression once matched every test of the family.
 PHASE=${PHASE:-all}
 [ "$PHASE" = sweeps ] || step gpu-tests "${TESTS_CAP:-120}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 90 -p no:cacheprovider \
@@ -50,23 +50,14 @@ if [ "$PHASE" = tests ]; then
   grep -h "^FAILED\|^ERROR" "$OUT/gpu-tests.log" 2>/dev/null | head -20  # the failing node ids, before packing
   (cd "$OUT" && tar czf tests-logs.tgz --remove-files ./*.log 2>/dev/null); exit 0
 fi
-# paged: the rows slower on 2026-12-01 (405b-p256, 70b-p16); the p16 rows (pow2_pages: pages below the tile);
-# GQAPagedFwd's prefill rows (0.40-0.58x FA3 on the per-key gather of the prefill tile: tile_in_page and
-# pow2_pages for that kind, page 64); the prefill op's smaller rows (D = 256 tiles: its default spills 136 B
-# with RoPE, 64x32 w8 none). The default plan's time per kernel is printed too (attention vs combine).
-# (the ninth session's sweep decided tile_in_page / fused combine for the paged ops, the D = 64 tile, the RoPE key
-# pre-pass, GQABwd `choose` and MLA's split floor: docs/perf/attn-core.md "Ninth session")
-# TopK decode at 8 / 16 warps beside the default (timed 2026-12-03 11:00: level); the merged noncausal launch's tiles (128x64 w8 s4 new: its loop waits on the 3-stage K / V copies)
-tune tune-topk-warps 90 tune_attn_mla --filter topk-decode --iters 20
-tune tune-noncausal 60 tune_attn_core_paged --filter noncausal --variants large:
-# dense gemma-2b-8k-bs1 (0.71x cuDNN; 32 splits of 256 keys, 64 splits measured slower): attention vs combine
-# (with the chunked combine of the twentieth session: combine vs attention launch time)
-step gemma-bs1-breakdown 40 python3 -m benchmarks.ncu_row --family attn-core --row GQADenseFwd/gemma-2b-8k-bs1/bf16 \
-  --breakdown
-tune tune-splits 90 tune_attn_core --filter qwen3-30b,llama-8b-32k,llama-70b-32k,gemma-2b-8k  # one-wave split rule
-tune tune-paged 150 tune_attn_core_paged \
-  --filter gemma-2b,qwen35,gpt-oss-sink,-p16/,llama-8b-rope/  # D = 256 tiles, sink rows, p16 rows on 0.3.4
-tune tune-bwd 90 tune_gqa_bwd --filter long  # the long rows on the refit `choose`
-tune tune-mla 60 tune_attn_mla --filter ds-v3-32k,serving-batch,ds-v2  # the 128-key split floor on the other rows
+# (the sweeps of 2026-12-03 11:00 decided or closed: TopK warps, noncausal tiles, the one-step split combine, MLA's
+# ds-v2 default; docs/perf/attn-core.md "Twenty-first session")
+# paged decode: time against forced split counts on the rows where 2 programs per SM won (p64 / p256, few
+# requests) and lost (p16; n0 = 256), for a split rule that knows the page size
+tune tune-paged-splits 150 tune_attn_core_paged --split-counts 1,2,3,4,5,6,8,12 --variants num_splits \
+  --filter llama-70b-p16,llama-70b-p64/,llama-8b-32k-p64,gpt-oss-sink-decode,llama-8b-b64-p64,llama-8b-b64-p16,llama-8b-p64/
+# qwen35-9b-rope (0.77x FA3's published 14.1 ms): the D = 256 ws configs of the paged layout
+tune tune-qwen35-ws 120 tune_attn_core_paged --ws --filter qwen35-9b-rope --iters 5
+tune tune-bwd-short 90 tune_gqa_bwd --filter short  # GQABwd's short rows (0.73-0.80x cuDNN)
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"
