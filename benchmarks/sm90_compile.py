@@ -31,7 +31,8 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from attnops.attn_core.flash_fwd import launch as fwd  # noqa: E402
-from attnops.attn_core.flash_fwd.kernel import gqa_fwd_combine_kernel, gqa_fwd_kernel, rope_rows_kernel  # noqa: E402
+from attnops.attn_core.flash_fwd.kernel import gqa_fwd_kernel, rope_rows_kernel  # noqa: E402
+from attnops.kernel_utils.split_combine import combine_columns, split_combine_kernel  # noqa: E402
 
 SM90_SMEM = 232448  # bytes of shared memory one block may use on an H100/H200
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
@@ -167,13 +168,13 @@ def compile_rope_keys(head_dim: int, interleaved: bool, dtype: str = "fp16"):
     return compile_sm90(rope_rows_kernel, ptrs, consts, 4, 1)
 
 
-def compile_combine(head_dim: int, out: str = "bf16", varlen: bool = True, sink: bool = True, splits: int = 32):
-    """The combine of ``splits`` partials per row, at the columns per program the launch picks for them."""
-    ptrs = {"ws_o_ptr": "*fp32", "ws_lse_ptr": "*fp32", "o_ptr": f"*{out}", "sink_ptr": "*fp32"}
-    block_dc = fwd.combine_columns(splits, triton.next_power_of_2(head_dim))
-    consts = {"HEAD_DIM": head_dim, "BLOCK_DC": block_dc, "SPLITS": triton.next_power_of_2(splits),
-              "VARLEN": varlen, "HAS_SINK": sink}
-    return compile_sm90(gqa_fwd_combine_kernel, ptrs, consts, 4, 2)
+def compile_combine(head_dim: int, out: str = "bf16", sink: bool = True, splits: int = 32):
+    """The split combine (kernel_utils.split_combine) of ``splits`` partials per row, at the columns per program
+    its launcher picks for them."""
+    ptrs = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": f"*{out}", "sink_ptr": "*fp32"}
+    block_dc = combine_columns(splits, triton.next_power_of_2(head_dim))
+    consts = {"HEAD_DIM": head_dim, "BLOCK_DC": block_dc, "SPLITS": triton.next_power_of_2(splits), "HAS_SINK": sink}
+    return compile_sm90(split_combine_kernel, ptrs, consts, 4, 2)
 
 
 def classes(all_configs: bool):
@@ -239,9 +240,7 @@ def main(argv=None) -> int:
     for d in sorted(dims):  # the small helper kernels: registers / spills / shared memory, or the error
         helpers = [(f"rope-keys{'-inter' if il else ''}", lambda d=d, il=il: compile_rope_keys(d, il))
                    for il in (False, True)]
-        helpers += [(f"combine-{'varlen' if vl else 'dense'}", lambda d=d, vl=vl: compile_combine(d, varlen=vl))
-                    for vl in (True, False)]
-        helpers += [("combine-128-splits", lambda d=d: compile_combine(d, splits=128))]  # the most splits
+        helpers += [(f"combine-{n}-splits", lambda d=d, n=n: compile_combine(d, splits=n)) for n in (2, 32, 128)]
         for label, build in helpers:
             try:
                 r = ptxas_report(build())

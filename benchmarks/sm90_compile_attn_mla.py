@@ -40,7 +40,7 @@ from attnops.attn_mla.fp8_lightning_indexer_fwd import op as indexer_op  # noqa:
 from attnops.attn_mla.fp8_lightning_indexer_fwd.kernel import lightning_indexer_kernel  # noqa: E402
 from attnops.attn_mla.mla_decode_with_kvcache_fwd import op as mla_op  # noqa: E402
 from attnops.attn_mla.mla_decode_with_kvcache_fwd import ws_launch as mla_ws  # noqa: E402
-from attnops.attn_mla.mla_decode_with_kvcache_fwd.kernel import mla_combine_kernel, mla_decode_kernel  # noqa: E402
+from attnops.attn_mla.mla_decode_with_kvcache_fwd.kernel import mla_decode_kernel  # noqa: E402
 from attnops.attn_mla.mla_decode_with_kvcache_fwd.ws_kernel import mla_decode_ws_kernel  # noqa: E402
 from attnops.attn_mla.topk_select_fwd import op as topk_op  # noqa: E402
 from attnops.attn_mla.topk_select_fwd.kernel import (  # noqa: E402
@@ -152,9 +152,6 @@ def mla_variants():
                 label = f"mla {name} {dtype} split={split}" + (" fused" if fused else "")
                 yield label, lambda cx=cx, cfg=cfg, ptrs=ptrs, ints=ints: compile_sm90(
                     mla_decode_kernel, ptrs, ints, cx, cfg.num_warps, cfg.num_stages, floats=("qk_scale",))
-        yield f"mla combine {dtype}", lambda dtype=dtype: compile_sm90(
-            mla_combine_kernel, {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": f"*{dtype}"},
-            dict(H=128, num_splits=16, stride_ob=65536, stride_oh=512), dict(D=512), 4, 1)
 
 
 def _desc_type(dtype: torch.dtype, width: int, box: list[int]) -> str:

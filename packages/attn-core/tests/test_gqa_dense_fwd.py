@@ -91,13 +91,6 @@ def test_decode_split_kv_and_combine(heads, num_splits, fused):
         SPEC.check(make_case(DECODE, DEV, shrink=True, seed=3, heads=heads, head_dim=64, s_kv=45))
 
 
-def test_combine_columns():
-    """Columns a combine program merges: its [splits, columns] tile within COMBINE_TILE_ELEMS, at least 16, at
-    most the padded head dim."""
-    assert [fwd.combine_columns(s, 256) for s in (1, 2, 3, 32, 33, 128)] == [256, 256, 256, 64, 32, 16]
-    assert fwd.combine_columns(4, 64) == 64 and fwd.combine_columns(128, 8) == 8
-
-
 @pytest.mark.parametrize(
     "params,num_splits",
     [

@@ -10,7 +10,7 @@ in one loop; only tiles on the window edges, the causal diagonal or the ragged t
 Scores stay fp32; the softmax is base 2 with ``sm_scale·log2 e`` (× fp8 dequant scales, constant per
 program) folded into ``exp2``.
 With ``SPLIT`` the program handles one of ``num_splits`` chunks of the key range and writes an fp32
-partial (rows normalized by their own sum, plus base-2 lse) that ``gqa_fwd_combine_kernel`` merges, or,
+partial (rows normalized by their own sum, plus base-2 lse) that ``kernel_utils.split_combine`` merges, or,
 with ``FUSED_COMBINE``, that the last of the block's splits to finish merges itself (a per-block arrival
 counter, as CUTLASS's serial split-K semaphore: CTA barrier, then one release/acquire atomic at GPU scope),
 which saves the combine launch; the counter is reset to 0 by that program for the next call.
@@ -31,7 +31,6 @@ from attnops.kernel_utils.attention_fns import (
     LOG2E,
     add_sink,
     kv_block_range,
-    merge_row_splits,
     merge_splits,
     mma,
     normalize_rows,
@@ -313,34 +312,3 @@ def rope_rows_kernel(
         y = rope_tile(x, src, mask, cos_ptr, sin_ptr, at, rows_ok, stride_rope, ROTARY_DIM, INTERLEAVED)
         dst = out_ptr + b64 * stride_ob + rows * stride_ot + h * stride_oh
         tl.store(dst[:, None] + offs_d[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def gqa_fwd_combine_kernel(
-    ws_o_ptr, ws_lse_ptr, o_ptr, sink_ptr,
-    S_q, H, num_splits, T_total,
-    stride_ob, stride_ot, stride_oh,
-    HEAD_DIM: tl.constexpr, BLOCK_DC: tl.constexpr, SPLITS: tl.constexpr,
-    VARLEN: tl.constexpr, HAS_SINK: tl.constexpr,
-):
-    """Grid ``(T_total · H, cdiv(HEAD_DIM, BLOCK_DC))``: merge the ``num_splits`` partials of one (token, head)
-    row's ``BLOCK_DC`` columns in one step (``merge_row_splits``), add the sink, normalize (empty rows -> 0) and
-    store in the output dtype. One row per program and the columns spread over programs: a one-token decode
-    still spreads its merge over ``H · D / BLOCK_DC`` programs."""
-    row = tl.program_id(0)
-    tok = row // H
-    head = row % H
-    offs_d = tl.program_id(1) * BLOCK_DC + tl.arange(0, BLOCK_DC)
-    d_mask = offs_d < HEAD_DIM
-    acc, m_i, l_i = merge_row_splits(ws_o_ptr, ws_lse_ptr, row, T_total * H, num_splits, offs_d, d_mask,
-                                     HEAD_DIM, SPLITS)
-    if HAS_SINK:
-        sink2 = tl.load(sink_ptr + head + tl.zeros([1], tl.int32)) * LOG2E_C
-        acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)
-    o = normalize_rows(acc, l_i)
-    if VARLEN:
-        base = tok.to(tl.int64) * stride_ot
-    else:
-        base = (tok // S_q).to(tl.int64) * stride_ob + (tok % S_q).to(tl.int64) * stride_ot
-    offs = base + head.to(tl.int64) * stride_oh + offs_d[None, :]
-    tl.store(o_ptr + offs, o.to(o_ptr.dtype.element_ty), mask=d_mask[None, :])

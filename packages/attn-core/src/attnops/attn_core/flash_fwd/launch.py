@@ -17,9 +17,10 @@ import triton
 from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.attention_fns import LOG2E
 from attnops.kernel_utils.fp8 import E4M3
+from attnops.kernel_utils.split_combine import combine_splits
 
 from . import ws_launch
-from .kernel import gqa_fwd_combine_kernel, gqa_fwd_kernel, rope_rows_kernel
+from .kernel import gqa_fwd_kernel, rope_rows_kernel
 
 
 @dataclass(frozen=True)
@@ -339,27 +340,11 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
         FUSED_COMBINE=fused, WRITE_LSE=p.lse is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split and not fused:
-        splits_p2 = triton.next_power_of_2(num_splits)
-        block_dc = combine_columns(num_splits, block_d)
-        gqa_fwd_combine_kernel[(total_tokens * H, triton.cdiv(block_d, block_dc))](
-            ws_o, ws_lse, o, p.sinks if p.sinks is not None else dummy,
-            max(S_q, 1), H, num_splits, total_tokens, *_bsh_strides(o, p.varlen),
-            HEAD_DIM=D, BLOCK_DC=block_dc, SPLITS=splits_p2, VARLEN=p.varlen, HAS_SINK=p.sinks is not None,
-            num_warps=4 if splits_p2 * block_dc >= 1024 else 1,
-        )
-
-
-# fp32 elements a combine program loads (all splits of its columns at once: 16 a thread at 4 warps). Merged one
-# split at a time, each split cost ~0.2 µs of L2 round trip on the H200 (gemma-2b-8k-bs1: 5.9 µs of 16.9 at 32
-# splits, 2026-12-03 breakdown; ~7 µs on the 0836 split sweep). In one step the row took 8.3 µs at 64 splits
-# (cuDNN 12.7; 20261203-1125-attn-core-dense-combine.jsonl).
-COMBINE_TILE_ELEMS = 2048
-
-
-def combine_columns(num_splits: int, block_d: int) -> int:
-    """Columns of one row a combine program merges: as many as keep its ``[splits, columns]`` tile within
-    ``COMBINE_TILE_ELEMS`` (at least 16), at most the padded head dim ``block_d``."""
-    return min(block_d, max(16, COMBINE_TILE_ELEMS // triton.next_power_of_2(num_splits)))
+        # output row = token·H + head; a dense token is b·S_q + query
+        b_stride, t_stride, h_stride = _bsh_strides(o, p.varlen)
+        placement = (1, t_stride, 0, h_stride) if p.varlen else (max(S_q, 1), b_stride, t_stride, h_stride)
+        combine_splits(ws_o, ws_lse, o, rows=total_tokens * H, heads=H, num_splits=num_splits, row_stride=1,
+                       split_stride=total_tokens * H, out_strides=placement, sinks=p.sinks)
 
 
 def default_sm_scale(head_dim: int) -> float:

@@ -4,7 +4,7 @@ an online softmax in base 2, and ``acc += P · K_latent`` over its slice of the 
 
 Grid ``(head blocks, KV splits, B)``. With one split the program normalizes and writes the output; with
 several (small batches: the keys of one request are spread over SMs) it writes a normalized fp32 partial
-and its base-2 log-sum-exp, and ``mla_combine_kernel`` merges the splits — or, with ``FUSED_COMBINE``, the
+and its base-2 log-sum-exp, and ``kernel_utils.split_combine`` merges the splits — or, with ``FUSED_COMBINE``, the
 last split of each (request, head block) to arrive merges them itself (per-block counter: CTA barrier, one
 acq_rel atomic at GPU scope; reset to 0 by that program), saving the combine launch.
 """
@@ -28,7 +28,7 @@ def mla_decode_kernel(
     PE: tl.constexpr,  # rope width (64): QK only
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    SPLIT: tl.constexpr,  # write partials for mla_combine_kernel instead of the output
+    SPLIT: tl.constexpr,  # write partials for the split combine instead of the output
     NUM_STAGES: tl.constexpr,
     FUSED_COMBINE: tl.constexpr,  # with SPLIT: the last split merges the partials (counter_ptr: int32 zeros)
 ):
@@ -113,29 +113,3 @@ def mla_decode_kernel(
     else:
         tl.store(out_ptr + b * stride_ob + heads.to(tl.int64)[:, None] * stride_oh + d[None, :],
                  acc.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
-
-
-@triton.jit
-def mla_combine_kernel(
-    part_o_ptr, part_lse_ptr, out_ptr,
-    H, num_splits, stride_ob, stride_oh,
-    D: tl.constexpr,
-):
-    """One (request, head): ``o = Σ_s 2^(lse_s − M) · o_s / Σ_s 2^(lse_s − M)``, as a running merge."""
-    h = tl.program_id(0)
-    b = tl.program_id(1).to(tl.int64)
-    d = tl.arange(0, D)
-    row = (b * H + h) * num_splits
-    m = tl.full([], float("-inf"), tl.float32)
-    l = tl.zeros([], tl.float32)
-    acc = tl.zeros([D], tl.float32)
-    for s in range(num_splits):
-        lse = tl.load(part_lse_ptr + row + s)
-        o = tl.load(part_o_ptr + (row + s) * D + d)
-        m_new = tl.maximum(m, lse)
-        alpha = tl.exp2(m - m_new)
-        w = tl.exp2(lse - m_new)
-        acc = acc * alpha + w * o
-        l = l * alpha + w
-        m = m_new
-    tl.store(out_ptr + b * stride_ob + h * stride_oh + d, (acc / l).to(out_ptr.dtype.element_ty))

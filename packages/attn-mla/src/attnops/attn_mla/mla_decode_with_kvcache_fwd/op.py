@@ -9,9 +9,10 @@ import torch
 import triton
 
 from attnops.kernel_utils import checks, runtime, testing
+from attnops.kernel_utils.split_combine import combine_splits
 
 from . import ws_launch
-from .kernel import mla_combine_kernel, mla_decode_kernel
+from .kernel import mla_decode_kernel
 
 _ACTIVATIONS = (torch.float16, torch.bfloat16)
 LOG2E = 1.4426950408889634
@@ -128,7 +129,9 @@ def launch(q, q_pe, k, k_pe, out, config: MLAConfig | ws_launch.WsConfig, num_sp
         _launch_triton(q, q_pe, k, k_pe, out, part_o, part_lse, counters, config, group, block_h, head_blocks,
                        head_blocks_per_kv, split_len, splits, split, fused, qk_scale)
     if split and not fused:
-        mla_combine_kernel[(h, b)](part_o, part_lse, out, h, splits, out.stride(0), out.stride(1), D=d, num_warps=4)
+        # partials [B, H, splits, D]: row (b, h)'s splits are consecutive workspace rows
+        combine_splits(part_o, part_lse, out, rows=b * h, heads=h, num_splits=splits, row_stride=splits,
+                       split_stride=1, out_strides=(1, out.stride(0), 0, out.stride(1)))
     return out
 
 

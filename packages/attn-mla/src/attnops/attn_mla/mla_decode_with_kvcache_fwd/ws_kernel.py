@@ -15,7 +15,7 @@ FlashInfer's 550-600 (docs/perf/attn-mla.md). This kernel splits the work like t
 
 Grid ``(head blocks, KV splits, B)``: one program per (64-head block, split, request); the splits and their
 merge are ``op.launch``'s (one split: the normalized output; several: a normalized fp32 partial and its base-2
-log-sum-exp per split, merged by ``mla_combine_kernel``). Shapes: D = 512, PE = 64, 16-bit q / keys; query heads
+log-sum-exp per split, merged by ``kernel_utils.split_combine``). Shapes: D = 512, PE = 64, 16-bit q / keys; query heads
 past the KV head's group (groups under 64) are computed from whatever rows the Q box holds and never stored.
 Keys past the split's end are masked; the latent rows of a tile past its request's keys are TMA's zeros (3-D
 per-request descriptor), so P's zeros never meet a NaN / Inf of another request; rope rows there only feed
