@@ -10,5 +10,6 @@ from . import attention_fns, split_combine
 from .__about__ import __version__
 
 __all__ = [
-    "__version__", "attention_fns", "checks", "cost", "fp8", "opspec", "runtime", "split_combine", "testing", "triton_fns", "workloads",
+    "__version__", "attention_fns", "checks", "cost", "fp8", "opspec", "runtime", "split_combine", "testing",
+    "triton_fns", "workloads",
 ]
