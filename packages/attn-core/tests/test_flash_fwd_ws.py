@@ -408,3 +408,42 @@ def test_paged_plan_default_per_head_dim(monkeypatch):
     off = paged_plan.plan_paged_attention([512] * 8, [4096] * 8, num_heads=32, num_kv_heads=8, head_dim=128,
                                           ws=False, device="cpu")
     assert all(ln.ws is None for ln in few.launches + off.launches)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
+def test_paged_whole_key_tiles(d):
+    """Requests whose keys are whole key tiles (128-key multiples; after the append for the prefill op) run without
+    the last-V copies (``V_TAIL`` off), including the configs only that frees room for (D = 256: ws-n64s2-ov)."""
+    case = paged_spec.build_case([300, 1, 128, 256], [3072, 1536, 768, 256], 8, 2, d, 64, torch.float16,
+                                 torch.float16, "cuda", seed=d + 7)
+    a = case.inputs
+    for cfg in ws_launch.paged_configs(d, v_tail=False):
+        plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d, ws=cfg)
+        assert [(ln.ws, ln.ws_v_tail) for ln in plan.launches if ln.kind == "large"] == [(cfg, False)]
+        _plan_case(paged_spec.SPEC, case, plan)
+    case = prefill_spec.build_case([128, 256], [896, 256], 8, 2, d, 64, torch.float16, torch.float16, "cuda",
+                                   seed=d + 8)
+    a = case.inputs
+    for cfg in ws_launch.paged_configs(d, v_tail=False):
+        _plan_case(prefill_spec.SPEC, case, gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d,
+                                                                   ws=cfg))
+
+
+def test_plan_knows_whole_key_tiles():
+    """Runs everywhere: the plan turns the last-V copies off only where every large-class request's keys (plus its
+    new keys in the prefill op) are a multiple of the config's key tile, and refuses a config that fits only
+    without them on lengths that need them."""
+    whole = ws_launch.WsConfig(64, 2, True)
+    assert whole in ws_launch.paged_configs(256, v_tail=False) and whole not in ws_launch.paged_configs(256)
+    q, kv = testing.cu_seqlens([300, 1, 128], "cpu"), torch.tensor([3072, 1537, 768], dtype=torch.int32)
+    plan = gqa_paged_plan(q, kv, 8, 2, 256, ws=whole)  # (the 1-token request is in the small class)
+    assert [ln.ws_v_tail for ln in plan.launches if ln.kind == "large"] == [False]
+    assert not gqa_prefill_paged_plan(testing.cu_seqlens([64, 128], "cpu"), torch.tensor([960, 0], dtype=torch.int32),
+                                      8, 2, 256, ws=whole).attn.launches[0].ws_v_tail
+    with pytest.raises(ValueError, match="not a paged config"):
+        gqa_paged_plan(q, torch.tensor([3000, 1537, 768], dtype=torch.int32), 8, 2, 256, ws=whole)
+    default = ws_launch.PAGED_DEFAULTS[256]
+    plan = gqa_paged_plan(q, torch.tensor([3000, 1537, 768], dtype=torch.int32), 8, 2, 256, ws=default)
+    assert [ln.ws_v_tail for ln in plan.launches if ln.kind == "large"] == [True]
