@@ -36,7 +36,7 @@ def _desc_type(dtype, block, d: int, box_rows: int | None = None) -> str:
 
 
 def compile_ws(cfg: ws_launch.WsConfig, d: int, layout: int, dtype=torch.float16, page_size: int = 64,
-               softcap: bool = False, v_tail: bool = True):
+               softcap: bool = False):
     kv_box = math.gcd(page_size, cfg.block_n) if layout == PAGED else None
     types = {"q_desc": _desc_type(dtype, [64, d], d), "k_desc": _desc_type(dtype, [cfg.block_n, d], d, kv_box),
              "v_desc": _desc_type(dtype, [cfg.block_n, d], d, kv_box),
@@ -46,17 +46,15 @@ def compile_ws(cfg: ws_launch.WsConfig, d: int, layout: int, dtype=torch.float16
               "BLOCK_M": ws_launch.BLOCK_M, "BLOCK_N": cfg.block_n, "HEAD_DIM": d, "STAGES": cfg.stages,
               "OVERLAP": cfg.overlap, "PINGPONG": cfg.pingpong, "Q_BUFS": ws_launch.q_buffers(d),
               "BLOCK_MAJOR": layout == DENSE, "SOFTCAP": softcap, "HAS_SINK": softcap,
-              "SORT_B": 64 if cfg.lpt and layout == VARLEN else 0, "V_TAIL": v_tail and layout == PAGED,
+              "SORT_B": 64 if cfg.lpt and layout == VARLEN else 0,
               "_float_args": ("qk_scale", "cap_scale", "cap_log2")}
     return compile_sm90(gqa_fwd_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
 
-# (layout, name, page size, softcap and sinks, last-V copies): paged pools of whole-tile pages and of 48-token
-# pages (16-row copies); "pwhole": paged calls whose requests' keys are whole key tiles (no last-V copies); the
-# softcap + sinks build on varlen
-VARIANTS = ((VARLEN, "varlen", 64, False, False), (DENSE, "dense", 64, False, False),
-            (PAGED, "paged", 64, False, True), (PAGED, "pag48", 48, False, True), (PAGED, "pwhole", 64, False, False),
-            (VARLEN, "v-cap", 64, True, False))
+# (layout, name, page size, softcap and sinks): paged pools of whole-tile pages and of 48-token pages (16-row
+# copies); the softcap + sinks build on varlen
+VARIANTS = ((VARLEN, "varlen", 64, False), (DENSE, "dense", 64, False), (PAGED, "paged", 64, False),
+            (PAGED, "pag48", 48, False), (VARLEN, "v-cap", 64, True))
 
 
 def variants():
@@ -65,12 +63,12 @@ def variants():
         for cfg in ws_launch.CONFIGS[d]:
             if not cfg.persistent:  # the same kernel as its persistent twin (only the grid differs)
                 continue
-            for layout, layout_name, page_size, softcap, v_tail in VARIANTS:
-                if layout == PAGED and cfg not in ws_launch.paged_configs(d, v_tail):
+            for layout, layout_name, page_size, softcap in VARIANTS:
+                if layout == PAGED and cfg not in ws_launch.paged_configs(d):
                     continue
                 yield (f"D{d} {layout_name:6s} {cfg.name:13s}",
-                       lambda cfg=cfg, d=d, layout=layout, ps=page_size, cap=softcap, vt=v_tail:
-                       compile_ws(cfg, d, layout, page_size=ps, softcap=cap, v_tail=vt))
+                       lambda cfg=cfg, d=d, layout=layout, ps=page_size, cap=softcap:
+                       compile_ws(cfg, d, layout, page_size=ps, softcap=cap))
 
 
 def main() -> int:

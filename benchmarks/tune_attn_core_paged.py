@@ -24,7 +24,7 @@ import torch
 
 from attnops.attn_core import gqa_paged_plan, gqa_prefill_paged_plan, mha_decode_paged_plan
 from attnops.attn_core.flash_fwd import ws_launch
-from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, SMALL_ROWS, TileConfig, config_key
+from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, TileConfig, config_key
 from attnops.attn_core.specs import SPECS
 
 from .sweep import check_and_time, matches, record, seed_cases, sweep_arguments
@@ -88,13 +88,7 @@ def _ws_variants(case, default_plan) -> list[tuple[str, dict]]:
         return []
     if not any(ln.kind == "large" for ln in _launches(default_plan)):
         return []
-    plan = default_plan.attn if hasattr(default_plan, "attn") else default_plan
-    group = plan.num_heads // plan.num_kv_heads
-    keys = [c + q if plan.new_keys else c for q, c in zip(plan.q_lens, plan.kv_lens) if q * group > SMALL_ROWS]
-    # (configs that fit only without the last-V copies where every request's keys are whole key tiles)
-    cfgs = [c for c in ws_launch.paged_configs(d, False)
-            if c in ws_launch.paged_configs(d) or not ws_launch.needs_v_tail(c, keys)]
-    return [("ws=False", {"ws": False})] + [(cfg.name, {"ws": cfg}) for cfg in cfgs]
+    return [("ws=False", {"ws": False})] + [(cfg.name, {"ws": cfg}) for cfg in ws_launch.paged_configs(d)]
 
 
 def _merged_variants(head_dim: int) -> list[tuple[str, dict]]:

@@ -131,25 +131,17 @@ def q_buffers(head_dim: int) -> int:
     return 2 if head_dim <= 128 else 1
 
 
-def smem_bytes(cfg: WsConfig, head_dim: int, v_tail: bool) -> int:
-    """The Q buffers, the K / V ring, and with ``v_tail`` (paged calls whose keys may end inside a tile) each
-    consumer's last-V copy."""
+def smem_bytes(cfg: WsConfig, head_dim: int, paged: bool) -> int:
+    """The Q buffers, the K / V ring, and with ``paged`` each consumer's last-V copy."""
     rows = 2 * ROWS_PER_CONSUMER.value * q_buffers(head_dim) + 2 * cfg.stages * cfg.block_n
-    return (rows + (2 * cfg.block_n if v_tail else 0)) * head_dim * 2
+    return (rows + (2 * cfg.block_n if paged else 0)) * head_dim * 2
 
 
-def paged_configs(head_dim: int, v_tail: bool = True) -> tuple[WsConfig, ...]:
+def paged_configs(head_dim: int) -> tuple[WsConfig, ...]:
     """The configs ``launch_paged`` takes at this head dim: overlap configs whose buffers fit (the tile order
-    knobs aside: paged work comes in the plan's order). ``v_tail=False`` (every request's keys a whole number of
-    key tiles, see ``needs_v_tail``): without the last-V copies more fit (D = 256: ws-n64s2-ov)."""
+    knobs aside: paged work comes in the plan's order)."""
     return tuple(c for c in CONFIGS.get(head_dim, ())
-                 if c.overlap and not (c.block_major or c.lpt) and smem_bytes(c, head_dim, v_tail) <= SMEM_LIMIT)
-
-
-def needs_v_tail(cfg: WsConfig, key_counts) -> bool:
-    """Whether some request's keys (host ints) end inside one of ``cfg``'s key tiles: then the paged kernel
-    copies each work tile's last V tile with the rows past the keys zeroed (``ws_kernel._pv_tail``)."""
-    return any(n % cfg.block_n for n in key_counts)
+                 if c.overlap and not (c.block_major or c.lpt) and smem_bytes(c, head_dim, True) <= SMEM_LIMIT)
 
 
 # The paged layout's default per head dim, where the plan's rule (``worth_it``) takes the large class (2026-12-02
@@ -162,11 +154,11 @@ PAGED_DEFAULTS: dict[int, WsConfig] = {64: WsConfig(128, 3, True), 128: WsConfig
 
 
 def paged_applies(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,
-                  page_size: int, plain: bool, v_tail: bool = True) -> bool:
-    """Whether ``launch_paged`` can serve a paged call with ``cfg``: one of ``paged_configs`` (for ``v_tail``),
-    ``_tensors_ok`` on the pools, ``plain`` (no RoPE of queries or cached keys, no fp8 scales), and key tiles that
-    split into page-aligned copies of at least ``MIN_KV_BOX`` rows (whole 1 KB swizzle atoms)."""
-    if not (plain and math.gcd(page_size, cfg.block_n) >= MIN_KV_BOX and cfg in paged_configs(q.shape[-1], v_tail)):
+                  page_size: int, plain: bool) -> bool:
+    """Whether ``launch_paged`` can serve a paged call with ``cfg``: one of ``paged_configs``, ``_tensors_ok`` on
+    the pools, ``plain`` (no RoPE of queries or cached keys, no fp8 scales), and key tiles that split into
+    page-aligned copies of at least ``MIN_KV_BOX`` rows (whole 1 KB swizzle atoms)."""
+    if not (plain and math.gcd(page_size, cfg.block_n) >= MIN_KV_BOX and cfg in paged_configs(q.shape[-1])):
         return False
     return _tensors_ok(q, k_pool, v_pool, o)
 
@@ -246,23 +238,21 @@ def launch(p: Problem, cfg: WsConfig) -> None:
          s_q=q.shape[1] if dense else 0, s_kv=k.shape[1] if dense else 0, n_m_blocks=n_m_blocks,
          stride_ot=o.stride(1) if dense else o.stride(0), stride_oh=o.stride(-2), stride_tb=0,
          LAYOUT=ws_kernel.DENSE.value if dense else ws_kernel.VARLEN.value, KV_PLUS_Q=False, PAGE_SIZE=1,
-         BLOCK_MAJOR=block_major, SORT_B=sort_b, V_TAIL=False)
+         BLOCK_MAJOR=block_major, SORT_B=sort_b)
 
 
 def launch_paged(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,
                  cu_q: torch.Tensor, kv_lens: torch.Tensor, table: torch.Tensor, items: torch.Tensor, page_size: int,
                  sm_scale: float, wl: int, wr: int, kv_plus_q: bool, softcap: float = 0.0,
-                 sinks: torch.Tensor | None = None, v_tail: bool = True) -> None:
+                 sinks: torch.Tensor | None = None) -> None:
     """Run the (request, query block) ``items`` ([n, 2] int32, blocks of ``BLOCK_M`` query tokens) of a paged
     call (``paged_applies`` holds) over every query head. ``k_pool`` / ``v_pool``: pools whose rows are tokens
     (``[pages, page_size, H_kv, D]`` or ``[pages · page_size, H_kv, D]``, ``token_rows`` views); request b's keys
-    are its first ``kv_lens[b]`` tokens (plus its query tokens with ``kv_plus_q``) through ``table[b]``.
-    ``v_tail=False`` only where every request's key count is a multiple of ``cfg.block_n`` (``needs_v_tail``)."""
+    are its first ``kv_lens[b]`` tokens (plus its query tokens with ``kv_plus_q``) through ``table[b]``."""
     if items.shape[0] == 0 or q.numel() == 0:
         return
     _run(cfg, q, k_pool, v_pool, o, items.shape[0], sm_scale, wl, wr,
          softcap, sinks, kv_box=math.gcd(page_size, cfg.block_n), cu_q_ptr=cu_q, kv_ptr=kv_lens, items_ptr=items,
          order_ptr=items, table_ptr=table, s_q=0, s_kv=0, n_m_blocks=0,
          stride_ot=o.stride(0), stride_oh=o.stride(1), stride_tb=table.stride(0),
-         LAYOUT=ws_kernel.PAGED.value, KV_PLUS_Q=kv_plus_q, PAGE_SIZE=page_size, BLOCK_MAJOR=False, SORT_B=0,
-         V_TAIL=v_tail)
+         LAYOUT=ws_kernel.PAGED.value, KV_PLUS_Q=kv_plus_q, PAGE_SIZE=page_size, BLOCK_MAJOR=False, SORT_B=0)

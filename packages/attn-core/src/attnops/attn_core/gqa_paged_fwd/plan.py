@@ -121,7 +121,6 @@ class Launch:
     # heaviest first): run_plan launches it instead of the Triton kernel where ws_launch.paged_applies holds
     ws: ws_launch.WsConfig | None = None
     ws_items: torch.Tensor | None = None
-    ws_v_tail: bool = True  # some request's keys end inside a key tile (ws_launch.needs_v_tail)
 
     @property
     def n_items(self) -> int:
@@ -218,7 +217,7 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     plan = PagedAttentionPlan(q_lens, kv_lens, num_heads, num_kv_heads, head_dim, (wl, wr), new_keys, device,
                               pow2_pages=POW2_PAGES_DEFAULT if pow2_pages is None else pow2_pages)
     sms = runtime.num_sms()
-    ws_cfg, ws_items, ws_v_tail = _ws_work(q_lens, kv_lens, num_heads, head_dim, wl, wr, new_keys, group, ws, device)
+    ws_cfg, ws_items = _ws_work(q_lens, kv_lens, num_heads, head_dim, wl, wr, new_keys, group, ws, device)
     small = [q * group <= SMALL_ROWS for q in q_lens]
     large_key = config_key("large", head_dim)
     merged_cfg = MERGED_CONFIGS.get(large_key) if large_key not in (configs or {}) else None
@@ -276,7 +275,7 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
         tile = kind in TILE_IN_PAGE_DEFAULT if tile_in_page is None else tile_in_page
         ln = Launch(kind, cfg, item_t, comb_t, part_o, part_lse, counters, tile)
         if kind == "large":
-            ln.ws, ln.ws_items, ln.ws_v_tail = ws_cfg, ws_items, ws_v_tail
+            ln.ws, ln.ws_items = ws_cfg, ws_items
         plan.launches.append(ln)
     return plan
 
@@ -319,14 +318,13 @@ def _merge_pays(large_blocks, small_blocks, num_kv_heads: int, sms: int, cfg: Ti
 
 
 def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, new_keys: bool, group: int, ws,
-             device) -> tuple[ws_launch.WsConfig | None, torch.Tensor | None, bool]:
-    """The large class's work for the warp-specialized kernel: (config, items heaviest first, whether a request's
-    keys end inside a key tile), or (None, None, True) when ``ws`` (see ``plan_paged_attention``) or its default
-    rule says no."""
+             device) -> tuple[ws_launch.WsConfig | None, torch.Tensor | None]:
+    """The large class's work for the warp-specialized kernel: (config, items heaviest first), or (None, None)
+    when ``ws`` (see ``plan_paged_attention``) or its default rule says no."""
     if ws is None:
         ws = WS_DEFAULT
     if ws is False or head_dim not in ws_launch.CONFIGS or (ws is True and head_dim not in ws_launch.PAGED_DEFAULTS):
-        return None, None, True
+        return None, None
     bm = ws_launch.BLOCK_M
     blocks = []  # (cost, b, query block)
     for b, (q, c) in enumerate(zip(q_lens, kv_lens)):
@@ -337,20 +335,17 @@ def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, n
             rows = min(bm, q - m * bm)
             blocks.append((_key_span(q, total, m * bm, m * bm + rows - 1, wl, wr) * rows, b, m))
     if not blocks:
-        return None, None, True
-    key_counts = {c + q if new_keys else c for q, c in zip(q_lens, kv_lens) if q and q * group > SMALL_ROWS}
+        return None, None
     if isinstance(ws, ws_launch.WsConfig):
-        allowed = ws_launch.paged_configs(head_dim, ws_launch.needs_v_tail(ws, key_counts))
-        if ws not in allowed:
-            raise ValueError(f"ws: {ws.name} is not a paged config at head dim {head_dim} for these lengths "
-                             f"(ws_launch.paged_configs: {[c.name for c in allowed]})")
+        if ws not in ws_launch.paged_configs(head_dim):
+            raise ValueError(f"ws: {ws.name} is not a paged config at head dim {head_dim} "
+                             f"(ws_launch.paged_configs: {[c.name for c in ws_launch.paged_configs(head_dim)]})")
         cfg = ws
     else:
         large = [(q, c + q if new_keys else c) for q, c in zip(q_lens, kv_lens) if q * group > SMALL_ROWS]
         block_keys = max(_key_span(q, total, max(q - bm, 0), q - 1, wl, wr) for q, total in large)
         if not ws_launch.worth_it(min(q for q, _ in large), block_keys, len(blocks) * num_heads):
-            return None, None, True
+            return None, None
         cfg = ws_launch.PAGED_DEFAULTS[head_dim]
     blocks.sort(key=lambda x: -x[0])
-    items = torch.tensor([(b, m) for _, b, m in blocks], dtype=torch.int32).reshape(-1, 2).to(device)
-    return cfg, items, ws_launch.needs_v_tail(cfg, key_counts)
+    return cfg, torch.tensor([(b, m) for _, b, m in blocks], dtype=torch.int32).reshape(-1, 2).to(device)

@@ -187,8 +187,7 @@ def _stage_width(plan: PrefillPagedPlan, q, k_pages, v_pages, block_table, out, 
     if batch * width * page_size > k_pages.shape[0]:
         return 0
     probe = torch.empty((page_size,) + tuple(k_pages.shape[1:]), dtype=q.dtype, device=q.device)
-    if any(ln.ws is not None and ln.n_items
-           and ws_launch.paged_applies(ln.ws, q, probe, probe, out, page_size, True, ln.ws_v_tail)
+    if any(ln.ws is not None and ln.n_items and ws_launch.paged_applies(ln.ws, q, probe, probe, out, page_size, True)
            for ln in plan.attn.launches):
         return width
     return 0
