@@ -26,26 +26,20 @@ core=packages/attn-core/tests mla=packages/attn-mla/tests
 # Caps add up to ~360 s: the deadline cuts the last sweeps first (ordered by the size of the gap they address).
 # Node ids, not -k: on the GPU machine a -k expression once matched every test of the family.
 PHASE=${PHASE:-all}
-[ "$PHASE" = sweeps ] || step gpu-tests "${TESTS_CAP:-120}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 90 -p no:cacheprovider \
-  "$core/test_gqa_bwd.py::test_single_token_every_config" \
-  "$core/test_attn_core_reliability.py::test_nan_and_inf_stay_in_their_request" \
-  "$core/test_mha_decode_paged_with_kv_cache_fwd.py" \
-  "$core/test_gqa_paged_fwd.py::test_decode_requests_merged_into_the_prefill_launch" \
-  "$core/test_gqa_prefill_paged_with_kv_cache_fwd.py::test_decode_requests_merged_into_the_prefill_launch" \
-  "$core/test_gqa_paged_fwd.py::test_page_addressing" \
-  "$core/test_gqa_paged_fwd.py::test_kv_splits_merged_in_the_kernel_gpu" \
-  "$core/test_gqa_varlen_fwd.py::test_tma_configs_gpu" \
-  "$core/test_gqa_varlen_fwd.py::test_rope_keys_rotated_in_a_prepass" \
-  "$core/test_gqa_dense_fwd.py::test_rope_keys_rotated_in_a_prepass" \
-  "$core/test_gqa_bwd.py::test_atomic_dq_every_config_gpu" \
-  "$core/test_gqa_paged_fwd.py::test_every_config" \
+[ "$PHASE" = sweeps ] || step gpu-tests "${TESTS_CAP:-150}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 90 \
+  -p no:cacheprovider packages/kernel-utils/tests/test_split_combine.py \
   "$core/test_gqa_dense_fwd.py::test_decode_split_kv_and_combine" \
-  "$mla/test_topk_select_fwd.py::test_every_config_shrunk" \
-  "$mla/test_topk_select_fwd.py::test_split_path_random_rows" \
-  "$mla/test_topk_select_fwd.py::test_windows_of_every_kind" \
-  "$mla/test_topk_select_fwd.py::test_ties_go_to_the_lower_position" \
-  "$mla/test_topk_select_fwd.py::test_all_minus_inf_row_is_still_selected" \
-  "$mla/test_topk_select_fwd.py::test_radix_and_bitwise_selects_agree"
+  "$core/test_gqa_dense_fwd.py::test_every_decode_config_gpu" \
+  "$core/test_gqa_varlen_fwd.py::test_sinks_with_empty_rows_and_windows" \
+  "$core/test_gqa_varlen_fwd.py::test_split_kv_ragged" \
+  "$mla/test_mla_decode_with_kvcache_fwd.py::test_split_kv_and_combine" \
+  "$mla/test_mla_decode_with_kvcache_fwd.py::test_split_kv_and_combine_bf16" \
+  "$mla/test_mla_decode_with_kvcache_fwd.py::test_every_config_full_size" \
+  "$mla/test_mla_decode_ws.py" \
+  "$core/test_flash_fwd_ws.py::test_paged" \
+  "$core/test_flash_fwd_ws.py::test_prefill_paged" \
+  "$core/test_flash_fwd_ws.py::test_paged_softcap_and_sinks" \
+  "$core/test_flash_fwd_ws.py::test_prefill_paged_rope"
 if [ "$PHASE" = tests ]; then
   grep -h "^FAILED\|^ERROR" "$OUT/gpu-tests.log" 2>/dev/null | head -20  # the failing node ids, before packing
   (cd "$OUT" && tar czf tests-logs.tgz --remove-files ./*.log 2>/dev/null); exit 0
@@ -56,7 +50,8 @@ fi
 # requests) and lost (p16; n0 = 256), for a split rule that knows the page size
 tune tune-paged-splits 150 tune_attn_core_paged --split-counts 1,2,3,4,5,6,8,12 --variants num_splits \
   --filter llama-70b-p16,llama-70b-p64/,llama-8b-32k-p64,gpt-oss-sink-decode,llama-8b-b64-p64,llama-8b-b64-p16,llama-8b-p64/
-# qwen35-9b-rope (0.77x FA3's published 14.1 ms): the D = 256 ws configs of the paged layout
+# qwen35-9b-rope (0.77x FA3's published 14.1 ms): the D = 256 ws configs of the paged layout, with ws-n64s2-ov (the
+# last V tile zeroed in place, twenty-first session)
 tune tune-qwen35-ws 120 tune_attn_core_paged --ws --filter qwen35-9b-rope --iters 5
 tune tune-bwd-short 90 tune_gqa_bwd --filter short  # GQABwd's short rows (0.73-0.80x cuDNN)
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)

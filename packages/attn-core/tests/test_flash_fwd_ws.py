@@ -408,3 +408,16 @@ def test_paged_plan_default_per_head_dim(monkeypatch):
     off = paged_plan.plan_paged_attention([512] * 8, [4096] * 8, num_heads=32, num_kv_heads=8, head_dim=128,
                                           ws=False, device="cpu")
     assert all(ln.ws is None for ln in few.launches + off.launches)
+
+
+def test_last_v_zeroed_in_place_only_where_its_buffers_do_not_fit():
+    """Runs everywhere: every paged config fits in shared memory with its way of zeroing the last V tile's rows
+    past the keys; the defaults keep the per-consumer buffers (the path the H200 benchmarks ran); the 64-key D = 256
+    tile zeroes in place (its ring leaves no room for the buffers)."""
+    for d in ws_launch.CONFIGS:
+        for cfg in ws_launch.paged_configs(d):
+            in_place = ws_launch.tail_in_place(cfg, d)
+            assert ws_launch.smem_bytes(cfg, d, not in_place) <= ws_launch.SMEM_LIMIT, (d, cfg.name)
+    assert not any(ws_launch.tail_in_place(cfg, d) for d, cfg in ws_launch.PAGED_DEFAULTS.items())
+    wide = ws_launch.WsConfig(64, 2, True)
+    assert wide in ws_launch.paged_configs(256) and ws_launch.tail_in_place(wide, 256)

@@ -189,7 +189,10 @@ def _turn_end(sched, WG: gl.constexpr, PINGPONG: gl.constexpr):
 def _pv_tail(p_op, acc, v_smem, v_ready, i, v_own, valid, STAGES: gl.constexpr, BLOCK_N: gl.constexpr):
     """O += P·V of the ring's i-th key tile, the last of a paged work tile: its rows from ``valid`` on are the
     rest of a page (anything, NaN included), and P's zeros there would still meet them in the MMA. The
-    warpgroup copies the tile into its own buffer ``v_own`` with those rows zeroed and multiplies from there."""
+    warpgroup copies the tile into ``v_own`` with those rows zeroed and multiplies from there. ``v_own`` is its
+    own buffer, or the ring slot itself (``TAIL_IN_PLACE``): then both warpgroups rewrite the slot, each with the
+    same bytes (the loaded rows, zeros past the keys), and each multiplies after its own rewrite, so whichever
+    order the two take, every read sees those bytes; the loader refills the slot only after both release it."""
     slot = i % STAGES
     mbarrier.wait(v_ready.index(slot), (i // STAGES) & 1)
     rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # 16-byte pieces, 4 warps
@@ -233,11 +236,13 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
               cap_scale, cap_log2, stride_ot, stride_oh, WG: gl.constexpr, LAYOUT: gl.constexpr,
               KV_PLUS_Q: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
               STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr,
-              BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr, SORT_B: gl.constexpr):
+              BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr, SORT_B: gl.constexpr,
+              TAIL_IN_PLACE: gl.constexpr):
     """Rows [m0 + 64·WG, +64) of each of the program's work tiles: every key tile of the block's range, then
     the store. ``OVERLAP`` (FA3's intra-warpgroup pipelining): S of tile j + 1 and P·V of tile j are in flight
     while the softmax of tile j + 1 runs; else each tile's two wgmmas are waited for in turn. Paged layouts
-    (overlap configs only) take the last key tile's V through ``_pv_tail`` and ``v_scratch[WG]``. ``PINGPONG``
+    (overlap configs only) take the last key tile's V through ``_pv_tail`` and ``v_scratch[WG]`` (or the ring slot
+    itself, ``TAIL_IN_PLACE``). ``PINGPONG``
     (overlap configs only): each round of wgmma issues (a tile's first S; S of j + 1 with P·V of j; the last
     P·V) waits for this consumer's turn."""
     if LAYOUT == PAGED or PINGPONG:
@@ -300,8 +305,9 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                     _turn_begin(sched, turn, WG, PINGPONG)
                     if LAYOUT == PAGED:
                         n_last = n_lo + (n_tiles - 1) * BLOCK_N
-                        acc = _pv_tail(p_op, acc, v_smem, v_ready, ring + n_tiles - 1, v_scratch.index(WG),
-                                       kv_len - n_last, STAGES, BLOCK_N)
+                        last = ring + n_tiles - 1
+                        v_own = v_smem.index(last % STAGES) if TAIL_IN_PLACE else v_scratch.index(WG)
+                        acc = _pv_tail(p_op, acc, v_smem, v_ready, last, v_own, kv_len - n_last, STAGES, BLOCK_N)
                     else:
                         acc = _pv(p_op, acc, v_smem, v_ready, ring + n_tiles - 1, STAGES)
                     _turn_end(sched, WG, PINGPONG)
@@ -443,19 +449,20 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                       PAGE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr,
                       BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr,
-                      SORT_B: gl.constexpr):
+                      SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr):
     """Grid: (programs,), at most n_work · n_heads work tiles (n_work: dense / varlen n_m_blocks · batch, paged
     the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
-    loader: 1 warp)."""
+    loader: 1 warp). ``TAIL_IN_PLACE`` (paged): the last V tile's rows past the keys are zeroed in the ring slot
+    instead of in two per-consumer buffers (configs whose ring leaves no room for them)."""
     gl.static_assert(BLOCK_M == 2 * ROWS_PER_CONSUMER)
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [2 * Q_BUFS, ROWS_PER_CONSUMER, HEAD_DIM], q_desc.layout)  # [buf, WG]
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
-    if LAYOUT == PAGED:  # each consumer's copy of its last V tile with the rows past the keys zeroed
+    if LAYOUT == PAGED and not TAIL_IN_PLACE:  # each consumer's copy of its last V tile, rows past the keys zeroed
         v_scratch = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_DIM], v_desc.layout)
     else:
-        v_scratch = v_smem  # not used: the rows past a dense / varlen request are other requests' or TMA's zeros
+        v_scratch = v_smem  # not used: dense / varlen rows past a request are other requests' or TMA's zeros
     q_ready = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
     q_free = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -478,11 +485,13 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
                      cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr,
                      qk_scale, cap_scale, cap_log2, stride_ot, stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N,
-                     HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B)),
+                     HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B,
+                     TAIL_IN_PLACE)),
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
                      cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr,
                      qk_scale, cap_scale, cap_log2, stride_ot, stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N,
-                     HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B)),
+                     HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B,
+                     TAIL_IN_PLACE)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
                    cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work,
                    n_m_blocks, group, wl, wr, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, Q_BUFS,

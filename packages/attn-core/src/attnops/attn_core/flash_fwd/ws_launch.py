@@ -131,17 +131,24 @@ def q_buffers(head_dim: int) -> int:
     return 2 if head_dim <= 128 else 1
 
 
-def smem_bytes(cfg: WsConfig, head_dim: int, paged: bool) -> int:
-    """The Q buffers, the K / V ring, and with ``paged`` each consumer's last-V copy."""
+def smem_bytes(cfg: WsConfig, head_dim: int, last_v_copies: bool) -> int:
+    """The Q buffers, the K / V ring, and with ``last_v_copies`` (paged) each consumer's last-V buffer."""
     rows = 2 * ROWS_PER_CONSUMER.value * q_buffers(head_dim) + 2 * cfg.stages * cfg.block_n
-    return (rows + (2 * cfg.block_n if paged else 0)) * head_dim * 2
+    return (rows + (2 * cfg.block_n if last_v_copies else 0)) * head_dim * 2
+
+
+def tail_in_place(cfg: WsConfig, head_dim: int) -> bool:
+    """Whether the paged kernel zeroes its last V tile's rows past the keys in the ring slot (``TAIL_IN_PLACE``):
+    where the two per-consumer buffers would not fit beside the ring (D = 256 ws-n64s2-ov, D = 128
+    ws-n128s2-ov)."""
+    return smem_bytes(cfg, head_dim, True) > SMEM_LIMIT
 
 
 def paged_configs(head_dim: int) -> tuple[WsConfig, ...]:
-    """The configs ``launch_paged`` takes at this head dim: overlap configs whose buffers fit (the tile order
-    knobs aside: paged work comes in the plan's order)."""
+    """The configs ``launch_paged`` takes at this head dim: overlap configs whose buffers fit, with the last-V
+    buffers or zeroing in place (the tile order knobs aside: paged work comes in the plan's order)."""
     return tuple(c for c in CONFIGS.get(head_dim, ())
-                 if c.overlap and not (c.block_major or c.lpt) and smem_bytes(c, head_dim, True) <= SMEM_LIMIT)
+                 if c.overlap and not (c.block_major or c.lpt) and smem_bytes(c, head_dim, False) <= SMEM_LIMIT)
 
 
 # The paged layout's default per head dim, where the plan's rule (``worth_it``) takes the large class (2026-12-02
@@ -238,7 +245,7 @@ def launch(p: Problem, cfg: WsConfig) -> None:
          s_q=q.shape[1] if dense else 0, s_kv=k.shape[1] if dense else 0, n_m_blocks=n_m_blocks,
          stride_ot=o.stride(1) if dense else o.stride(0), stride_oh=o.stride(-2), stride_tb=0,
          LAYOUT=ws_kernel.DENSE.value if dense else ws_kernel.VARLEN.value, KV_PLUS_Q=False, PAGE_SIZE=1,
-         BLOCK_MAJOR=block_major, SORT_B=sort_b)
+         BLOCK_MAJOR=block_major, SORT_B=sort_b, TAIL_IN_PLACE=False)
 
 
 def launch_paged(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,
@@ -255,4 +262,5 @@ def launch_paged(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: t
          softcap, sinks, kv_box=math.gcd(page_size, cfg.block_n), cu_q_ptr=cu_q, kv_ptr=kv_lens, items_ptr=items,
          order_ptr=items, table_ptr=table, s_q=0, s_kv=0, n_m_blocks=0,
          stride_ot=o.stride(0), stride_oh=o.stride(1), stride_tb=table.stride(0),
-         LAYOUT=ws_kernel.PAGED.value, KV_PLUS_Q=kv_plus_q, PAGE_SIZE=page_size, BLOCK_MAJOR=False, SORT_B=0)
+         LAYOUT=ws_kernel.PAGED.value, KV_PLUS_Q=kv_plus_q, PAGE_SIZE=page_size, BLOCK_MAJOR=False, SORT_B=0,
+         TAIL_IN_PLACE=tail_in_place(cfg, q.shape[-1]))
