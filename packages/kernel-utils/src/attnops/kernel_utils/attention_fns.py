@@ -46,6 +46,8 @@ import triton
 import triton.language as tl
 
 LOG2E = math.log2(math.e)
+# the same as a constexpr global, for kernels (they may only read constexpr globals; the interpreter is laxer)
+LOG2E_C = tl.constexpr(LOG2E)
 LN2 = math.log(2.0)
 NO_WINDOW = 1 << 30  # an unbounded window side (host-side encoding, see window_bounds)
 

@@ -13,9 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .attention_fns import LOG2E, add_sink, merge_row_splits, normalize_rows
+from .attention_fns import LOG2E_C, add_sink, merge_row_splits, normalize_rows
 
-LOG2E_C: tl.constexpr = tl.constexpr(LOG2E)
 # fp32 elements a combine program loads (all splits of its columns at once: 16 a thread at 4 warps)
 COMBINE_TILE_ELEMS = 2048
 

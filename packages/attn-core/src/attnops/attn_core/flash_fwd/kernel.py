@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from attnops.kernel_utils.attention_fns import (
-    LOG2E,
+    LOG2E_C,
     add_sink,
     kv_block_range,
     merge_splits,
@@ -42,8 +42,6 @@ from attnops.kernel_utils.attention_fns import (
     split_kv_range,
     visible,
 )
-
-LOG2E_C: tl.constexpr = tl.constexpr(LOG2E)
 
 
 @triton.jit

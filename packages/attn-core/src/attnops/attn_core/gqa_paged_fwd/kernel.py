@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from attnops.kernel_utils.attention_fns import (
-    LOG2E,
+    LOG2E_C,
     add_sink,
     clamp_range,
     kv_block_range,
@@ -36,9 +36,6 @@ from attnops.kernel_utils.attention_fns import (
     split_kv_range,
     visible,
 )
-
-# Kernels may only read constexpr globals (the interpreter is laxer: sm90_compile_paged catches this).
-LOG2E_C = tl.constexpr(LOG2E)
 
 
 @triton.jit
