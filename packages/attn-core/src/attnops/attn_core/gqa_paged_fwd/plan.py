@@ -25,9 +25,15 @@ from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.attention_fns import window_bounds
 
 SMALL_ROWS = 16
-# Programs per SM the split heuristic aims for (memory-bound class): enough resident tiles per SM to keep
-# loads in flight, and enough items that the last wave is short.
+# Programs per SM the latency rule's decision counts with (rounded up): a decode launch whose 256-key splits of
+# that many programs would still leave half the SMs idle is latency-bound.
 TARGET_PROGRAMS_PER_SM = 4
+# Programs per SM a bandwidth-bound decode launch splits to (rounded down): the decode tiles' 3-stage K / V rings
+# (96 KB at D = 64, 128 and 256) leave two programs resident per SM; more splits add a second, partial wave. H200, forced split counts (2026-12-03 13:00, benchmarks/results/h200/
+# 20261203-1300-tune-paged-splits.json): llama-70b-p64 9 splits 55.7 -> 4 splits 47.0 us, llama-70b-p16 55.7 ->
+# 47.8, gpt-oss-sink-decode 8 -> 4: 24.1 -> 19.0, llama-8b-32k-p64 9 -> 4: 290 -> 270, llama-8b-b64-p16 2 -> 1:
+# 160 -> 148, llama-8b-p64 3 -> 1: 142 -> 140; llama-8b-b64-p64 2 -> 1 is slower (147.5 -> 164.9).
+SPLIT_PROGRAMS_PER_SM = 2
 MIN_SPLIT_KEYS = {"small": 256, "large": 1024}
 # Split blocks merged by their last split inside the attention kernel instead of a combine launch: on the H200
 # (2026-12-01 21:20, benchmarks/results/h200/20261201-2120-tune-paged*.json) 27 % faster on llama-405b-p256, 10 % on
@@ -193,7 +199,7 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     """Schedule one batch layout. ``q_lens`` / ``kv_lens``: per-request host ints (``kv_lens`` = pool keys;
     with ``new_keys`` the request also has its q_len new keys). Tuning / test knobs: ``num_splits`` forces
     the KV split count of every item; ``configs`` overrides ``CONFIGS`` entries; ``programs_per_sm``
-    replaces ``TARGET_PROGRAMS_PER_SM`` in the split heuristic; ``fused_combine`` (default
+    replaces ``TARGET_PROGRAMS_PER_SM`` and ``SPLIT_PROGRAMS_PER_SM`` in the split heuristic; ``fused_combine`` (default
     ``FUSED_COMBINE_DEFAULT``) merges split blocks in the attention kernel. A fused plan's counters (the
     ``runtime.arrival_counters`` of the stream current when it is built) return to 0 after every run: run it
     on that stream, stream-ordered with the other kernels that use them (as its workspace already requires);
@@ -253,6 +259,8 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
                 min_keys = LATENCY_SPLIT_KEYS
             if configs is None or config_key(kind, head_dim) not in configs:
                 cfg = LATENCY_CONFIGS.get(config_key(kind, head_dim), cfg)
+        elif kind == "small" and not forced:
+            want = max(1, (programs_per_sm or SPLIT_PROGRAMS_PER_SM) * sms // n0)
         items, combine, slot = [], [], 0
         for b, m, pool_span, cost, _ in blocks:
             s = _splits(pool_span, cfg.block_n, min_keys, want, forced)
