@@ -32,7 +32,7 @@ from triton.compiler import ASTSource  # noqa: E402
 
 from attnops.attn_core.flash_fwd import launch as fwd  # noqa: E402
 from attnops.attn_core.flash_fwd.kernel import gqa_fwd_kernel, rope_rows_kernel  # noqa: E402
-from attnops.kernel_utils.split_combine import combine_columns, combine_warps, split_combine_kernel  # noqa: E402
+from attnops.kernel_utils.split_combine import combine_columns, split_combine_kernel  # noqa: E402
 
 SM90_SMEM = 232448  # bytes of shared memory one block may use on an H100/H200
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
@@ -168,14 +168,13 @@ def compile_rope_keys(head_dim: int, interleaved: bool, dtype: str = "fp16"):
     return compile_sm90(rope_rows_kernel, ptrs, consts, 4, 1)
 
 
-def compile_combine(head_dim: int, out: str = "bf16", sink: bool = True, splits: int = 32, rows: int = 1):
-    """The split combine (kernel_utils.split_combine) of ``splits`` partials per row over ``rows`` rows on 132
-    SMs, at the columns and warps per program its launcher picks for them."""
+def compile_combine(head_dim: int, out: str = "bf16", sink: bool = True, splits: int = 32):
+    """The split combine (kernel_utils.split_combine) of ``splits`` partials per row, at the columns per program
+    its launcher picks for them."""
     ptrs = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": f"*{out}", "sink_ptr": "*fp32"}
-    block_dc = combine_columns(splits, triton.next_power_of_2(head_dim), rows, 132)
-    pow2 = triton.next_power_of_2(splits)
-    consts = {"HEAD_DIM": head_dim, "BLOCK_DC": block_dc, "SPLITS": pow2, "HAS_SINK": sink}
-    return compile_sm90(split_combine_kernel, ptrs, consts, combine_warps(pow2 * block_dc), 2)
+    block_dc = combine_columns(splits, triton.next_power_of_2(head_dim))
+    consts = {"HEAD_DIM": head_dim, "BLOCK_DC": block_dc, "SPLITS": triton.next_power_of_2(splits), "HAS_SINK": sink}
+    return compile_sm90(split_combine_kernel, ptrs, consts, 4, 2)
 
 
 def classes(all_configs: bool):
@@ -242,7 +241,6 @@ def main(argv=None) -> int:
         helpers = [(f"rope-keys{'-inter' if il else ''}", lambda d=d, il=il: compile_rope_keys(d, il))
                    for il in (False, True)]
         helpers += [(f"combine-{n}-splits", lambda d=d, n=n: compile_combine(d, splits=n)) for n in (2, 32, 128)]
-        helpers += [("combine-22-splits-wide", lambda d=d: compile_combine(d, splits=22, rows=384))]
         for label, build in helpers:
             try:
                 r = ptxas_report(build())

@@ -7,7 +7,7 @@ import torch
 
 from attnops.kernel_utils import runtime
 from attnops.kernel_utils.attention_fns import LOG2E
-from attnops.kernel_utils.split_combine import MAX_TILE_ELEMS, combine_columns, combine_splits
+from attnops.kernel_utils.split_combine import combine_columns, combine_splits
 
 DEV = runtime.device()
 
@@ -71,9 +71,6 @@ def test_splits_consecutive_per_row(splits):
 
 def test_combine_columns():
     """Columns a combine program merges: its [splits, columns] tile within COMBINE_TILE_ELEMS, at least 16, at
-    most the padded head dim; wider where the rows would give more than COMBINE_PROGRAMS_PER_SM programs per SM
-    (132 SMs: MLA mla-tp-b6's 384 rows of 512 columns at 22 splits), the tile within MAX_TILE_ELEMS."""
-    assert [combine_columns(s, 256, 8, 132) for s in (1, 2, 3, 32, 33, 128)] == [256, 256, 256, 64, 32, 16]
-    assert combine_columns(4, 64, 8, 132) == 64 and combine_columns(128, 8, 8, 132) == 8
-    assert combine_columns(22, 512, 64, 132) == 64 and combine_columns(22, 512, 384, 132) == 256
-    assert combine_columns(128, 512, 100_000, 132) == MAX_TILE_ELEMS // 128
+    most the padded head dim."""
+    assert [combine_columns(s, 256) for s in (1, 2, 3, 32, 33, 128)] == [256, 256, 256, 64, 32, 16]
+    assert combine_columns(4, 64) == 64 and combine_columns(128, 8) == 8

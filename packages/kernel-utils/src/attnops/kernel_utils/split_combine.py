@@ -13,33 +13,16 @@ import torch
 import triton
 import triton.language as tl
 
-from . import runtime
 from .attention_fns import LOG2E_C, add_sink, merge_row_splits, normalize_rows
 
 # fp32 elements a combine program loads (all splits of its columns at once: 16 a thread at 4 warps)
 COMBINE_TILE_ELEMS = 2048
-# Many rows: wider column blocks (up to 8x the tile, at 8 warps) so the grid stays within this many programs per
-# SM. H200 (2026-12-03, MLA mla-tp-b6: 384 rows of 512 columns, 22 splits): 3072 programs of 64 columns took
-# 8.1 µs where the serial merge it replaced took 4.3 (one program per row).
-COMBINE_PROGRAMS_PER_SM = 4
-MAX_TILE_ELEMS = 8 * COMBINE_TILE_ELEMS
 
 
-def combine_columns(num_splits: int, block_d: int, rows: int, sms: int) -> int:
+def combine_columns(num_splits: int, block_d: int) -> int:
     """Columns of one row a combine program merges: as many as keep its ``[splits, columns]`` tile within
-    ``COMBINE_TILE_ELEMS`` (at least 16), more where ``rows`` would give more than ``COMBINE_PROGRAMS_PER_SM``
-    programs per SM (tile at most ``MAX_TILE_ELEMS``), at most the padded head dim ``block_d``. Powers of two."""
-    splits = triton.next_power_of_2(num_splits)
-    by_tile = max(16, COMBINE_TILE_ELEMS // splits)
-    by_grid = rows * block_d // (COMBINE_PROGRAMS_PER_SM * sms)
-    by_grid = min(1 << max(0, by_grid.bit_length() - 1), max(16, MAX_TILE_ELEMS // splits))
-    return min(block_d, max(by_tile, by_grid))
-
-
-def combine_warps(tile_elems: int) -> int:
-    """Warps of a combine program loading ``tile_elems`` fp32 partials: 1 for small tiles, 4 up to
-    ``COMBINE_TILE_ELEMS`` (16 a thread), 8 beyond."""
-    return 8 if tile_elems > COMBINE_TILE_ELEMS else (4 if tile_elems >= 1024 else 1)
+    ``COMBINE_TILE_ELEMS`` (at least 16), at most the padded head dim ``block_d``."""
+    return min(block_d, max(16, COMBINE_TILE_ELEMS // triton.next_power_of_2(num_splits)))
 
 
 @triton.jit
@@ -78,10 +61,10 @@ def combine_splits(part_o: torch.Tensor, part_lse: torch.Tensor, out: torch.Tens
     head_dim = part_o.shape[-1]
     block_d = triton.next_power_of_2(head_dim)
     splits = triton.next_power_of_2(num_splits)
-    block_dc = combine_columns(num_splits, block_d, rows, runtime.num_sms())
+    block_dc = combine_columns(num_splits, block_d)
     split_combine_kernel[(rows, triton.cdiv(block_d, block_dc))](
         part_o, part_lse, out, sinks if sinks is not None else part_lse,
         heads, num_splits, row_stride, split_stride, *out_strides,
         HEAD_DIM=head_dim, BLOCK_DC=block_dc, SPLITS=splits, HAS_SINK=sinks is not None,
-        num_warps=combine_warps(splits * block_dc),
+        num_warps=4 if splits * block_dc >= 1024 else 1,
     )
