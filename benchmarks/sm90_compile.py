@@ -168,12 +168,14 @@ def compile_rope_keys(head_dim: int, interleaved: bool, dtype: str = "fp16"):
     return compile_sm90(rope_rows_kernel, ptrs, consts, 4, 1)
 
 
-def compile_combine(head_dim: int, out: str = "bf16", sink: bool = True, splits: int = 32):
+def compile_combine(head_dim: int, out: str = "bf16", sink: bool = True, splits: int = 32, serial: bool = False):
     """The split combine (kernel_utils.split_combine) of ``splits`` partials per row, at the columns per program
-    its launcher picks for them."""
+    its launcher picks for them (``serial``: one split at a time over whole rows, the large-workspace path)."""
     ptrs = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": f"*{out}", "sink_ptr": "*fp32"}
-    block_dc = combine_columns(splits, triton.next_power_of_2(head_dim))
-    consts = {"HEAD_DIM": head_dim, "BLOCK_DC": block_dc, "SPLITS": triton.next_power_of_2(splits), "HAS_SINK": sink}
+    block_d = triton.next_power_of_2(head_dim)
+    block_dc = block_d if serial else combine_columns(splits, block_d)
+    consts = {"HEAD_DIM": head_dim, "BLOCK_DC": block_dc, "SPLITS": triton.next_power_of_2(splits), "HAS_SINK": sink,
+              "SERIAL": serial}
     return compile_sm90(split_combine_kernel, ptrs, consts, 4, 2)
 
 
@@ -241,6 +243,7 @@ def main(argv=None) -> int:
         helpers = [(f"rope-keys{'-inter' if il else ''}", lambda d=d, il=il: compile_rope_keys(d, il))
                    for il in (False, True)]
         helpers += [(f"combine-{n}-splits", lambda d=d, n=n: compile_combine(d, splits=n)) for n in (2, 32, 128)]
+        helpers += [("combine-serial", lambda d=d: compile_combine(d, serial=True))]
         for label, build in helpers:
             try:
                 r = ptxas_report(build())

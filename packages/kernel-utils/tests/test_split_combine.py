@@ -1,11 +1,13 @@
 """The shared split-KV combine through the interpreter: both workspace layouts (splits outermost as the GQA
 forward writes them, consecutive per row as MLA does), empty splits, rows with no visible key, sinks, a head dim
-that is not a power of two, and more splits than one program's tile holds columns for."""
+that is not a power of two, and more splits than one program's tile holds columns for; each in one step and one
+split at a time (the path of large workspaces with padded split slots, forced here by a zero
+``SERIAL_COMBINE_BYTES`` on the split counts that are not powers of two)."""
 
 import pytest
 import torch
 
-from attnops.kernel_utils import runtime
+from attnops.kernel_utils import runtime, split_combine
 from attnops.kernel_utils.attention_fns import LOG2E
 from attnops.kernel_utils.split_combine import combine_columns, combine_splits
 
@@ -36,8 +38,15 @@ def _partials(gen, rows, splits, d):
     return o, lse2
 
 
+@pytest.fixture(params=[False, True], ids=["one-step", "serial"])
+def serial(request, monkeypatch):
+    if request.param:
+        monkeypatch.setattr(split_combine, "SERIAL_COMBINE_BYTES", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("splits,d", [(2, 64), (3, 80), (33, 128), (128, 32)])
-def test_splits_outermost_with_sinks(splits, d):
+def test_splits_outermost_with_sinks(splits, d, serial):
     """GQA forward layout: workspace [splits, tokens·heads, D]; output [B, S, H, D] of a dense call (token =
     b·S + query), one sink per head."""
     gen = torch.Generator().manual_seed(splits)
@@ -55,7 +64,7 @@ def test_splits_outermost_with_sinks(splits, d):
 
 
 @pytest.mark.parametrize("splits", [2, 22, 32])
-def test_splits_consecutive_per_row(splits):
+def test_splits_consecutive_per_row(splits, serial):
     """MLA layout: partials [B, H, splits, D], output a strided [B, H, D] view, no sink."""
     gen = torch.Generator().manual_seed(100 + splits)
     b, h, d = 3, 16, 512

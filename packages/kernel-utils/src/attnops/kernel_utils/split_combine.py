@@ -13,10 +13,18 @@ import torch
 import triton
 import triton.language as tl
 
-from .attention_fns import LOG2E_C, add_sink, merge_row_splits, normalize_rows
+from .attention_fns import LOG2E_C, add_sink, merge_row_splits, merge_splits, normalize_rows
 
 # fp32 elements a combine program loads (all splits of its columns at once: 16 a thread at 4 warps)
 COMBINE_TILE_ELEMS = 2048
+# Workspaces of at least this many bytes whose split count is not a power of two are merged one split at a time,
+# one program per whole row: such a merge streams from memory, and the one-step tile's padded split slots idle a
+# third of its loads. H200 (2026-12-03, MLA decode, D 512): mla-tp-b6's 17 MB (384 rows, 22 splits) 8.1 µs in one
+# step, 4.3 serially (ds-v3-serving-batch, 35 MB at 11 splits: 58.0 µs a call with the one step, 55.8 serially);
+# mla-tp-b1's 4.2 MB (64 rows, 32 splits) 2.8 in one step, 4.6 serially; the power-of-two rows of 33 MB (ds-v2-4k,
+# ds-v3-4k, ds-v2-32k) ran 1-4 µs faster a call in one step. Wider one-step column blocks (768 programs instead
+# of 3072) measured 8.0 on mla-tp-b6.
+SERIAL_COMBINE_BYTES = 12 << 20
 
 
 def combine_columns(num_splits: int, block_d: int) -> int:
@@ -31,6 +39,7 @@ def split_combine_kernel(
     H, num_splits, row_stride, split_stride, inner,
     stride_outer, stride_inner, stride_head,
     HEAD_DIM: tl.constexpr, BLOCK_DC: tl.constexpr, SPLITS: tl.constexpr, HAS_SINK: tl.constexpr,
+    SERIAL: tl.constexpr,
 ):
     """Grid ``(rows, cdiv(HEAD_DIM, BLOCK_DC))``: output row ``r = outer·H + head`` has its split s at workspace
     row ``r·row_stride + s·split_stride``; merged, sink added, normalized (rows with no visible key -> 0) and
@@ -40,8 +49,13 @@ def split_combine_kernel(
     head = row % H
     offs_d = tl.program_id(1) * BLOCK_DC + tl.arange(0, BLOCK_DC)
     d_mask = offs_d < HEAD_DIM
-    acc, m_i, l_i = merge_row_splits(part_o_ptr, part_lse_ptr, row.to(tl.int64) * row_stride, split_stride,
-                                     num_splits, offs_d, d_mask, HEAD_DIM, SPLITS)
+    first = row.to(tl.int64) * row_stride
+    if SERIAL:  # SPLITS unused
+        acc, m_i, l_i = merge_splits(part_o_ptr, part_lse_ptr, first + tl.zeros([1], tl.int64), split_stride,
+                                     num_splits, tl.full([1], True, tl.int1), offs_d, d_mask, HEAD_DIM)
+    else:
+        acc, m_i, l_i = merge_row_splits(part_o_ptr, part_lse_ptr, first, split_stride, num_splits, offs_d,
+                                         d_mask, HEAD_DIM, SPLITS)
     if HAS_SINK:
         sink2 = tl.load(sink_ptr + head + tl.zeros([1], tl.int32)) * LOG2E_C
         acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)
@@ -61,10 +75,11 @@ def combine_splits(part_o: torch.Tensor, part_lse: torch.Tensor, out: torch.Tens
     head_dim = part_o.shape[-1]
     block_d = triton.next_power_of_2(head_dim)
     splits = triton.next_power_of_2(num_splits)
-    block_dc = combine_columns(num_splits, block_d)
+    serial = splits != num_splits and rows * num_splits * head_dim * 4 >= SERIAL_COMBINE_BYTES
+    block_dc = block_d if serial else combine_columns(num_splits, block_d)
     split_combine_kernel[(rows, triton.cdiv(block_d, block_dc))](
         part_o, part_lse, out, sinks if sinks is not None else part_lse,
         heads, num_splits, row_stride, split_stride, *out_strides,
-        HEAD_DIM=head_dim, BLOCK_DC=block_dc, SPLITS=splits, HAS_SINK=sinks is not None,
-        num_warps=4 if splits * block_dc >= 1024 else 1,
+        HEAD_DIM=head_dim, BLOCK_DC=block_dc, SPLITS=splits, HAS_SINK=sinks is not None, SERIAL=serial,
+        num_warps=4 if serial or splits * block_dc >= 1024 else 1,
     )

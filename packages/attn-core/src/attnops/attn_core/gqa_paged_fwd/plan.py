@@ -29,8 +29,9 @@ SMALL_ROWS = 16
 # that many programs would still leave half the SMs idle is latency-bound.
 TARGET_PROGRAMS_PER_SM = 4
 # Programs per SM a bandwidth-bound decode launch splits to (rounded down): the decode tiles' 3-stage K / V rings
-# (96 KB at D = 64, 128 and 256) leave two programs resident per SM; more splits add a second, partial wave. H200, forced split counts (2026-12-03 13:00, benchmarks/results/h200/
-# 20261203-1300-tune-paged-splits.json): llama-70b-p64 9 splits 55.7 -> 4 splits 47.0 us, llama-70b-p16 55.7 ->
+# (96 KB at D = 64, 128 and 256) leave two programs resident per SM; more splits add a second, partial wave.
+# H200, forced split counts (2026-12-03 13:00, benchmarks/results/h200/20261203-1300-tune-paged-splits.json):
+# llama-70b-p64 9 splits 55.7 -> 4 splits 47.0 us, llama-70b-p16 55.7 ->
 # 47.8, gpt-oss-sink-decode 8 -> 4: 24.1 -> 19.0, llama-8b-32k-p64 9 -> 4: 290 -> 270, llama-8b-b64-p16 2 -> 1:
 # 160 -> 148, llama-8b-p64 3 -> 1: 142 -> 140; llama-8b-b64-p64 2 -> 1 is slower (147.5 -> 164.9).
 SPLIT_PROGRAMS_PER_SM = 2
