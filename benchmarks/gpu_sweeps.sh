@@ -44,15 +44,11 @@ if [ "$PHASE" = tests ]; then
   grep -h "^FAILED\|^ERROR" "$OUT/gpu-tests.log" 2>/dev/null | head -20  # the failing node ids, before packing
   (cd "$OUT" && tar czf tests-logs.tgz --remove-files ./*.log 2>/dev/null); exit 0
 fi
-# (the sweeps of 2026-12-03 11:00 decided or closed: TopK warps, noncausal tiles, the one-step split combine, MLA's
-# ds-v2 default; docs/perf/attn-core.md "Twenty-first session")
-# paged decode: time against forced split counts on the rows where 2 programs per SM won (p64 / p256, few
-# requests) and lost (p16; n0 = 256), for a split rule that knows the page size
-tune tune-paged-splits 150 tune_attn_core_paged --split-counts 1,2,3,4,5,6,8,12 --variants num_splits \
-  --filter llama-70b-p16,llama-70b-p64/,llama-8b-32k-p64,gpt-oss-sink-decode,llama-8b-b64-p64,llama-8b-b64-p16,llama-8b-p64/
-# qwen35-9b-rope (0.77x FA3's published 14.1 ms): the D = 256 ws configs of the paged layout, with ws-n64s2-ov (the
-# last V tile zeroed in place, twenty-first session)
-tune tune-qwen35-ws 120 tune_attn_core_paged --ws --filter qwen35-9b-rope --iters 5
-tune tune-bwd-short 90 tune_gqa_bwd --filter short  # GQABwd's short rows (0.73-0.80x cuDNN)
+# (the sweeps of 2026-12-03 13:00 decided or closed: the paged decode split rule, qwen35's D = 256 ws configs (no
+# change); docs/perf/attn-core.md "Twenty-second session")
+# GQABwd's short rows: m32n64-m64n32w4s2 led on the four GQA ones (-3 to -7 %); the short-mha rows decide `choose`
+tune tune-bwd-short 150 tune_gqa_bwd --filter short
+# MLA's 32k rows (power-of-two splits, one-step combine): the split counts around the planner's
+tune tune-mla-32k 120 tune_attn_mla --filter MLADecodeWithKVCacheFwd/ds-v3-32k/bf16,MLADecodeWithKVCacheFwd/ds-v2-32k/bf16
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"

@@ -41,17 +41,26 @@ def implemented_ops() -> set[str]:
 
 
 def load_runs(results: Path) -> tuple[dict[str, dict], list[dict]]:
-    """Newest record per row id (runs ordered by their header date), and the headers of the runs used."""
+    """Newest record per row id (runs ordered by their header date), and the headers of the runs used. A peer
+    that did not run in a row's newest record (a FlashInfer module missing from that run, say) but passed in an
+    earlier one keeps that time as ``earlier`` = (ms, run file): shown beside the row, never rated (another run)."""
     runs = []
     for path in sorted(results.glob("*.jsonl")):
         lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         if lines and lines[0].get("type") == "env":
             runs.append((lines[0], path.name, [r for r in lines[1:] if r.get("type") == "row"]))
     runs.sort(key=lambda r: r[0]["date"])
-    latest, used = {}, {}
+    latest, used, passed = {}, {}, defaultdict(dict)
     for header, name, rows in runs:
         for row in rows:
-            latest[row["id"]] = {**row, "run": name}
+            impls = {}
+            for peer, e in row.get("impls", {}).items():
+                if "ms" in e:
+                    passed[row["id"]][peer] = (e["ms"], name)
+                elif peer in passed[row["id"]]:
+                    e = {**e, "earlier": passed[row["id"]][peer]}
+                impls[peer] = e
+            latest[row["id"]] = {**row, "impls": impls, "run": name}
             used[name] = {**header, "file": name}
     return latest, [used[n] for n in sorted(used, key=lambda n: used[n]["date"])]
 
@@ -129,7 +138,11 @@ def _peer_cell(name: str, e: dict) -> str:
             notes.append(f"first call {e['first_call_s']:.0f} s, outside the timing")
         extra = f" ({'; '.join(notes)})" if notes else ""
         return f"{name} {e['ms']:.4f}{extra}"
-    return f"{name} {e.get('check', '?')}"
+    cell = f"{name} {e.get('check', '?')}"
+    if "earlier" in e:
+        ms, run = e["earlier"]
+        cell += f" (ran {ms:.4f} in {run.removesuffix('.jsonl')}; not rated: another run)"
+    return cell
 
 
 def _published(w) -> str:
