@@ -28,8 +28,11 @@ SMALL_ROWS = 16
 # Programs per SM the latency rule's decision counts with (rounded up): a decode launch whose 256-key splits of
 # that many programs would still leave half the SMs idle is latency-bound.
 TARGET_PROGRAMS_PER_SM = 4
-# Programs per SM a bandwidth-bound decode launch splits to (rounded down): the decode tiles' 3-stage K / V rings
-# (96 KB at D = 64, 128 and 256) leave two programs resident per SM; more splits add a second, partial wave.
+# Programs per SM a bandwidth-bound decode launch splits to (rounded down): registers leave two decode programs
+# resident per SM (sm_90 builds: D = 64 111 regs at 8 warps, D = 128 197 with the per-key page gather, 189 with
+# RoPE; D = 256 128 at 8 warps), three for the D = 128 tile reading one page per tile (167 regs); more splits add
+# a second, partial wave. That third program explains the p64 rows' curves below (llama-8b-b64-p64: 512 programs
+# on 396 slots at one split); a rule that counts it needs the page size and the kernel variant in the plan.
 # H200, forced split counts (2026-12-03 13:00, benchmarks/results/h200/20261203-1300-tune-paged-splits.json):
 # llama-70b-p64 9 splits 55.7 -> 4 splits 47.0 us, llama-70b-p16 55.7 ->
 # 47.8, gpt-oss-sink-decode 8 -> 4: 24.1 -> 19.0, llama-8b-32k-p64 9 -> 4: 290 -> 270, llama-8b-b64-p16 2 -> 1:
