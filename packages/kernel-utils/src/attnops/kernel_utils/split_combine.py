@@ -6,7 +6,8 @@ and ``combine_columns`` of its columns, all of the row's splits loaded at once a
 (``attention_fns.merge_row_splits``), so the merge costs one L2 round trip whatever the split count and a single
 token's merge still spreads over ``heads · D / columns`` programs. H200 (2026-12-03, GQADenseFwd): merged one split
 at a time it took 5.9 µs of gemma-2b-8k-bs1's 16.7 at 32 splits; in one step the whole row took 8.3 µs at 64
-splits (benchmarks/results/h200/20261203-1125-attn-core-dense-combine.jsonl).
+splits (benchmarks/results/h200/20261203-1125-attn-core-dense-combine.jsonl). Large workspaces with padded split
+slots (``SERIAL_COMBINE_BYTES``) are merged one split at a time instead, one program per whole row.
 """
 
 import torch
@@ -20,10 +21,10 @@ COMBINE_TILE_ELEMS = 2048
 # Workspaces of at least this many bytes whose split count is not a power of two are merged one split at a time,
 # one program per whole row: such a merge streams from memory, and the one-step tile's padded split slots idle a
 # third of its loads. H200 (2026-12-03, MLA decode, D 512): mla-tp-b6's 17 MB (384 rows, 22 splits) 8.1 µs in one
-# step, 4.3 serially (ds-v3-serving-batch, 35 MB at 11 splits: 58.0 µs a call with the one step, 55.8 serially);
-# mla-tp-b1's 4.2 MB (64 rows, 32 splits) 2.8 in one step, 4.6 serially; the power-of-two rows of 33 MB (ds-v2-4k,
-# ds-v3-4k, ds-v2-32k) ran 1-4 µs faster a call in one step. Wider one-step column blocks (768 programs instead
-# of 3072) measured 8.0 on mla-tp-b6.
+# step, 4.8 serially (the row 27.3 -> 24.3 µs; ds-v3-serving-batch, 35 MB at 11 splits, 58.0 -> 54.3); mla-tp-b1's
+# 4.2 MB (64 rows, 32 splits) 2.8 in one step, 4.6 serially; the power-of-two rows of 33 MB (ds-v2-4k at 4 splits,
+# ds-v3-4k at 8) ran 1-4 µs faster a call in one step than on the serial kernel before it. Wider one-step column
+# blocks (768 programs instead of 3072) measured 8.0 on mla-tp-b6.
 SERIAL_COMBINE_BYTES = 12 << 20
 
 
