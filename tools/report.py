@@ -42,8 +42,9 @@ def implemented_ops() -> set[str]:
 
 def load_runs(results: Path) -> tuple[dict[str, dict], list[dict]]:
     """Newest record per row id (runs ordered by their header date), and the headers of the runs used. A peer
-    that did not run in a row's newest record (a FlashInfer module missing from that run, say) but passed in an
-    earlier one keeps that time as ``earlier`` = (ms, run file): shown beside the row, never rated (another run)."""
+    that did not run in a row's newest record (a FlashInfer module missing from that run, a peer left out of it)
+    but passed in an earlier one keeps that time as ``earlier`` = (ms, run file): shown beside the row, never
+    rated (another run)."""
     runs = []
     for path in sorted(results.glob("*.jsonl")):
         lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -60,6 +61,9 @@ def load_runs(results: Path) -> tuple[dict[str, dict], list[dict]]:
                 elif peer in passed[row["id"]]:
                     e = {**e, "earlier": passed[row["id"]][peer]}
                 impls[peer] = e
+            for peer, earlier in passed[row["id"]].items():  # peers left out of this run (--exclude-peers)
+                if not peer.endswith("-ref"):  # (the eager references: timed for scale only)
+                    impls.setdefault(peer, {"check": "not run", "earlier": earlier})
             latest[row["id"]] = {**row, "impls": impls, "run": name}
             used[name] = {**header, "file": name}
     return latest, [used[n] for n in sorted(used, key=lambda n: used[n]["date"])]
