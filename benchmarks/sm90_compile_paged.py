@@ -22,7 +22,12 @@ from attnops.attn_core.gqa_paged_fwd.kernel import (  # noqa: E402
     paged_attention_combine_kernel,
     paged_attention_kernel,
 )
-from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, LATENCY_CONFIGS, MERGED_CONFIGS  # noqa: E402
+from attnops.attn_core.gqa_paged_fwd.plan import (  # noqa: E402
+    CONFIGS,
+    LATENCY_CONFIGS,
+    MERGED_CONFIGS,
+    decode_residency,
+)
 from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd.kernel import (  # noqa: E402
     paged_append_kernel,
     paged_stage_kernel,
@@ -31,6 +36,22 @@ from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd.kernel import (  # no
 from .sm90_compile import SM90_SMEM, compile_sm90, ptxas_report  # noqa: E402
 
 FLOATS = ("qk_scale", "cap_scale", "cap_log2")
+SM90_REGS, SM90_THREADS, SM90_SMEM_PER_SM = 65536, 2048, 233472
+
+
+def resident(r: dict, num_warps: int) -> int:
+    """Programs of this build that fit one SM: registers (allocated 8 a thread at a time), threads, shared
+    memory (1 KB of it reserved per program)."""
+    threads = 32 * num_warps
+    return min(SM90_REGS // (-(-r["regs"] // 8) * 8 * threads), SM90_THREADS // threads,
+               SM90_SMEM_PER_SM // (r["smem"] + 1024))
+
+
+def claimed_residency(d: int, kw: dict) -> int:
+    """What ``plan.decode_residency`` assumes of a small-class variant (page size 64 where it reads one page a
+    tile, else 16)."""
+    return decode_residency(d, 64 if kw.get("tile_in_page") else 16, bool(kw.get("rope_q") or kw.get("rope_pool")),
+                            kw.get("kv") == "fp8e4nv")
 
 
 def compile_attention(cfg, d: int, act: str = "fp16", kv: str | None = None, q_fp8: bool = False,
@@ -63,6 +84,8 @@ def variants():
         yield "softcap+sinks", d, {"softcap": True, "sinks": True}
         yield "fused-combine+sinks", d, {"sinks": True, "fused": True}
         yield "tile-in-page", d, {"tile_in_page": True}
+        yield "tile-in-page+softcap+sinks+fused-bf16", d, {"tile_in_page": True, "act": "bf16", "softcap": True,
+                                                            "sinks": True, "fused": True}
         yield "pow2-pages", d, {"page_shift": 4}
         yield "tile-in-page+rope", d, {"tile_in_page": True, "rope_q": True, "rope_pool": True}
         yield "rope-neox", d, {"rope_q": True, "rope_pool": True}
@@ -109,6 +132,10 @@ def main(argv=None) -> int:
             flag += " WGMMA-SERIALIZED" if r["serialized"] else ""
             if r["smem"] > SM90_SMEM:
                 flag += " SMEM"
+                bad += 1
+            # the decode split rule counts on this many programs per SM (plan.decode_residency)
+            if key in CONFIGS and kind == "small" and resident(r, cfg.num_warps) < claimed_residency(d, kw):
+                flag += f" RESIDENCY {resident(r, cfg.num_warps)} < {claimed_residency(d, kw)}"
                 bad += 1
             print(f"{name:30s} {label:24s} regs {r['regs']:3d} spill {r['spill']:5d} B smem {r['smem'] / 1024:6.1f} KB "
                   f"wgmma {str(r['wgmma']):5s} ld.b16 {r['ldg16']:3d} loop {r['loop_sass']:4d} SASS "

@@ -17,7 +17,9 @@ from attnops.attn_core.gqa_paged_fwd.plan import (
     LATENCY_SPLIT_KEYS,
     MERGED_CONFIGS,
     SMALL_ROWS,
+    decode_residency,
     plan_paged_attention,
+    wave_splits,
 )
 from attnops.attn_core.gqa_paged_fwd.spec import SPEC, build_case, make_case
 from attnops.kernel_utils import reliability, runtime, testing
@@ -196,6 +198,27 @@ def test_latency_rule(monkeypatch):
     assert small(noncausal) == (CONFIGS[("small", 128)], 2)
 
 
+def test_decode_splits_fill_whole_waves(monkeypatch):
+    """Bandwidth-bound decode launches split so their programs fill the resident slots once (132 SMs: two programs
+    per SM unless the caller says three, as for the D = 128 tile that reads one page per tile); past one wave, to
+    the split count whose last wave is fullest. The H200 curves these follow: plan.py's comment."""
+    monkeypatch.setattr(runtime, "num_sms", lambda: 132)
+    assert [wave_splits(n, 264) for n in (64, 256, 512)] == [4, 1, 1]
+    assert [wave_splits(n, 396) for n in (64, 256, 512)] == [6, 1, 3]
+    assert decode_residency(128, 64, rope=False, fp8_pool=False) == 3
+    assert {decode_residency(128, 16, False, False), decode_residency(128, 64, True, False),
+            decode_residency(128, 64, False, True), decode_residency(64, 64, False, False)} == {2}
+
+    def splits(plan):
+        (ln,) = plan.launches
+        return int(ln.items[:, 3].max())
+
+    kw = dict(num_heads=32, num_kv_heads=8, head_dim=128)
+    assert splits(plan_paged_attention([1] * 64, [2048] * 64, **kw)) == 1  # llama-8b-b64-p16: 1.94 waves
+    assert splits(plan_paged_attention([1] * 64, [2048] * 64, **kw, resident_per_sm=3)) == 3  # -p64
+    assert splits(plan_paged_attention([1] * 8, [32768] * 8, **kw, resident_per_sm=3)) == 6  # llama-8b-32k-p64
+
+
 def test_latency_tile_and_splits():
     """The latency rule's tile and split floor, forced (the interpreter's single SM never triggers it)."""
     case = build_case(q_lens=[1, 2, 0], cache_lens=[300, 129, 40], num_heads=8, num_kv=4, d=128, page_size=16,
@@ -245,9 +268,10 @@ def test_decode_requests_merged_into_the_prefill_launch(name, splits):
 
 def test_kernel_compiles_for_sm90():
     """The paged kernel's GPU-only variants at D = 128 (wgmma tiles, RoPE restaging, the in-kernel split merge,
-    one table entry per tile) and the combine / append kernels through Triton's sm_90 pipeline and ptxas."""
+    one table entry per tile) and the combine / append kernels through Triton's sm_90 pipeline and ptxas; the
+    decode tiles keep the programs per SM the split rule counts on (``plan.decode_residency``)."""
     listing = run_offline_compile(__file__, "sm90_compile_paged", "--dims", "128")
-    assert "FAIL" not in listing and "SMEM" not in listing, listing
+    assert "FAIL" not in listing and "SMEM" not in listing and "RESIDENCY" not in listing, listing
 
 
 def test_plan_is_reused_while_kv_lengths_grow():

@@ -18,7 +18,7 @@ from attnops.kernel_utils.attention_fns import LOG2E, window_bounds
 from attnops.kernel_utils.fp8 import E4M3
 
 from .kernel import paged_attention_combine_kernel, paged_attention_kernel
-from .plan import PagedAttentionPlan, TileConfig, plan_paged_attention
+from .plan import PagedAttentionPlan, TileConfig, decode_residency, plan_paged_attention
 
 _16BIT = (torch.float16, torch.bfloat16)
 MIN_HEAD_DIM_FP8_ROPE = 32  # RoPE applied to fp8 pool keys: smaller head dims are refused (see _check)
@@ -174,7 +174,8 @@ def gqa_paged_plan(cu_seqlens_q, cache_seqlens, num_heads: int, num_kv_heads: in
 
     Reuse the plan across calls whose query lengths are the same (the KV lengths may change: kernels read
     them from ``cache_seqlens`` at run time). ``num_splits`` forces the split-KV count; ``tuning``:
-    ``configs`` / ``programs_per_sm`` of ``plan_paged_attention`` (tuning / tests)."""
+    ``configs`` / ``programs_per_sm`` / ``resident_per_sm`` of ``plan_paged_attention`` (tuning / tests; the
+    call without a plan passes ``plan.decode_residency`` of its page size, RoPE and pool dtype)."""
     cu = cu_seqlens_q.tolist() if isinstance(cu_seqlens_q, torch.Tensor) else list(cu_seqlens_q)
     lens = cache_seqlens.tolist() if isinstance(cache_seqlens, torch.Tensor) else list(cache_seqlens)
     if device is None and isinstance(cache_seqlens, torch.Tensor):
@@ -285,7 +286,8 @@ def _gqa_paged(
 ) -> torch.Tensor:
     plan = gqa_paged_plan(cu_seqlens_q, cache_seqlens, q.shape[1], k_pages.shape[2], q.shape[2],
                           is_causal=is_causal, window_size_left=window_size_left,
-                          window_size_right=window_size_right)
+                          window_size_right=window_size_right,
+                          resident_per_sm=decode_residency(q.shape[2], k_pages.shape[1], rope, k_pages.dtype == E4M3))
     return _run(plan, q, k_pages, v_pages, page_table, cache_seqlens, cu_seqlens_q, q_scale, k_scale, v_scale,
                 rope_cos, rope_sin, sinks, sm_scale, softcap, rope, rotary_dim, interleaved, out_dtype)
 

@@ -28,16 +28,20 @@ SMALL_ROWS = 16
 # Programs per SM the latency rule's decision counts with (rounded up): a decode launch whose 256-key splits of
 # that many programs would still leave half the SMs idle is latency-bound.
 TARGET_PROGRAMS_PER_SM = 4
-# Programs per SM a bandwidth-bound decode launch splits to (rounded down): registers leave two decode programs
-# resident per SM (sm_90 builds: D = 64 111 regs at 8 warps, D = 128 197 with the per-key page gather, 189 with
-# RoPE; D = 256 128 at 8 warps), three for the D = 128 tile reading one page per tile (167 regs); more splits add
-# a second, partial wave. That third program explains the p64 rows' curves below (llama-8b-b64-p64: 512 programs
-# on 396 slots at one split); a rule that counts it needs the page size and the kernel variant in the plan.
-# H200, forced split counts (2026-12-03 13:00, benchmarks/results/h200/20261203-1300-tune-paged-splits.json):
-# llama-70b-p64 9 splits 55.7 -> 4 splits 47.0 us, llama-70b-p16 55.7 ->
-# 47.8, gpt-oss-sink-decode 8 -> 4: 24.1 -> 19.0, llama-8b-32k-p64 9 -> 4: 290 -> 270, llama-8b-b64-p16 2 -> 1:
-# 160 -> 148, llama-8b-p64 3 -> 1: 142 -> 140; llama-8b-b64-p64 2 -> 1 is slower (147.5 -> 164.9).
+# Decode programs resident per SM (registers, sm_90 builds): two for every decode tile (D = 64 111 regs at 8 warps,
+# D = 128 197 with the per-key page gather, 189 with RoPE, 179 over an fp8 pool; D = 256 128 at 8 warps), three for
+# the D = 128 tile reading one page per tile (167 regs, with or without sinks / softcap / the fused merge). A
+# bandwidth-bound decode launch splits so that its programs fill those slots once; past one wave, to the split count
+# whose last wave is fullest. Every measured curve follows the partial last wave. H200, forced split counts
+# (2026-12-03 13:00, benchmarks/results/h200/20261203-1300-tune-paged-splits.json, µs): llama-70b-p16 (264 slots,
+# 64 programs a split) 4 / 5 / 6 splits = 0.97 / 1.21 / 1.45 waves: 47.8 / 64.5 / 59.1; llama-70b-p64 (396 slots)
+# 4 / 5 / 6 = 47.0 / 47.3 / 47.2, 8 (1.29 waves) 55.8; llama-8b-32k-p64 4 / 6 = 269.7 / 255.8; llama-8b-b64-p64 (512
+# programs a split) 1 / 2 / 3 = 1.29 / 2.59 / 3.88 waves: 164.9 / 147.8 / 146.9; llama-8b-b64-p16 1 (1.94) 147.8;
+# llama-8b-p64 (256) 1 / 2 / 3: 139.8 / 168.8 / 142.2. SPLIT_PROGRAMS_PER_SM: the residency a plan assumes when its
+# caller does not say (``gqa_paged_plan`` without ``resident_per_sm``); the first form of the rule (two per SM,
+# attn-core 0.3.14) measured beside the peers: 20261203-1306-attn-core-paged-split-rule.jsonl.
 SPLIT_PROGRAMS_PER_SM = 2
+MAX_OVERFLOW_SPLITS = 4  # past one wave: the split counts tried for the fullest last wave
 MIN_SPLIT_KEYS = {"small": 256, "large": 1024}
 # Split blocks merged by their last split inside the attention kernel instead of a combine launch: on the H200
 # (2026-12-01 21:20, benchmarks/results/h200/20261201-2120-tune-paged*.json) 27 % faster on llama-405b-p256, 10 % on
@@ -115,6 +119,23 @@ MERGE_LAUNCH_KEYS = 256
 def config_key(kind: str, head_dim: int) -> tuple[str, int]:
     """D = 16 / 32 use the D = 64 tiles."""
     return kind, max(64, head_dim)
+
+
+def decode_residency(head_dim: int, page_size: int, rope: bool, fp8_pool: bool) -> int:
+    """Decode programs of the small class resident per SM for a call (see ``SPLIT_PROGRAMS_PER_SM``; checked
+    against the sm_90 builds' registers by ``benchmarks/sm90_compile_paged.py``)."""
+    one_page_per_tile = page_size % CONFIGS[config_key("small", head_dim)].block_n == 0
+    return 3 if head_dim == 128 and one_page_per_tile and not rope and not fp8_pool else SPLIT_PROGRAMS_PER_SM
+
+
+def wave_splits(programs_per_split: int, slots: int) -> int:
+    """Splits per block for a bandwidth-bound launch of ``programs_per_split`` programs a split on ``slots``
+    resident programs: as many as fill the slots once; where one split already overflows them, the count of at
+    most ``MAX_OVERFLOW_SPLITS`` whose waves are fullest (fewest waves per split; fewer splits on a tie)."""
+    if programs_per_split <= slots:
+        return max(1, slots // programs_per_split)
+    waves = lambda s: -(-programs_per_split * s // slots) / s  # noqa: E731
+    return min(range(1, MAX_OVERFLOW_SPLITS + 1), key=lambda s: (waves(s), s))
 
 
 @dataclass
@@ -199,12 +220,15 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
                          fused_combine: bool | None = None, tile_in_page: bool | None = None,
                          min_split_keys: int | None = None, pow2_pages: bool | None = None,
                          ws: ws_launch.WsConfig | bool | None = None,
-                         latency: bool | None = None, merge_small: bool | None = None) -> PagedAttentionPlan:
+                         latency: bool | None = None, merge_small: bool | None = None,
+                         resident_per_sm: int | None = None) -> PagedAttentionPlan:
     """Schedule one batch layout. ``q_lens`` / ``kv_lens``: per-request host ints (``kv_lens`` = pool keys;
     with ``new_keys`` the request also has its q_len new keys). Tuning / test knobs: ``num_splits`` forces
     the KV split count of every item; ``configs`` overrides ``CONFIGS`` entries; ``programs_per_sm``
-    replaces ``TARGET_PROGRAMS_PER_SM`` and ``SPLIT_PROGRAMS_PER_SM`` in the split heuristic; ``fused_combine`` (default
-    ``FUSED_COMBINE_DEFAULT``) merges split blocks in the attention kernel. A fused plan's counters (the
+    replaces ``TARGET_PROGRAMS_PER_SM`` and the decode residency in the split heuristic; ``resident_per_sm``:
+    the decode programs resident per SM for the call's kernel variant (``decode_residency``; default
+    ``SPLIT_PROGRAMS_PER_SM``); ``fused_combine`` (default ``FUSED_COMBINE_DEFAULT``) merges split blocks in
+    the attention kernel. A fused plan's counters (the
     ``runtime.arrival_counters`` of the stream current when it is built) return to 0 after every run: run it
     on that stream, stream-ordered with the other kernels that use them (as its workspace already requires);
     ``tile_in_page`` (default: ``TILE_IN_PAGE_DEFAULT``'s launch kinds) reads one table entry per pool tile
@@ -264,7 +288,7 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
             if configs is None or config_key(kind, head_dim) not in configs:
                 cfg = LATENCY_CONFIGS.get(config_key(kind, head_dim), cfg)
         elif kind == "small" and not forced:
-            want = max(1, (programs_per_sm or SPLIT_PROGRAMS_PER_SM) * sms // n0)
+            want = wave_splits(n0, (programs_per_sm or resident_per_sm or SPLIT_PROGRAMS_PER_SM) * sms)
         items, combine, slot = [], [], 0
         for b, m, pool_span, cost, _ in blocks:
             s = _splits(pool_span, cfg.block_n, min_keys, want, forced)

@@ -7,7 +7,7 @@ import math
 import torch
 
 from attnops.attn_core.gqa_paged_fwd.op import check_head_dim, check_table_values, run_plan
-from attnops.attn_core.gqa_paged_fwd.plan import PagedAttentionPlan, plan_paged_attention
+from attnops.attn_core.gqa_paged_fwd.plan import PagedAttentionPlan, decode_residency, plan_paged_attention
 from attnops.kernel_utils import checks, runtime, testing
 from attnops.kernel_utils.attention_fns import window_bounds
 
@@ -51,7 +51,8 @@ def _check(q, k, v, real_seqlen_kv, block_table, page_size):
 @torch.library.custom_op("attnops::mha_decode_paged_with_kv_cache_fwd", mutates_args=())
 def _mha_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real_seqlen_kv: torch.Tensor,
                 block_table: torch.Tensor, page_size: int, is_causal: bool) -> torch.Tensor:
-    plan = mha_decode_paged_plan(real_seqlen_kv, q.shape[1], q.shape[2], q.shape[3], is_causal=is_causal)
+    plan = mha_decode_paged_plan(real_seqlen_kv, q.shape[1], q.shape[2], q.shape[3], is_causal=is_causal,
+                                 resident_per_sm=decode_residency(q.shape[3], page_size, False, False))
     return _run(plan, q, k, v, real_seqlen_kv, block_table, page_size)
 
 
