@@ -112,6 +112,15 @@ def report_variants(variants) -> int:
     return bad
 
 
+def resident_per_sm(r: dict, num_warps: int) -> int:
+    """Programs of one kernel that fit on an sm_90 SM at once (registers in 256-per-warp units, shared
+    memory with 1 KB reserved per block, 64 warps, 32 blocks)."""
+    regs_per_warp = -(-max(r["regs"], 1) * 32 // 256) * 256
+    by_regs = 65536 // (regs_per_warp * num_warps)
+    by_smem = SM90_SMEM // (r["smem"] + 1024) if r["smem"] else 32
+    return min(by_regs, by_smem, 64 // num_warps, 32)
+
+
 def ptxas_report(kernel) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(kernel.asm["ptx"])

@@ -49,7 +49,7 @@ from attnops.attn_mla.topk_select_fwd.kernel import (  # noqa: E402
     topk_split_select_kernel,
 )
 
-from .sm90_compile import SM90_SMEM, ptxas_report  # noqa: E402
+from .sm90_compile import SM90_SMEM, ptxas_report, resident_per_sm  # noqa: E402
 
 ALL_ONES = False  # --ones: Triton turns an int argument equal to 1 into a constant; code calling .to on it breaks
 
@@ -111,15 +111,6 @@ def topk_split_variants(name, cfg):
         sel = dict(cx, CAP=cfg.cap(k), BLOCK=cfg.block, RADIX=cfg.radix)
         yield f"topk {name} select k={k}", lambda sel=sel, k=k: compile_sm90(
             topk_split_select_kernel, ptrs, dict(ints, topk=k), sel, cfg.num_warps, 1), cfg
-
-
-def resident_per_sm(r: dict, num_warps: int) -> int:
-    """Programs of one kernel that fit on an sm_90 SM at once (registers in 256-per-warp units, shared
-    memory with 1 KB reserved per block, 64 warps, 32 blocks)."""
-    regs_per_warp = -(-max(r["regs"], 1) * 32 // 256) * 256
-    by_regs = 65536 // (regs_per_warp * num_warps)
-    by_smem = SM90_SMEM // (r["smem"] + 1024) if r["smem"] else 32
-    return min(by_regs, by_smem, 64 // num_warps, 32)
 
 
 def indexer_variants():

@@ -33,18 +33,9 @@ from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd.kernel import (  # no
     paged_stage_kernel,
 )
 
-from .sm90_compile import SM90_SMEM, compile_sm90, ptxas_report  # noqa: E402
+from .sm90_compile import SM90_SMEM, compile_sm90, ptxas_report, resident_per_sm  # noqa: E402
 
 FLOATS = ("qk_scale", "cap_scale", "cap_log2")
-SM90_REGS, SM90_THREADS, SM90_SMEM_PER_SM = 65536, 2048, 233472
-
-
-def resident(r: dict, num_warps: int) -> int:
-    """Programs of this build that fit one SM: registers (allocated 8 a thread at a time), threads, shared
-    memory (1 KB of it reserved per program)."""
-    threads = 32 * num_warps
-    return min(SM90_REGS // (-(-r["regs"] // 8) * 8 * threads), SM90_THREADS // threads,
-               SM90_SMEM_PER_SM // (r["smem"] + 1024))
 
 
 def claimed_residency(d: int, kw: dict) -> int:
@@ -134,8 +125,8 @@ def main(argv=None) -> int:
                 flag += " SMEM"
                 bad += 1
             # the decode split rule counts on this many programs per SM (plan.decode_residency)
-            if key in CONFIGS and kind == "small" and resident(r, cfg.num_warps) < claimed_residency(d, kw):
-                flag += f" RESIDENCY {resident(r, cfg.num_warps)} < {claimed_residency(d, kw)}"
+            if key in CONFIGS and kind == "small" and resident_per_sm(r, cfg.num_warps) < claimed_residency(d, kw):
+                flag += f" RESIDENCY {resident_per_sm(r, cfg.num_warps)} < {claimed_residency(d, kw)}"
                 bad += 1
             print(f"{name:30s} {label:24s} regs {r['regs']:3d} spill {r['spill']:5d} B smem {r['smem'] / 1024:6.1f} KB "
                   f"wgmma {str(r['wgmma']):5s} ld.b16 {r['ldg16']:3d} loop {r['loop_sass']:4d} SASS "
