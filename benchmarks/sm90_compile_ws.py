@@ -36,26 +36,31 @@ def _desc_type(dtype, block, d: int, box_rows: int | None = None) -> str:
 
 
 def compile_ws(cfg: ws_launch.WsConfig, d: int, layout: int, dtype=torch.float16, page_size: int = 64,
-               softcap: bool = False):
+               softcap: bool = False, fp8: bool = False):
+    """``fp8``: e4m3 q / k descriptors (``dtype`` is then V's and the output's)."""
     kv_box = math.gcd(page_size, cfg.block_n) if layout == PAGED else None
-    types = {"q_desc": _desc_type(dtype, [64, d], d), "k_desc": _desc_type(dtype, [cfg.block_n, d], d, kv_box),
+    qk_dtype = torch.float8_e4m3fn if fp8 else dtype
+    types = {"q_desc": _desc_type(qk_dtype, [64, d], d),
+             "k_desc": _desc_type(qk_dtype, [cfg.block_n, d], d, kv_box),
              "v_desc": _desc_type(dtype, [cfg.block_n, d], d, kv_box),
              "o_ptr": "*fp16" if dtype == torch.float16 else "*bf16", "cu_q_ptr": "*i32", "kv_ptr": "*i32",
-             "items_ptr": "*i32", "order_ptr": "*i32", "table_ptr": "*i32", "sink_ptr": "*fp32"}
+             "items_ptr": "*i32", "order_ptr": "*i32", "table_ptr": "*i32", "sink_ptr": "*fp32",
+             "q_scale_ptr": "*fp32", "k_scale_ptr": "*fp32", "v_scale_ptr": "*fp32"}
     consts = {"LAYOUT": layout, "KV_PLUS_Q": False, "PAGE_SIZE": page_size if layout == PAGED else 1,
               "BLOCK_M": ws_launch.BLOCK_M, "BLOCK_N": cfg.block_n, "HEAD_DIM": d, "STAGES": cfg.stages,
               "OVERLAP": cfg.overlap, "PINGPONG": cfg.pingpong, "Q_BUFS": ws_launch.q_buffers(d),
               "BLOCK_MAJOR": layout == DENSE, "SOFTCAP": softcap, "HAS_SINK": softcap,
               "SORT_B": 64 if cfg.lpt and layout == VARLEN else 0,
-              "TAIL_IN_PLACE": layout == PAGED and ws_launch.tail_in_place(cfg, d),
+              "TAIL_IN_PLACE": layout == PAGED and ws_launch.tail_in_place(cfg, d), "FP8": fp8,
               "_float_args": ("qk_scale", "cap_scale", "cap_log2")}
     return compile_sm90(gqa_fwd_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
 
-# (layout, name, page size, softcap and sinks): paged pools of whole-tile pages and of 48-token pages (16-row
-# copies); the softcap + sinks build on varlen
-VARIANTS = ((VARLEN, "varlen", 64, False), (DENSE, "dense", 64, False), (PAGED, "paged", 64, False),
-            (PAGED, "pag48", 48, False), (VARLEN, "v-cap", 64, True))
+# (layout, name, page size, softcap and sinks, fp8 q / k): paged pools of whole-tile pages and of 48-token pages
+# (16-row copies); the softcap + sinks build on varlen; fp8 on varlen (with softcap + sinks) and dense
+VARIANTS = ((VARLEN, "varlen", 64, False, False), (DENSE, "dense", 64, False, False),
+            (PAGED, "paged", 64, False, False), (PAGED, "pag48", 48, False, False), (VARLEN, "v-cap", 64, True, False),
+            (VARLEN, "v-fp8", 64, False, True), (VARLEN, "v-f8cap", 64, True, True), (DENSE, "d-fp8", 64, False, True))
 
 
 def variants():
@@ -64,12 +69,12 @@ def variants():
         for cfg in ws_launch.CONFIGS[d]:
             if not cfg.persistent:  # the same kernel as its persistent twin (only the grid differs)
                 continue
-            for layout, layout_name, page_size, softcap in VARIANTS:
+            for layout, layout_name, page_size, softcap, fp8 in VARIANTS:
                 if layout == PAGED and cfg not in ws_launch.paged_configs(d):
                     continue
-                yield (f"D{d} {layout_name:6s} {cfg.name:13s}",
-                       lambda cfg=cfg, d=d, layout=layout, ps=page_size, cap=softcap:
-                       compile_ws(cfg, d, layout, page_size=ps, softcap=cap))
+                yield (f"D{d} {layout_name:7s} {cfg.name:13s}",
+                       lambda cfg=cfg, d=d, layout=layout, ps=page_size, cap=softcap, fp8=fp8:
+                       compile_ws(cfg, d, layout, page_size=ps, softcap=cap, fp8=fp8))
 
 
 def main() -> int:

@@ -3,8 +3,8 @@ config's output is checked against the reference, then timed like the benchmark 
 Prints, per seed row, the default choice and its time and the best (config, splits, "+fused": split partials
 merged in the kernel, "+keys-pre": RoPE keys rotated in a pre-pass) found, the "-tma" configs included; writes
 JSON. ``--ws``: instead, the Gluon warp-specialized kernel's configs (``flash_fwd/ws_launch.py``) beside the
-Triton kernel's first config and the default rule's choice, on the prefill rows it serves (no RoPE / fp8; D 64 /
-128 / 256).
+Triton kernel's first config and the default rule's choice, on the prefill rows it serves (no RoPE; D 64 / 128 /
+256; fp8 rows too).
 
     python -m benchmarks.tune_attn_core --filter GQADense --out /tmp/tune-attn-core.json
     python -m benchmarks.tune_attn_core --filter llama-8b-uniform/bf16 --iters 20
@@ -61,19 +61,18 @@ def _split_options(case, cfg) -> tuple[int, list[int]]:
     return default, sorted(opts)
 
 
-# inputs of a case the warp-specialized kernel can take; any other (RoPE, fp8 scales) leaves the row out of the
-# --ws sweep
+# inputs of a case the warp-specialized kernel can take; any other (RoPE) leaves the row out of the --ws sweep
 WS_INPUTS = {"q", "k", "v", "cu_seqlens_q", "cu_seqlens_kv", "is_causal", "max_seqlen_q", "max_seqlen_kv", "sm_scale",
-             "window_size_left", "window_size_right", "softcap", "sinks"}
+             "window_size_left", "window_size_right", "softcap", "sinks", "q_scale", "k_scale", "v_scale", "out_dtype"}
 
 
 def _ws_variants(case):
     """The warp-specialized configs, the Triton kernel's first config and the default rule's choice, for a
     prefill-class row the warp-specialized kernel serves (else None)."""
     D, G, max_q, _, fp8 = _shape(case)
-    if set(case.inputs) - WS_INPUTS or fp8 or D not in ws_launch.CONFIGS or max_q < ws_launch.BLOCK_M // 2:
+    if set(case.inputs) - WS_INPUTS or D not in ws_launch.CONFIGS or max_q < ws_launch.BLOCK_M // 2:
         return None  # (a 128-row tile per query head: requests of fewer query tokens are not its calls)
-    triton_cfg = fwd.configs_for(D, max_q * G)[0]
+    triton_cfg = fwd.configs_for(D, max_q * G, fp8)[0]
     return [(cfg.name, functools.partial(fwd.forced, config=cfg)) for cfg in ws_launch.CONFIGS[D]] + [
         (f"triton-{triton_cfg.name}", functools.partial(fwd.forced, config=triton_cfg)), ("default", None)]
 

@@ -16,10 +16,13 @@ import torch
 from attnops.attn_core import gqa_dense_fwd, gqa_paged_plan, gqa_prefill_paged_plan, gqa_varlen_fwd
 from attnops.attn_core.flash_fwd import launch as fwd
 from attnops.attn_core.flash_fwd import ws_kernel, ws_launch
+from attnops.attn_core.flash_fwd.reference import rope_ref
+from attnops.attn_core.gqa_dense_fwd import spec as dense_spec
 from attnops.attn_core.gqa_dense_fwd.reference import gqa_dense_fwd_ref
 from attnops.attn_core.gqa_paged_fwd import plan as paged_plan
 from attnops.attn_core.gqa_paged_fwd import spec as paged_spec
 from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd import spec as prefill_spec
+from attnops.attn_core.gqa_varlen_fwd import spec as varlen_spec
 from attnops.attn_core.gqa_varlen_fwd.reference import gqa_varlen_fwd_ref
 from attnops.kernel_utils import runtime, testing
 
@@ -121,6 +124,48 @@ def test_dense(d, s_q, s_kv, mask):  # (the op allows S_q > S_kv only without th
         testing.assert_close_dual(f"ws dense {s_q}x{s_kv} D{d} {mask} {cfg.name}", out, ref, lowp)
 
 
+FP8_VARLEN = next(w for w in varlen_spec.SPEC.workloads if w.name == "llama-8b-fp8-sink")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_fp8_every_config(d, mask, layout):
+    """fp8 q / k / v with per-[B, H_kv] scales (S on fp8 tensor cores, P·V over V cast to 16 bits), bf16 out, every
+    config, against the fp32 reference of the dequantized inputs (spec tolerance of the fp8 rows)."""
+    q_lens, kv_lens = LAYOUTS[layout]
+    causal, wl, wr = MASKS[mask]
+    case = varlen_spec.make_case(FP8_VARLEN, "cuda", seed=d + len(mask), q_lens=q_lens, kv_lens=kv_lens,
+                                 heads=(8, 2), head_dim=d, with_sinks=False, is_causal=causal,
+                                 window_size_left=wl, window_size_right=wr)
+    for cfg in ws_launch.CONFIGS[d]:
+        with fwd.forced(config=cfg):
+            varlen_spec.SPEC.check(case.fresh())
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("softcap,sinks,out_dtype", [(0.0, True, torch.bfloat16), (20.0, True, torch.float16),
+                                                    (20.0, False, torch.bfloat16)], ids=["sink", "cap-sink-f16", "cap"])
+def test_fp8_softcap_sinks_and_dense(softcap, sinks, out_dtype):
+    """fp8 with sinks, softcap (the dequant scale folded into the cap's scale) and an f16 output on ragged
+    varlen requests, then the dense layout, with the D = 128 default and its one-program-per-tile twin."""
+    q_lens, kv_lens = LAYOUTS["ragged"]
+    case = varlen_spec.make_case(FP8_VARLEN, "cuda", seed=3, q_lens=q_lens, kv_lens=kv_lens, heads=(8, 2),
+                                 with_sinks=sinks, softcap=softcap or None, window_size_left=300,
+                                 out_dtype=out_dtype)
+    default = ws_launch.CONFIGS[128][0]
+    for cfg in (default, dataclasses.replace(default, persistent=False)):
+        with fwd.forced(config=cfg):
+            varlen_spec.SPEC.check(case.fresh())
+    dense_fp8 = next(w for w in dense_spec.SPEC.workloads if w.dtype.startswith("fp8"))
+    dense = dense_spec.make_case(dense_fp8, "cuda", seed=4, shrink=True)
+    with fwd.forced(config=default):
+        dense_spec.SPEC.check(dense)
+
+
 @pytest.mark.gpu
 @hopper
 def test_no_keys_and_no_queries():
@@ -139,12 +184,66 @@ def test_no_keys_and_no_queries():
 @pytest.mark.gpu
 @hopper
 def test_calls_it_does_not_serve_are_refused():
-    """A forced warp-specialized config on a call the kernel does not serve raises instead of running another."""
-    q = torch.ones(8, 4, 64, dtype=torch.float16, device="cuda")
+    """A forced warp-specialized config on a call the kernel does not serve (fp8 with RoPE) raises instead of
+    running another."""
+    q = torch.ones(8, 4, 64, device="cuda").to(torch.float8_e4m3fn)
     cu = testing.cu_seqlens([8], "cuda")
     table = torch.ones(8, 32, dtype=torch.float16, device="cuda")
+    scale = torch.ones(1, 1, device="cuda")
     with fwd.forced(config=ws_launch.CONFIGS[64][0]), pytest.raises(ValueError, match="does not serve"):
-        gqa_varlen_fwd(q, q[:, :1], q[:, :1], cu, cu, rope_cos=table, rope_sin=table, pos_encoding_mode="rope")
+        gqa_varlen_fwd(q, q[:, :1], q[:, :1], cu, cu, scale, scale, scale, rope_cos=table, rope_sin=table,
+                       pos_encoding_mode="rope", out_dtype=torch.float16)
+
+
+ROPE_VARLEN = next(w for w in varlen_spec.SPEC.workloads if w.name == "llama-8b-rope-partial" and w.dtype == "f16")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("layout,rotary_dim", [("neox", 64), ("interleaved", None), ("neox", None)])
+@pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
+def test_rope_prerotated_every_config(d, layout, rotary_dim):
+    """16-bit RoPE calls on the warp-specialized kernel (queries and keys rotated in pre-passes): ragged requests,
+    an empty one, q_len > kv_len (rows at negative positions), partial rotary dims, both layouts, every config;
+    then the dense layout with the default."""
+    case = varlen_spec.make_case(ROPE_VARLEN, "cuda", seed=d, rope_layout=layout, rotary_dim=rotary_dim,
+                                 q_lens=[130, 0, 300, 200], kv_lens=[300, 9, 1000, 70], heads=(8, 2), head_dim=d)
+    for cfg in ws_launch.CONFIGS[d]:
+        with fwd.forced(config=cfg):
+            varlen_spec.SPEC.check(case.fresh())
+    rope_dense = next(w for w in dense_spec.SPEC.workloads if w.name == "prefill-rope" and w.dtype == "f16")
+    dense = dense_spec.make_case(rope_dense, "cuda", seed=d, head_dim=d, rope_layout=layout, rotary_dim=rotary_dim)
+    with fwd.forced(config=ws_launch.CONFIGS[d][0]):
+        dense_spec.SPEC.check(dense)
+
+
+@pytest.mark.parametrize("dense", [False, True], ids=["varlen", "dense"])
+def test_prerotated_queries_and_keys(dense):
+    """Runs everywhere (the interpreter on CPU): ``prerotated`` rotates key j of a request at position j and query
+    i at kv_len − q_len + i (rows at negative positions unrotated), partial rotary dim, and leaves no RoPE."""
+    gen = testing.generator(7)
+    dev = runtime.device()
+    q_lens, kv_lens = ([5, 0, 9, 4], [12, 3, 9, 2]) if not dense else ([6] * 2, [10] * 2)
+    d, r = 32, 16
+    q = testing.randn((sum(q_lens), 4, d), torch.float16, dev, gen)
+    k = testing.randn((sum(kv_lens), 2, d), torch.float16, dev, gen)
+    cos, sin = (testing.randn((16, r // 2), torch.float16, dev, gen) for _ in range(2))
+    cu_q, cu_kv = testing.cu_seqlens(q_lens, dev), testing.cu_seqlens(kv_lens, dev)
+    if dense:
+        p = fwd.Problem(q.view(2, 6, 4, d), k.view(2, 10, 2, d), k.view(2, 10, 2, d), q.view(2, 6, 4, d),
+                        varlen=False, batch=2, max_q=6, max_kv=10, rope_cos=cos, rope_sin=sin, rotary_dim=r)
+    else:
+        p = fwd.Problem(q, k, k, q, varlen=True, batch=4, max_q=9, max_kv=12, cu_q=cu_q, cu_kv=cu_kv, rope_cos=cos,
+                        rope_sin=sin, rotary_dim=r)
+    got = fwd.prerotated(p)
+    assert got.rope_cos is None and got.rope_sin is None
+    q_pos = torch.cat([torch.arange(ql, device=dev) + kl - ql for ql, kl in zip(q_lens, kv_lens)])
+    k_pos = torch.cat([torch.arange(kl, device=dev) for kl in kv_lens])
+    want_q = rope_ref(q.float(), q_pos, cos, sin, r, False).to(torch.float16)
+    want_k = rope_ref(k.float(), k_pos, cos, sin, r, False).to(torch.float16)
+    torch.testing.assert_close(got.q.reshape(want_q.shape), want_q, atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(got.k.reshape(want_k.shape), want_k, atol=2e-3, rtol=2e-3)
+    assert bool((got.q.reshape(want_q.shape)[q_pos < 0] == q[q_pos < 0]).all())
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal off a GPU (with one, host tensors fail earlier)")
@@ -340,6 +439,28 @@ def test_launches_bind_every_kernel_argument(monkeypatch):
     assert rec.calls[7][2]["order_ptr"].shape == (2,) and rec.calls[7][2]["order_ptr"].dtype == torch.int32
 
 
+def test_fp8_launch_binds_scales_and_a_16_bit_v(monkeypatch):
+    """Runs everywhere: an fp8 call passes e4m3 q / k descriptors, a V descriptor over the values cast to the output
+    dtype, the three scale tensors and ``FP8``; a 16-bit call passes none of them (``FP8`` False)."""
+    rec = _Recorder()
+    monkeypatch.setattr(ws_launch, "gqa_fwd_ws_kernel", rec)
+    cfg = ws_launch.CONFIGS[128][0]
+    q = torch.zeros(2, 300, 8, 128).to(torch.float8_e4m3fn)
+    k = torch.ones(2, 500, 2, 128).to(torch.float8_e4m3fn)
+    scales = [torch.full((2, 2), s, dtype=torch.float32) for s in (0.5, 0.25, 2.0)]
+    out = torch.empty(2, 300, 8, 128, dtype=torch.bfloat16)
+    ws_launch.launch(fwd.Problem(q, k, k, out, varlen=False, batch=2, max_q=300, max_kv=500, wr=0, q_scale=scales[0],
+                                 k_scale=scales[1], v_scale=scales[2]), cfg)
+    ws_launch.launch(fwd.Problem(out, out[:, :, :2], out[:, :, :2], torch.empty_like(out), varlen=False, batch=2,
+                                 max_q=300, max_kv=300, wr=0), cfg)
+    (_, args, fp8), (_, _, sixteen) = rec.calls
+    assert fp8["FP8"] and not sixteen["FP8"]
+    assert [fp8[n] for n in ("q_scale_ptr", "k_scale_ptr", "v_scale_ptr")] == scales
+    q_desc, k_desc, v_desc = args[:3]
+    assert q_desc.base.dtype == k_desc.base.dtype == torch.float8_e4m3fn
+    assert v_desc.base.dtype == torch.bfloat16 and bool((v_desc.base == 1).all())  # raw e4m3 values, cast exactly
+
+
 def test_plan_refuses_a_config_the_paged_layout_does_not_run():
     """Runs everywhere: forcing a non-overlap (or too large) config on a paged plan says so instead of silently
     running the Triton kernel."""
@@ -373,11 +494,12 @@ def test_paged_ws_falls_back_off_hopper():
     _plan_case(paged_spec.SPEC, case, plan)
 
 
-def _varlen_problem(d=128, heads=32, batch=8, s=512, window=None, softcap=0.0):
-    """A uniform varlen call of ``batch`` requests of ``s`` queries and keys (shapes only: the rule reads no data)."""
-    q = torch.empty(batch * s, heads, d, dtype=torch.float16)
-    k = torch.empty(batch * s, 1, d, dtype=torch.float16)
-    return fwd.Problem(q, k, k, q, varlen=True, batch=batch, max_q=s, max_kv=s, wr=0, softcap=softcap,
+def _varlen_problem(d=128, heads=32, batch=8, s=512, window=None, softcap=0.0, dtype=torch.float16, ragged=False):
+    """A varlen call of ``batch`` requests of ``s`` queries and keys (``ragged``: the first request's keys one
+    longer) (shapes only: the rule reads no data)."""
+    q = torch.empty(batch * s, heads, d, dtype=dtype)
+    k = torch.empty(batch * s + ragged, 1, d, dtype=dtype)
+    return fwd.Problem(q, k, k, q, varlen=True, batch=batch, max_q=s, max_kv=s + ragged, wr=0, softcap=softcap,
                        wl=window if window is not None else 1 << 30)
 
 
@@ -388,6 +510,11 @@ def test_default_rule(monkeypatch):
     monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 132)
     cfg = ws_launch.default_config(_varlen_problem())
     assert cfg == ws_launch.CONFIGS[128][0] and cfg.block_major and cfg.lpt
+    assert ws_launch.default_config(_varlen_problem(ragged=True)) == cfg
+    # fp8: the same where requests are equally long, the 128-key tile where they are not
+    assert ws_launch.default_config(_varlen_problem(dtype=torch.float8_e4m3fn)) == cfg
+    assert ws_launch.default_config(_varlen_problem(dtype=torch.float8_e4m3fn, ragged=True)) == \
+        ws_launch.FP8_RAGGED_DEFAULT
     assert ws_launch.default_config(_varlen_problem(window=256)) is None  # 384-key blocks
     assert ws_launch.default_config(_varlen_problem(d=64)) is None
     assert ws_launch.default_config(_varlen_problem(softcap=30.0)) is None

@@ -280,20 +280,22 @@ def test_atomic_dq_autograd_and_tolerance():
 
 
 def test_config_choice():
-    """``choose`` is a function of the shapes: the first config of the class whose dK/dV grid covers 3/4 of the
-    SMs, else the smallest key block. On 132 SMs only llama-70b-short (2 x 8 KV heads x 4 key blocks of 128 =
-    64 programs) takes the 64-key blocks."""
+    """``choose`` is a function of the shapes: sequences of at most ``SHORT_KEYS`` keys take the class's short
+    config (the 4-warp D = 128 tile); longer ones the first config of the class whose dK/dV grid covers 3/4 of the
+    SMs, else the smallest key block. On 132 SMs every 2048-token seed row takes the first config."""
     first = bwd.configs_for(128)[0]
-    small = next(c for c in bwd.configs_for(128) if c.block_n1 < first.block_n1)  # the first smaller key block
-    assert small.num_warps == 8
+    short = bwd.SHORT_CONFIGS[128]
+    assert short in bwd.configs_for(128) and short.num_warps == 4  # (run by the every-config GPU test)
     for w in SPEC.workloads:
         B, S, H, D = w.shape("q")
         H_kv = w.shape("k")[2]
         got = bwd.choose(D, B, S, S, H, H_kv, True, 132)
-        want = small if w.name == "llama-70b-short" else first
-        assert got == want, (w.id, got.name)
-    assert bwd.choose(128, 1, 40, 40, 16, 2, True, 1) == first  # the interpreter (1 "SM") keeps the first
-    assert bwd.choose(256, 2, 512, 512, 64, 8, True, 132).block_n1 == 64  # 128 programs
+        assert got == (short if S <= bwd.SHORT_KEYS else first), (w.id, got.name)
+    assert bwd.choose(128, 1, 40, 40, 16, 2, True, 1) == short
+    assert bwd.choose(128, 1, 513, 513, 16, 2, True, 1) == first  # the interpreter (1 "SM") keeps the first
+    small = next(c for c in bwd.configs_for(128) if c.block_n1 < first.block_n1)  # the first smaller key block
+    assert bwd.choose(128, 1, 1024, 1024, 64, 8, True, 132) == small  # 8 x 8 programs of 128 keys: too few
+    assert bwd.choose(256, 2, 512, 512, 64, 8, True, 132).block_n1 == 64  # no short config at D = 256: 128 programs
     assert bwd.choose(256, 1, 512, 512, 64, 4, True, 132).block_n1 == 32  # 32 or 64 programs: the most
 
 

@@ -279,16 +279,19 @@ def _write_rows(acc, m_i, l_i, v_scale, o_ptr, lse_ptr, sink_ptr, b64, t, head, 
 
 @triton.jit
 def rope_rows_kernel(
-    k_ptr, out_ptr, cu_kv_ptr, pos_off_ptr, cos_ptr, sin_ptr,
-    S_kv,
+    k_ptr, out_ptr, cu_kv_ptr, pos_off_ptr, cu_keys_ptr, cos_ptr, sin_ptr,
+    S_kv, S_keys,
     stride_kb, stride_kt, stride_kh, stride_ob, stride_ot, stride_oh, stride_rope,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr, VARLEN: tl.constexpr,
-    ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr, POS_OFFSET: tl.constexpr,
+    ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr, POS_OFFSET: tl.constexpr, QUERY_ROWS: tl.constexpr,
 ):
     """Grid ``(cdiv(max rows, BLOCK_T), heads, B)``: RoPE of every row of a request at its position, written to
     ``out`` in out's dtype. Keys: row i at position i (``0 .. kv_len − 1``, spec README §5), for prefill shapes
     where the key loop would otherwise rotate each key once per query block; with ``POS_OFFSET``, row i of
-    request b at ``pos_off[b] + i`` (GQAPrefillPagedWithKVCacheFwd's queries, after the cached tokens)."""
+    request b at ``pos_off[b] + i`` (GQAPrefillPagedWithKVCacheFwd's queries, after the cached tokens); with
+    ``QUERY_ROWS``, the rows are a request's queries at the bottom-right positions ``kv_len − q_len + i`` (its key
+    count from ``cu_keys`` (varlen) or ``S_keys``), rows at negative positions passed through as the flash
+    kernel's in-loop rotation does."""
     b = tl.program_id(2)
     h = tl.program_id(1).to(tl.int64)
     if VARLEN:
@@ -306,7 +309,16 @@ def rope_rows_kernel(
         rows = (start + pos).to(tl.int64)
         src = k_ptr + b64 * stride_kb + rows * stride_kt + h * stride_kh
         x = tl.load(src[:, None] + offs_d[None, :], mask=mask, other=0.0)
-        at = pos + tl.load(pos_off_ptr + b) if POS_OFFSET else pos
-        y = rope_tile(x, src, mask, cos_ptr, sin_ptr, at, rows_ok, stride_rope, ROTARY_DIM, INTERLEAVED)
+        if QUERY_ROWS:
+            if VARLEN:
+                keys = tl.load(cu_keys_ptr + b + 1) - tl.load(cu_keys_ptr + b)
+            else:
+                keys = S_keys
+            at = pos + (keys - n)
+        elif POS_OFFSET:
+            at = pos + tl.load(pos_off_ptr + b)
+        else:
+            at = pos
+        y = rope_tile(x, src, mask, cos_ptr, sin_ptr, at, rows_ok & (at >= 0), stride_rope, ROTARY_DIM, INTERLEAVED)
         dst = out_ptr + b64 * stride_ob + rows * stride_ot + h * stride_oh
         tl.store(dst[:, None] + offs_d[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)

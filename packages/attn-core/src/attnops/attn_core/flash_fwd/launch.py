@@ -8,6 +8,7 @@ of calls (tests, tuning sweeps).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -107,6 +108,11 @@ FUSED_COMBINE_DEFAULT = False
 # keeps the in-loop rotation; decode shapes keep it either way.
 ROPE_KEY_PREPASS_DEFAULT = True
 ROPE_KEY_ELEMS = 4096  # key elements per pre-pass program (rows = this / padded D: no spills up to D = 512)
+# 16-bit RoPE prefill calls the warp-specialized kernel would serve without RoPE: queries and keys rotated in two
+# pre-passes (``prerotated``), then that kernel (written 2026-12-03 after the second device call; predicted
+# qwen-ragged-rope 127 -> ~100-107 us, llama-8b-uniform-rope 56 -> ~52, from the 16-bit rows' kernel times plus the
+# passes' traffic). ``forced(rope_ws=False)`` keeps the Triton kernel (queries rotated in its prologue).
+ROPE_WS_DEFAULT = True
 
 
 def _dim_class(head_dim: int) -> int:
@@ -150,13 +156,14 @@ _FORCED: dict[str, object] = {}
 
 
 def forced(config: FwdConfig | ws_launch.WsConfig | None = None, num_splits: int | None = None,
-           fused_combine: bool | None = None, rope_key_prepass: bool | None = None):
+           fused_combine: bool | None = None, rope_key_prepass: bool | None = None, rope_ws: bool | None = None):
     """Pin the tile config, the split count, where splits are merged (in the kernel or by a combine launch)
     and/or where RoPE keys are rotated (pre-pass or key loop) for every launch inside the block (tests,
     sweeps). ``rope_key_prepass=True`` applies to every 16-bit RoPE call, decode shapes included. A
-    ``WsConfig`` runs the warp-specialized kernel (``ws_launch``; ValueError where it does not apply)."""
+    ``WsConfig`` runs the warp-specialized kernel (``ws_launch``; ValueError where it does not apply; RoPE calls
+    rotated first, ``prerotated``). ``rope_ws``: whether the default sends RoPE calls to it (``ROPE_WS_DEFAULT``)."""
     return runtime.pinned(_FORCED, config=config, num_splits=num_splits, fused_combine=fused_combine,
-                          rope_key_prepass=rope_key_prepass)
+                          rope_key_prepass=rope_key_prepass, rope_ws=rope_ws)
 
 
 @dataclass
@@ -210,15 +217,15 @@ def launch(p: Problem) -> None:
     rows = max(p.max_q, 0) * G
     pinned = _FORCED.get("config")
     if isinstance(pinned, ws_launch.WsConfig):
-        if not ws_launch.applies(p):
+        if not ws_serves(p):
             raise ValueError(f"{pinned.name}: the warp-specialized kernel does not serve this call")
-        ws_launch.launch(p, pinned)
+        ws_run(p, pinned)
         return
     if pinned is not None:
         _launch(p, pinned)
         return
-    if not is_decode(rows) and ws_launch.applies(p) and (ws := ws_launch.default_config(p)) is not None:
-        ws_launch.launch(p, ws)
+    if not is_decode(rows) and ws_serves(p) and (ws := ws_default(p)) is not None:
+        ws_run(p, ws)
         return
     cands = configs_for(D, rows, fp8)
     key = (_dim_class(D), is_decode(rows), fp8)
@@ -246,18 +253,23 @@ def rope_keys_in_prepass(p: Problem, rows_per_request: int, block_m: int) -> boo
 
 def rotate_rows(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int, interleaved: bool, *,
                 batch: int, max_rows: int, cu: torch.Tensor | None = None,
-                pos_off: torch.Tensor | None = None) -> torch.Tensor:
+                pos_off: torch.Tensor | None = None, keys: torch.Tensor | int | None = None) -> torch.Tensor:
     """A contiguous copy of ``x`` (varlen ``[T, heads, D]`` packed by ``cu``, or dense ``[B, S, heads, D]``) with
-    row i of each request rotated at position i (plus ``pos_off[b]``, int32 ``[B]``) (``rope_rows_kernel``)."""
+    row i of each request rotated at position i (plus ``pos_off[b]``, int32 ``[B]``; or, with ``keys`` (varlen:
+    cu_seqlens of the keys, dense: S_kv), at the queries' bottom-right positions ``kv_len − q_len + i``)
+    (``rope_rows_kernel``)."""
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     heads, D = x.shape[-2], x.shape[-1]
     varlen = cu is not None
     rows = ROPE_KEY_ELEMS // triton.next_power_of_2(D)
     rope_rows_kernel[(triton.cdiv(max(max_rows, 1), rows), heads, batch)](
-        x, out, cu if varlen else x, pos_off if pos_off is not None else x, cos, sin, 0 if varlen else x.shape[1],
+        x, out, cu if varlen else x, pos_off if pos_off is not None else x,
+        keys if isinstance(keys, torch.Tensor) else x, cos, sin, 0 if varlen else x.shape[1],
+        keys if isinstance(keys, int) else 0,
         *_bsh_strides(x, varlen), *_bsh_strides(out, varlen), cos.stride(0),
         HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D), BLOCK_T=rows, VARLEN=varlen,
-        ROTARY_DIM=rotary_dim or D, INTERLEAVED=interleaved, POS_OFFSET=pos_off is not None, num_warps=4,
+        ROTARY_DIM=rotary_dim or D, INTERLEAVED=interleaved, POS_OFFSET=pos_off is not None,
+        QUERY_ROWS=keys is not None, num_warps=4,
     )
     return out
 
@@ -266,6 +278,35 @@ def rotated_keys(p: Problem) -> torch.Tensor:
     """``p.k`` rotated at its positions in each request, contiguous."""
     return rotate_rows(p.k, p.rope_cos, p.rope_sin, p.rotary_dim, p.interleaved, batch=p.batch, max_rows=p.max_kv,
                        cu=p.cu_kv if p.varlen else None)
+
+
+def prerotated(p: Problem) -> Problem:
+    """``p`` with its queries and keys rotated in two pre-passes (queries at their bottom-right positions) and no
+    RoPE left: the warp-specialized kernel's form of a 16-bit RoPE call."""
+    q = rotate_rows(p.q, p.rope_cos, p.rope_sin, p.rotary_dim, p.interleaved, batch=p.batch, max_rows=p.max_q,
+                    cu=p.cu_q if p.varlen else None, keys=p.cu_kv if p.varlen else p.k.shape[1])
+    return dataclasses.replace(p, q=q, k=rotated_keys(p), rope_cos=None, rope_sin=None, rotary_dim=0,
+                               interleaved=False)
+
+
+def ws_serves(p: Problem) -> bool:
+    """Whether the warp-specialized kernel serves ``p``: as it is, or (16-bit RoPE calls) after ``prerotated``."""
+    if p.rope_cos is None:
+        return ws_launch.applies(p)
+    return p.q.dtype != E4M3 and ws_launch.applies(dataclasses.replace(p, rope_cos=None, rope_sin=None))
+
+
+def ws_default(p: Problem) -> ws_launch.WsConfig | None:
+    """The warp-specialized config a call ``ws_serves`` runs by default (None: the Triton kernel)."""
+    if p.rope_cos is None:
+        return ws_launch.default_config(p)
+    if not _FORCED.get("rope_ws", ROPE_WS_DEFAULT):
+        return None
+    return ws_launch.default_config(dataclasses.replace(p, rope_cos=None, rope_sin=None))
+
+
+def ws_run(p: Problem, cfg: ws_launch.WsConfig) -> None:
+    ws_launch.launch(prerotated(p) if p.rope_cos is not None else p, cfg)
 
 
 def tma_applies(p: Problem) -> bool:

@@ -33,8 +33,9 @@ query tokens with ``KV_PLUS_Q``).
 Masks: keys ``P − WL <= j <= P + WR`` (bottom-right positions P; causal is WR = 0;
 ``attention_fns.window_bounds``). Keys past a request's end (the next request's rows, the rest of its last
 page, or TMA zero fill past the tensor) are masked; query rows past it are not stored. One query head per
-program. D in {64, 128, 256}, fp16 / bf16, softcap (``SOFTCAP``), attention sinks (``HAS_SINK``); no RoPE / fp8 /
-splits / lse (the Triton kernels serve those calls).
+program. D in {64, 128, 256}, fp16 / bf16, softcap (``SOFTCAP``), attention sinks (``HAS_SINK``); fp8 e4m3 q / k
+(dense / varlen, ``FP8``: Q·Kᵀ on fp8 tensor cores, P·V in 16 bits over V cast on the host: fp8 wgmma reads B
+K-major only, and V's rows are keys); no RoPE / splits / lse (the Triton kernels serve those calls).
 """
 
 from triton.experimental import gluon
@@ -232,28 +233,30 @@ def _softmax(s, n0, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr, qk_scale,
 
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr, cu_q_ptr,
-              kv_ptr, items_ptr, order_ptr, sink_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr, qk_scale,
-              cap_scale, cap_log2, stride_ot, stride_oh, WG: gl.constexpr, LAYOUT: gl.constexpr,
-              KV_PLUS_Q: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-              STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr,
-              BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr, SORT_B: gl.constexpr,
-              TAIL_IN_PLACE: gl.constexpr):
+              kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q, s_kv, n_heads,
+              n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot, stride_oh,
+              WG: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
+              PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr, BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr,
+              HAS_SINK: gl.constexpr, SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr):
     """Rows [m0 + 64·WG, +64) of each of the program's work tiles: every key tile of the block's range, then
     the store. ``OVERLAP`` (FA3's intra-warpgroup pipelining): S of tile j + 1 and P·V of tile j are in flight
     while the softmax of tile j + 1 runs; else each tile's two wgmmas are waited for in turn. Paged layouts
     (overlap configs only) take the last key tile's V through ``_pv_tail`` and ``v_scratch[WG]`` (or the ring slot
     itself, ``TAIL_IN_PLACE``). ``PINGPONG``
     (overlap configs only): each round of wgmma issues (a tile's first S; S of j + 1 with P·V of j; the last
-    P·V) waits for this consumer's turn."""
+    P·V) waits for this consumer's turn. ``FP8``: Q and K are raw e4m3 (S on fp8 tensor cores), V holds the raw
+    e4m3 values in 16 bits (exact); request b's ``[B, H_kv]`` dequant multipliers scale the scores
+    (q_scale·k_scale, folded into the exp2 scale) and the output (v_scale)."""
     if LAYOUT == PAGED or PINGPONG:
         gl.static_assert(OVERLAP, "the paged layout and the pingpong turns run the overlap configs")
     R: gl.constexpr = ROWS_PER_CONSUMER
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
+                                                       instr_shape=[16, BLOCK_N, 32 if FP8 else 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    dtype: gl.constexpr = q_smem.dtype
+    dtype: gl.constexpr = v_smem.dtype  # P's (16-bit: fp8 calls run P·V on 16-bit V)
     zero_s = gl.zeros([R, BLOCK_N], gl.float32, layout=s_layout)
     pid = gl.program_id(0)
     done = pid * 0  # work tiles this program has run (Q buffer done % Q_BUFS, its barriers' phase from done // Q_BUFS)
@@ -269,6 +272,13 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
             p0 = kv_len - q_len + r0  # key position of this warpgroup's first row (bottom-right)
             _, _, full_lo, full_hi = _key_range(p0, p0 + R - 1, kv_len, wl, wr, BLOCK_N)
             q_pos = p0 + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout))
+            tile_qk_scale = qk_scale
+            tile_cap_scale = cap_scale
+            if FP8:  # (b, KV head) dequant multipliers, kernel.py's fp8 rule
+                sc = b * (n_heads // group) + head // group
+                dequant = gl.load(q_scale_ptr + sc) * gl.load(k_scale_ptr + sc)
+                tile_qk_scale = qk_scale * dequant
+                tile_cap_scale = cap_scale * dequant
             m_i = gl.full([R], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
             l_i = gl.full([R], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
             acc = gl.zeros([R, HEAD_DIM], gl.float32, layout=o_layout)
@@ -284,8 +294,8 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                     turn += 1
                     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
                     p_op, alpha, m_i, l_i = _softmax(s, n_lo, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr,
-                                                     qk_scale, cap_scale, cap_log2, BLOCK_N, p_layout, o_layout,
-                                                     s_layout, dtype, SOFTCAP)
+                                                     tile_qk_scale, tile_cap_scale, cap_log2, BLOCK_N, p_layout,
+                                                     o_layout, s_layout, dtype, SOFTCAP)
                     for j in range(1, n_tiles):
                         _turn_begin(sched, turn, WG, PINGPONG)
                         s_next = _scores(q_tile, k_smem, k_ready, ring + j, zero_s, STAGES)
@@ -294,8 +304,9 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                         turn += 1
                         s_next = warpgroup_mma_wait(num_outstanding=1, deps=(s_next, ))  # S of j; P·V may run
                         p_next, alpha, m_i, l_i = _softmax(s_next, n_lo + j * BLOCK_N, m_i, l_i, q_pos, full_lo,
-                                                           full_hi, kv_len, wl, wr, qk_scale, cap_scale, cap_log2,
-                                                           BLOCK_N, p_layout, o_layout, s_layout, dtype, SOFTCAP)
+                                                           full_hi, kv_len, wl, wr, tile_qk_scale, tile_cap_scale,
+                                                           cap_log2, BLOCK_N, p_layout, o_layout, s_layout, dtype,
+                                                           SOFTCAP)
                         # p_op stays live until its wgmma is waited for: its registers are read asynchronously
                         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
                         mbarrier.arrive(kv_free.index((ring + j - 1) % STAGES), count=1)
@@ -321,8 +332,8 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                     s = warpgroup_mma_wait(num_outstanding=0,
                                            deps=(_scores(q_tile, k_smem, k_ready, ring + j, zero_s, STAGES), ))
                     p_op, alpha, m_i, l_i = _softmax(s, n_lo + j * BLOCK_N, m_i, l_i, q_pos, full_lo, full_hi,
-                                                     kv_len, wl, wr, qk_scale, cap_scale, cap_log2, BLOCK_N,
-                                                     p_layout, o_layout, s_layout, dtype, SOFTCAP)
+                                                     kv_len, wl, wr, tile_qk_scale, tile_cap_scale, cap_log2,
+                                                     BLOCK_N, p_layout, o_layout, s_layout, dtype, SOFTCAP)
                     acc = _pv(p_op, acc * alpha[:, None], v_smem, v_ready, ring + j, STAGES)
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
                     mbarrier.arrive(kv_free.index((ring + j) % STAGES), count=1)
@@ -337,11 +348,13 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                 acc = acc * gl.convert_layout(rescale, gl.SliceLayout(1, o_layout))[:, None]
             l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
             out = acc / gl.where(l_o == 0.0, 1.0, l_o)[:, None]  # rows that saw no key: 0
+            if FP8:
+                out = out * gl.load(v_scale_ptr + sc)
             o_rows = r0 + gl.arange(0, R, layout=gl.SliceLayout(1, o_layout))
             o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
             ptrs = (o_ptr + (q_start + o_rows).to(gl.int64)[:, None] * stride_ot + head * stride_oh
                     + o_cols[None, :])
-            gl.store(ptrs, out.to(dtype), mask=(o_rows < q_len)[:, None])
+            gl.store(ptrs, out.to(o_ptr.dtype.element_ty), mask=(o_rows < q_len)[:, None])
             done += 1
             ring += n_tiles
 
@@ -444,23 +457,27 @@ def _sort_requests(cu_kv_ptr, order_ptr, batch, SORT_B: gl.constexpr):
 
 @gluon.jit
 def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, sink_ptr,
-                      s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2,
+                      q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr,
+                      qk_scale, cap_scale, cap_log2,
                       stride_ot, stride_oh, stride_tb, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr,
                       PAGE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr,
                       BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr,
-                      SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr):
+                      SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr):
     """Grid: (programs,), at most n_work · n_heads work tiles (n_work: dense / varlen n_m_blocks · batch, paged
     the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
     loader: 1 warp). ``TAIL_IN_PLACE`` (paged): the last V tile's rows past the keys are zeroed in the ring slot
-    instead of in two per-consumer buffers (configs whose ring leaves no room for them)."""
+    instead of in two per-consumer buffers (configs whose ring leaves no room for them). ``FP8`` (dense / varlen):
+    q / k descriptors over raw e4m3 rows, v over the same values in 16 bits, scales ``[B, H_kv]`` f32 (see
+    ``_consumer``)."""
     gl.static_assert(BLOCK_M == 2 * ROWS_PER_CONSUMER)
-    dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [2 * Q_BUFS, ROWS_PER_CONSUMER, HEAD_DIM], q_desc.layout)  # [buf, WG]
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    gl.static_assert(not FP8 or LAYOUT != PAGED, "fp8 runs the dense / varlen layouts")
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2 * Q_BUFS, ROWS_PER_CONSUMER, HEAD_DIM],
+                                       q_desc.layout)  # [buf, WG]
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     if LAYOUT == PAGED and not TAIL_IN_PLACE:  # each consumer's copy of its last V tile, rows past the keys zeroed
-        v_scratch = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_DIM], v_desc.layout)
+        v_scratch = gl.allocate_shared_memory(v_desc.dtype, [2, BLOCK_N, HEAD_DIM], v_desc.layout)
     else:
         v_scratch = v_smem  # not used: dense / varlen rows past a request are other requests' or TMA's zeros
     q_ready = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
@@ -483,15 +500,15 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
         _sort_requests(kv_ptr, order_ptr, n_work // n_m_blocks, SORT_B)
     gl.warp_specialize([
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
-                     cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr,
-                     qk_scale, cap_scale, cap_log2, stride_ot, stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N,
-                     HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B,
-                     TAIL_IN_PLACE)),
+                     cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q,
+                     s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot,
+                     stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
+                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8)),
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
-                     cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr,
-                     qk_scale, cap_scale, cap_log2, stride_ot, stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N,
-                     HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B,
-                     TAIL_IN_PLACE)),
+                     cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q,
+                     s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot,
+                     stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
+                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
                    cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work,
                    n_m_blocks, group, wl, wr, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, Q_BUFS,

@@ -15,6 +15,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from attnops.kernel_utils import runtime
 from attnops.kernel_utils.attention_fns import LOG2E
+from attnops.kernel_utils.fp8 import E4M3
 
 from . import ws_kernel
 from .ws_kernel import ROWS_PER_CONSUMER, gqa_fwd_ws_kernel
@@ -69,6 +70,12 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
           WsConfig(32, 3, True, pingpong=True)),
 }
 DEFAULT_HEAD_DIMS = (128,)
+# fp8 q / k with requests of unequal lengths: the 128-key tile with 2 slots and the overlap (2026-12-03 sweep, every
+# config checked, benchmarks/results/h200/20261203-1510-tune-ws-fp8.json: llama-70b-fp8-q-lt-kv 98.0 against 102.4
+# us for the 16-bit default's order knobs, qwen3-fp8-ragged 128.7 against 149.1; the 16-bit rows never gained from
+# it: an fp8 K tile is half as large). Requests of one length keep the default (block-major: llama-8b-fp8 47.3
+# against 54.8).
+FP8_RAGGED_DEFAULT = WsConfig(128, 2, True)
 # a query block must visit at least this many keys: with fewer, the per-tile cost (Q load, pipeline fill, store)
 # outweighs the overlap (2026-12-02 03:30: the 384-key blocks of llama-8b / 70b-short-w256 45.7 / 84.7 us against
 # the Triton kernel's 46.4 / 83.9; the 512-key blocks of llama-8b-uniform 46.3 against 50.4 in block-major order)
@@ -100,11 +107,15 @@ def token_rows(t: torch.Tensor) -> tuple[int, int] | None:
 
 
 def _tensors_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> bool:
-    """A Hopper GPU (not the interpreter), 16-bit q / k / v / out of one dtype, D in ``CONFIGS``, q / k / v with
-    ``token_rows`` views, out's last dim contiguous, 16-byte aligned bases."""
+    """A Hopper GPU (not the interpreter), 16-bit q / k / v / out of one dtype or e4m3 q / k / v with a 16-bit out,
+    D in ``CONFIGS``, q / k / v with ``token_rows`` views, out's last dim contiguous, 16-byte aligned bases."""
     if runtime.interpreting() or not runtime.is_hopper():
         return False
-    if q.dtype not in (torch.float16, torch.bfloat16) or any(t.dtype != q.dtype for t in (k, v, o)):
+    sixteen = (torch.float16, torch.bfloat16)
+    if q.dtype == E4M3:
+        if any(t.dtype != E4M3 for t in (k, v)) or o.dtype not in sixteen:
+            return False
+    elif q.dtype not in sixteen or any(t.dtype != q.dtype for t in (k, v, o)):
         return False
     if q.shape[-1] not in CONFIGS or any(token_rows(t) is None for t in (q, k, v)):
         return False
@@ -178,6 +189,12 @@ def worth_it(max_q: int, block_keys: int, tiles: int) -> bool:
     return max_q >= BLOCK_M // 2 and block_keys >= MIN_BLOCK_KEYS and 8 * tiles >= 7 * runtime.num_sms()
 
 
+def uniform_lengths(p: Problem) -> bool:
+    """Every request as long as the longest (known without reading the lengths: the totals are B times the
+    maxima); dense calls always."""
+    return not p.varlen or (p.q.shape[0] == p.batch * p.max_q and p.k.shape[0] == p.batch * p.max_kv)
+
+
 def default_config(p: Problem) -> WsConfig | None:
     """The config a dense / varlen call (``applies(p)`` holds) runs by default, or None (the Triton kernel).
     Softcap, sinks and strided q / k / v (fused qkv views) stay on the Triton kernel until an H200 run has the
@@ -188,11 +205,16 @@ def default_config(p: Problem) -> WsConfig | None:
     if d not in DEFAULT_HEAD_DIMS:
         return None
     tiles = triton.cdiv(p.max_q, BLOCK_M) * p.batch * h
-    return CONFIGS[d][0] if worth_it(p.max_q, min(p.max_kv, p.wl + p.wr + BLOCK_M), tiles) else None
+    if not worth_it(p.max_q, min(p.max_kv, p.wl + p.wr + BLOCK_M), tiles):
+        return None
+    return FP8_RAGGED_DEFAULT if p.q.dtype == E4M3 and not uniform_lengths(p) else CONFIGS[d][0]
+
+
+GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, E4M3: gl.float8e4nv}
 
 
 def smem_layout(block: list[int], dtype: torch.dtype):
-    return gl.NVMMASharedLayout.get_default_for(block, gl.float16 if dtype == torch.float16 else gl.bfloat16)
+    return gl.NVMMASharedLayout.get_default_for(block, GL_DTYPES[dtype])
 
 
 def _desc(t: torch.Tensor, tile_rows: int, box_rows: int | None = None):
@@ -206,15 +228,18 @@ def _desc(t: torch.Tensor, tile_rows: int, box_rows: int | None = None):
 
 def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, n_work: int,
          sm_scale: float, wl: int, wr: int, softcap: float, sinks: torch.Tensor | None, kv_box: int | None = None,
-         **layout) -> None:
+         scales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, **layout) -> None:
     """One launch over ``n_work`` (request, query block) units of every query head; ``softcap`` 0 = off,
-    ``sinks`` f32 ``[H]`` or None; ``kv_box``: rows of a K / V copy (default a whole key tile); ``layout``: the
-    kernel's layout arguments (pointers, sizes, strides, LAYOUT / KV_PLUS_Q / PAGE_SIZE / BLOCK_MAJOR)."""
+    ``sinks`` f32 ``[H]`` or None; ``kv_box``: rows of a K / V copy (default a whole key tile); ``scales``: fp8
+    q / k (e4m3) with v in 16 bits, their contiguous ``[B, H_kv]`` multipliers; ``layout``: the kernel's layout
+    arguments (pointers, sizes, strides, LAYOUT / KV_PLUS_Q / PAGE_SIZE / BLOCK_MAJOR)."""
     h, d = q.shape[-2], q.shape[-1]
     tiles = n_work * h
+    q_scale, k_scale, v_scale = scales if scales is not None else (o, o, o)
     gqa_fwd_ws_kernel[(min(tiles, runtime.num_sms()) if cfg.persistent else tiles,)](
         _desc(q, ROWS_PER_CONSUMER.value), _desc(k, cfg.block_n, kv_box), _desc(v, cfg.block_n, kv_box),
-        o, sink_ptr=sinks if sinks is not None else o, n_heads=h, n_work=n_work, group=h // k.shape[-2],
+        o, sink_ptr=sinks if sinks is not None else o, q_scale_ptr=q_scale, k_scale_ptr=k_scale,
+        v_scale_ptr=v_scale, FP8=scales is not None, n_heads=h, n_work=n_work, group=h // k.shape[-2],
         wl=wl, wr=wr, qk_scale=sm_scale * LOG2E,
         # attention_fns.softcap_scores' cap_scale with tanh_f32's 2·log2(e) folded in, and cap_log2
         cap_scale=2 * LOG2E * sm_scale / softcap if softcap else 0.0, cap_log2=softcap * LOG2E,
@@ -233,14 +258,16 @@ def launch(p: Problem, cfg: WsConfig) -> None:
         return
     n_m_blocks = triton.cdiv(max(p.max_q, 1), BLOCK_M)
     dense = not p.varlen
-    # every request as long as the longest (known without reading the lengths: the totals are B times the maxima)
-    uniform = dense or (q.shape[0] == p.batch * p.max_q and k.shape[0] == p.batch * p.max_kv)
-    block_major = cfg.block_major and uniform
+    block_major = cfg.block_major and uniform_lengths(p)
     sort_b = (triton.next_power_of_2(p.batch) if cfg.lpt and p.varlen and not block_major
               and 1 < p.batch <= MAX_SORTED_REQUESTS else 0)
     order = torch.empty(max(p.batch, 1), dtype=torch.int32, device=q.device) if sort_b else q
-    _run(cfg, q, k, p.v, o, n_m_blocks * p.batch, p.sm_scale,
-         p.wl, p.wr, float(p.softcap or 0.0), p.sinks, cu_q_ptr=q if dense else p.cu_q, kv_ptr=q if dense else p.cu_kv,
+    v, scales = p.v, None
+    if q.dtype == E4M3:  # P·V in 16 bits: V's raw e4m3 values cast exactly (its scale multiplies the output)
+        v, scales = p.v.to(o.dtype), (p.q_scale, p.k_scale, p.v_scale)
+    _run(cfg, q, k, v, o, n_m_blocks * p.batch, p.sm_scale,
+         p.wl, p.wr, float(p.softcap or 0.0), p.sinks, scales=scales,
+         cu_q_ptr=q if dense else p.cu_q, kv_ptr=q if dense else p.cu_kv,
          items_ptr=q, order_ptr=order, table_ptr=q,
          s_q=q.shape[1] if dense else 0, s_kv=k.shape[1] if dense else 0, n_m_blocks=n_m_blocks,
          stride_ot=o.stride(1) if dense else o.stride(0), stride_oh=o.stride(-2), stride_tb=0,

@@ -41,13 +41,20 @@ class BwdConfig:
 # held for the whole program stay within 255 registers per thread. D = 256 keeps BLOCK_M1 = 16 so the
 # dK/dV role still maps to wgmma (M = 64); its second entry runs mma.sync (BLOCK_N1 = 32). The 4-warp D = 128
 # entry (255 registers, 64 KB: two programs per SM, as the forward's 64x64 4-warp tile that beat the 8-warp one
-# on the H200) is a sweep candidate: ``choose`` never reaches it (the 8-warp 64-key entry comes first).
+# on the H200) is ``SHORT_CONFIGS``' choice for short sequences.
 CONFIGS: dict[int, tuple[BwdConfig, ...]] = {
     64: (BwdConfig(64, 128, 128, 64, 8, 3), BwdConfig(32, 128, 128, 32, 8, 3), BwdConfig(64, 64, 64, 64, 4, 3)),
     128: (BwdConfig(64, 128, 128, 64, 8, 2), BwdConfig(32, 128, 128, 32, 8, 3), BwdConfig(64, 64, 128, 64, 8, 2),
           BwdConfig(32, 64, 64, 32, 4, 2)),
     256: (BwdConfig(16, 64, 64, 16, 8, 2), BwdConfig(32, 32, 32, 32, 8, 2)),
 }
+# Short sequences (at most SHORT_KEYS keys): the 4-warp D = 128 entry, two programs per SM. H200 sweeps, every config
+# checked first: it led ``choose``'s 8-warp tile on all eight 512-token rows (benchmarks/results/h200/
+# 20261203-1300-tune-bwd-short.json: llama-8b-short 115.3 against 123.9 us, llama-70b-short 175.7 / 190.0;
+# 20261203-1510-tune-bwd-short-mha.json: llama-8b / 70b-short-mha 140.7 / 140.3 against 151.9 / 150.5). On the
+# 2048-token rows the 8-warp entries stayed within 1 % of the best config swept (docs/perf/attn-core.md).
+SHORT_KEYS = 512
+SHORT_CONFIGS: dict[int, BwdConfig] = {128: BwdConfig(32, 64, 64, 32, 4, 2)}
 MAX_HEAD_DIM = 256
 PREPROCESS_ROWS = 64
 CAST_BLOCK = 4096
@@ -67,13 +74,16 @@ def configs_for(head_dim: int) -> tuple[BwdConfig, ...]:
 
 def choose(head_dim: int, batch: int, s_q: int, s_kv: int, heads: int, kv_heads: int, is_causal: bool,
            sms: int) -> BwdConfig:
-    """The config for a call: the first of the class whose dK/dV grid (one program per key block of each
-    (batch, KV head)) covers at least 3/4 of the SMs, else the one with the most programs (smallest key block).
+    """The config for a call: ``SHORT_CONFIGS``' entry of the class for at most ``SHORT_KEYS`` keys; else the first of
+    the class whose dK/dV grid (one program per key block of each (batch, KV head)) covers at least 3/4 of the SMs,
+    else the one with the most programs (smallest key block).
     H200 sweeps (2026-12-01, benchmarks/results/h200/20261201-2120-tune-bwd-short.json and docs/perf/attn-core.md):
     llama-8b-short (128 programs of 128 keys) 124 us against 157 with 64-key blocks, llama-70b-long (128) 693
     against 847; llama-70b-short (64 programs of 128 keys) keeps the 64-key blocks, 183 against 188.5.
     ``heads``, ``s_q`` and ``is_causal`` do not enter: on these rows the grid's fill decided, not the longest
     program's share of the work."""
+    if s_kv <= SHORT_KEYS and _dim_class(head_dim) in SHORT_CONFIGS:
+        return SHORT_CONFIGS[_dim_class(head_dim)]
     cs = configs_for(head_dim)
     programs = lambda c: batch * kv_heads * triton.cdiv(max(s_kv, 1), c.block_n1)  # noqa: E731
     for c in cs:
