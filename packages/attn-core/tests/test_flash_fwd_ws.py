@@ -523,6 +523,22 @@ def test_default_rule(monkeypatch):
     assert ws_launch.default_config(_varlen_problem(heads=28, batch=1)) is None
 
 
+def test_rope_default_rule(monkeypatch):
+    """Runs everywhere: a 16-bit RoPE call the kernel would serve without RoPE runs it after ``prerotated`` when the
+    rotation covers the head dim; partial rotary dims, fp8 and ``forced(rope_ws=False)`` keep the Triton kernel."""
+    monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 132)
+    monkeypatch.setattr(ws_launch, "_tensors_ok", lambda *_: True)  # (a Hopper GPU's answer, here on any machine)
+    table = torch.empty(512, 64)
+    full = dataclasses.replace(_varlen_problem(), rope_cos=table, rope_sin=table, rotary_dim=128)
+    assert fwd.ws_serves(full) and fwd.ws_default(full) == ws_launch.CONFIGS[128][0]
+    assert fwd.ws_default(dataclasses.replace(full, rotary_dim=64)) is None
+    with fwd.forced(rope_ws=False):
+        assert fwd.ws_default(full) is None
+    fp8 = dataclasses.replace(_varlen_problem(dtype=torch.float8_e4m3fn), rope_cos=table, rope_sin=table,
+                              rotary_dim=128)
+    assert not fwd.ws_serves(fp8)
+
+
 def test_paged_plan_default_per_head_dim(monkeypatch):
     """Runs everywhere: a paged plan's large class takes its head dim's ``PAGED_DEFAULTS`` config where the tiles
     reach 7 / 8 of the SMs; too few tiles, or ``ws=False``, leave it on the Triton kernel."""

@@ -108,10 +108,12 @@ FUSED_COMBINE_DEFAULT = False
 # keeps the in-loop rotation; decode shapes keep it either way.
 ROPE_KEY_PREPASS_DEFAULT = True
 ROPE_KEY_ELEMS = 4096  # key elements per pre-pass program (rows = this / padded D: no spills up to D = 512)
-# 16-bit RoPE prefill calls the warp-specialized kernel would serve without RoPE: queries and keys rotated in two
-# pre-passes (``prerotated``), then that kernel (written 2026-12-03 after the second device call; predicted
-# qwen-ragged-rope 127 -> ~100-107 us, llama-8b-uniform-rope 56 -> ~52, from the 16-bit rows' kernel times plus the
-# passes' traffic). ``forced(rope_ws=False)`` keeps the Triton kernel (queries rotated in its prologue).
+# 16-bit RoPE prefill calls that rotate every channel and that the warp-specialized kernel would serve without RoPE:
+# queries and keys rotated in two pre-passes (``prerotated``), then that kernel. H200 (2026-12-03, benchmarks/results/
+# h200/20261203-1525-attn-core-fp8ws-ropews-bwd.jsonl against the same rows' Triton times at 15:00): qwen-ragged-rope
+# 127.5 -> 117.1 us, llama-8b-uniform-rope 56.2 -> 53.5; llama-8b-rope-partial (R = 64 of 128) 50.5 -> 55.4: the
+# passes copy whole rows while the Triton kernel rotates only R channels, so partial rotations keep it.
+# ``forced(rope_ws=False)`` keeps the Triton kernel everywhere (queries rotated in its prologue).
 ROPE_WS_DEFAULT = True
 
 
@@ -300,7 +302,7 @@ def ws_default(p: Problem) -> ws_launch.WsConfig | None:
     """The warp-specialized config a call ``ws_serves`` runs by default (None: the Triton kernel)."""
     if p.rope_cos is None:
         return ws_launch.default_config(p)
-    if not _FORCED.get("rope_ws", ROPE_WS_DEFAULT):
+    if not _FORCED.get("rope_ws", ROPE_WS_DEFAULT) or p.rotary_dim not in (0, p.q.shape[-1]):
         return None
     return ws_launch.default_config(dataclasses.replace(p, rope_cos=None, rope_sin=None))
 
