@@ -251,6 +251,12 @@ def floor_gap(op: str, name: str) -> str:
         return ("window-128 rows: each query tile meets 2–3 key tiles, so its q load, epilogue and the launch "
                 f"dominate (hypothesis; FA3 13–24 µs; the ws paged layout swept 12 % slower) ({core})")
     if op in ("GQADenseFwd", "GQAVarlenFwd"):
+        if "short-w256" in name:
+            return ("the 256-key window leaves 384-key query blocks: the Triton tile runs them (73.4 µs), the "
+                    f"warp-specialized forward level with it at 73.5 (2026-12-03 sweep); FlashInfer 58-60 ({core})")
+        if "fp8" in name:
+            return ("fp8 on the warp-specialized forward (attn-core 0.3.15): Q·Kᵀ on fp8 wgmma gained nothing over "
+                    f"16-bit products (98 against 99 µs on llama-70b-q-lt-kv): the tile is not Q·Kᵀ-bound ({core})")
         return ("warp-specialized Gluon forward at 0.81-0.93x FA3 / FlashInfer: one query head per program (K/V "
                 f"re-read from L2 per head), register-store epilogue (hypotheses) ({core})")
     if op == "GQAPagedFwd":

@@ -110,9 +110,10 @@ ROPE_KEY_PREPASS_DEFAULT = True
 ROPE_KEY_ELEMS = 4096  # key elements per pre-pass program (rows = this / padded D: no spills up to D = 512)
 # 16-bit RoPE prefill calls that rotate every channel and that the warp-specialized kernel would serve without RoPE:
 # queries and keys rotated in two pre-passes (``prerotated``), then that kernel. H200 (2026-12-03, benchmarks/results/
-# h200/20261203-1525-attn-core-fp8ws-ropews-bwd.jsonl against the same rows' Triton times at 15:00): qwen-ragged-rope
+# h200/20261203-1518-attn-core-fp8ws-ropews-bwd.jsonl against the same rows' Triton times at 14:51): qwen-ragged-rope
 # 127.5 -> 117.1 us, llama-8b-uniform-rope 56.2 -> 53.5; llama-8b-rope-partial (R = 64 of 128) 50.5 -> 55.4: the
-# passes copy whole rows while the Triton kernel rotates only R channels, so partial rotations keep it.
+# passes copy whole rows while the Triton kernel rotates only R channels, so partial rotations keep it (50.0 us
+# again under this rule, 20261203-1527-attn-core-rope-partial.jsonl).
 # ``forced(rope_ws=False)`` keeps the Triton kernel everywhere (queries rotated in its prologue).
 ROPE_WS_DEFAULT = True
 
