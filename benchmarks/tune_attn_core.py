@@ -49,7 +49,7 @@ def _split_options(case, cfg) -> tuple[int, list[int]]:
     m_blocks = max(1, triton.cdiv(max_q * G, cfg.block_m))
     programs = min(batch * m_blocks, triton.cdiv(total * G, cfg.block_m) + batch) * h_kv
     sms = runtime.num_sms()
-    default = fwd.choose_splits(programs, max_kv, sms)
+    default = fwd.choose_splits(programs, max_kv, sms, cfg.block_n)
     opts = {default, 1}
     if default > 1:
         # the candidate rule of docs/perf/attn-core.md (2026-12-01): ~sqrt(kv) / 4 splits, one program per SM

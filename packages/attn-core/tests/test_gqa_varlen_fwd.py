@@ -275,6 +275,25 @@ def test_split_heuristic_on_132_sms():
     assert fwd.choose_splits(programs=512, max_kv=512, sms=132) == 1
     assert fwd.choose_splits(programs=8, max_kv=300, sms=132) == 2
     assert fwd.choose_splits(programs=8, max_kv=255, sms=132) == 1
+    # whole key tiles: no split left without keys (prefill-scaled fp8: 28 tiles of 64, 16 programs)
+    assert fwd.choose_splits(programs=16, max_kv=1792, sms=132) == 8
+    assert fwd.choose_splits(programs=16, max_kv=1792, sms=132, block_n=64) == 7
+    assert fwd.choose_splits(programs=4, max_kv=262144, sms=132, block_n=64) == 33  # 4096 tiles: 33 chunks of 125
+    assert fwd.choose_splits(programs=8, max_kv=300, sms=132, block_n=128) == 2  # 3 tiles: chunks of 2 and 1
+
+
+def test_splits_get_keys():
+    """Runs everywhere: every split ``choose_splits`` asks for gets keys under ``split_kv_range``'s chunking, and
+    the count keeps the longest split of the unrounded count (no program does more work)."""
+    for block_n in (16, 32, 64, 128):
+        for programs in (1, 2, 4, 8, 16, 33):
+            for max_kv in (1, 100, 255, 1000, 1792, 4097, 32768):
+                s = fwd.choose_splits(programs, max_kv, 132, block_n)
+                tiles = -(-max_kv // block_n)
+                chunk = -(-tiles // s)
+                assert (s - 1) * chunk < tiles, (block_n, programs, max_kv, s)
+                raw = fwd.choose_splits(programs, max_kv, 132)
+                assert chunk == -(-tiles // raw), (block_n, programs, max_kv, s, raw)
 
 
 GPU_SWEEP = [(dt, d) for dt in ("f16", "fp8") for d in (64, 128, 256, 512)] + [("bf16", 128)]

@@ -144,15 +144,19 @@ def configs_for(head_dim: int, rows_per_request: int, fp8: bool = False) -> tupl
     return (FP8_PREFILL_CONFIGS if fp8 else PREFILL_CONFIGS)[d]
 
 
-def choose_splits(programs: int, max_kv: int, sms: int) -> int:
+def choose_splits(programs: int, max_kv: int, sms: int, block_n: int = 1) -> int:
     """KV splits when the grid cannot fill the GPU: as many as keep every program resident in one wave
     (``sms // programs``), each split at least MIN_SPLIT_KEYS keys. 1 when ``programs`` already covers 3/4 of
     the SMs. One wave beat the former ~2 programs per SM on every split decode row timed on the H200 (2026-12-01
     21:20: llama-8b-32k 2 splits 251 us against 5: 268, llama-70b-32k 4: 134 against 9: 149; qwen3-30b-16k..256k
-    33 splits 20.5-140 us against 64-66: 25.9-145)."""
+    33 splits 20.5-140 us against 64-66: 25.9-145). Splits are whole ``block_n`` tiles (``split_kv_range``): the
+    count is lowered to the splits that get keys at that chunk size (prefill-scaled fp8: 28 tiles in 8 splits are
+    7 chunks of 4 and an empty eighth, whose partial the combine would still merge)."""
     if programs <= 0 or programs * 4 >= sms * 3:
         return 1
-    return max(1, min(sms // programs, max_kv // MIN_SPLIT_KEYS, MAX_SPLITS))
+    splits = max(1, min(sms // programs, max_kv // MIN_SPLIT_KEYS, MAX_SPLITS))
+    tiles = triton.cdiv(max_kv, block_n)
+    return max(1, triton.cdiv(tiles, triton.cdiv(tiles, splits))) if tiles else splits
 
 
 _FORCED: dict[str, object] = {}
@@ -339,7 +343,7 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
     # programs that do work: a varlen batch holds at most cdiv(T_q·G, BLOCK_M) + B non-empty blocks
     programs = min(p.batch * num_m_blocks, triton.cdiv(total_tokens * G, cfg.block_m) + p.batch) * H_kv
     kv_span = p.max_kv if p.wl >= p.max_kv else min(p.max_kv, p.wl + p.max_q + 1)
-    num_splits = _FORCED.get("num_splits") or choose_splits(programs, kv_span, runtime.num_sms())
+    num_splits = _FORCED.get("num_splits") or choose_splits(programs, kv_span, runtime.num_sms(), cfg.block_n)
     if p.lse is not None:
         num_splits = 1
     split = num_splits > 1
