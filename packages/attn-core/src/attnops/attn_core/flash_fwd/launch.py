@@ -313,6 +313,7 @@ def ws_default(p: Problem) -> ws_launch.WsConfig | None:
 
 
 def ws_run(p: Problem, cfg: ws_launch.WsConfig) -> None:
+    """Run ``p`` (``ws_serves(p)`` holds) on the warp-specialized kernel with ``cfg``."""
     ws_launch.launch(prerotated(p) if p.rope_cos is not None else p, cfg)
 
 

@@ -77,11 +77,11 @@ def choose(head_dim: int, batch: int, s_q: int, s_kv: int, heads: int, kv_heads:
     """The config for a call: ``SHORT_CONFIGS``' entry of the class for at most ``SHORT_KEYS`` keys; else the first of
     the class whose dK/dV grid (one program per key block of each (batch, KV head)) covers at least 3/4 of the SMs,
     else the one with the most programs (smallest key block).
-    H200 sweeps (2026-12-01, benchmarks/results/h200/20261201-2120-tune-bwd-short.json and docs/perf/attn-core.md):
-    llama-8b-short (128 programs of 128 keys) 124 us against 157 with 64-key blocks, llama-70b-long (128) 693
-    against 847; llama-70b-short (64 programs of 128 keys) keeps the 64-key blocks, 183 against 188.5.
-    ``heads``, ``s_q`` and ``is_causal`` do not enter: on these rows the grid's fill decided, not the longest
-    program's share of the work."""
+    H200 sweeps of the grid-fill rule (2026-12-01, benchmarks/results/h200/20261201-2120-tune-bwd-short.json and
+    docs/perf/attn-core.md): llama-70b-long (128 programs of 128 keys) 693 us against 847 with 64-key blocks (the
+    512-token rows it once decided take ``SHORT_CONFIGS`` since attn-core 0.3.15). ``heads``, ``s_q`` and
+    ``is_causal`` do not enter: on these rows the grid's fill decided, not the longest program's share of the
+    work."""
     if s_kv <= SHORT_KEYS and _dim_class(head_dim) in SHORT_CONFIGS:
         return SHORT_CONFIGS[_dim_class(head_dim)]
     cs = configs_for(head_dim)
