@@ -62,14 +62,33 @@ def _varlen(layout, d, group, mask, dtype, cfg, seed=0):
     testing.assert_close_dual(f"ws {layout} D{d} G{group} {mask} {cfg.name}", out, ref, lowp)
 
 
+FP8_VARLEN = next(w for w in varlen_spec.SPEC.workloads if w.name == "llama-8b-fp8-sink")
+
+
+def _fp8_varlen(layout, d, mask, cfg):
+    """fp8 q / k / v with per-[B, H_kv] scales (S on fp8 tensor cores, P·V over V cast to 16 bits), bf16 out,
+    against the fp32 reference of the dequantized inputs (spec tolerance of the fp8 rows)."""
+    q_lens, kv_lens = LAYOUTS[layout]
+    causal, wl, wr = MASKS[mask]
+    case = varlen_spec.make_case(FP8_VARLEN, "cuda", seed=d + len(mask), q_lens=q_lens, kv_lens=kv_lens,
+                                 heads=(8, 2), head_dim=d, with_sinks=False, is_causal=causal,
+                                 window_size_left=wl, window_size_right=wr)
+    with fwd.forced(config=cfg):
+        varlen_spec.SPEC.check(case)
+
+
 @pytest.mark.gpu
 @hopper
+@pytest.mark.parametrize("dtype", ["f16", "fp8"])
 @pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
 @pytest.mark.parametrize("mask", list(MASKS))
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_every_config(d, mask, layout):
+def test_every_config(d, mask, layout, dtype):
     for cfg in ws_launch.CONFIGS[d]:
-        _varlen(layout, d, 4, mask, torch.float16, cfg)
+        if dtype == "fp8":
+            _fp8_varlen(layout, d, mask, cfg)
+        else:
+            _varlen(layout, d, 4, mask, torch.float16, cfg)
 
 
 @pytest.mark.gpu
@@ -122,27 +141,6 @@ def test_dense(d, s_q, s_kv, mask):  # (the op allows S_q > S_kv only without th
         ref = gqa_dense_fwd_ref(q, k, v, **kw)
         lowp = gqa_dense_fwd_ref(q, k, v, **kw, compute_dtype=torch.bfloat16)
         testing.assert_close_dual(f"ws dense {s_q}x{s_kv} D{d} {mask} {cfg.name}", out, ref, lowp)
-
-
-FP8_VARLEN = next(w for w in varlen_spec.SPEC.workloads if w.name == "llama-8b-fp8-sink")
-
-
-@pytest.mark.gpu
-@hopper
-@pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
-@pytest.mark.parametrize("mask", list(MASKS))
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_fp8_every_config(d, mask, layout):
-    """fp8 q / k / v with per-[B, H_kv] scales (S on fp8 tensor cores, P·V over V cast to 16 bits), bf16 out, every
-    config, against the fp32 reference of the dequantized inputs (spec tolerance of the fp8 rows)."""
-    q_lens, kv_lens = LAYOUTS[layout]
-    causal, wl, wr = MASKS[mask]
-    case = varlen_spec.make_case(FP8_VARLEN, "cuda", seed=d + len(mask), q_lens=q_lens, kv_lens=kv_lens,
-                                 heads=(8, 2), head_dim=d, with_sinks=False, is_causal=causal,
-                                 window_size_left=wl, window_size_right=wr)
-    for cfg in ws_launch.CONFIGS[d]:
-        with fwd.forced(config=cfg):
-            varlen_spec.SPEC.check(case.fresh())
 
 
 @pytest.mark.gpu
