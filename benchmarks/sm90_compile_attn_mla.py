@@ -180,7 +180,7 @@ def dsa_ws_variants():
             q_desc = _desc_type(dtype, width, [64, 256])
             ptrs = {"q_desc": q_desc, "qpe_desc": _desc_type(dtype, width, [64, tail]) if tail else q_desc,
                     "kv_ptr": f"*{name}", "clean_ptr": "*i32", "count_ptr": "*i32", "out_ptr": f"*{name}"}
-            ints = dict(S=4096, H=128, H_kv=1, group=128, head_blocks_per_kv=2, stride_kb=65536 * pitch,
+            ints = dict(n_items=8192, S=4096, H=128, H_kv=1, group=128, head_blocks_per_kv=2, stride_kb=65536 * pitch,
                         stride_kt=pitch, stride_kh=pitch, stride_ob=4096 * 128 * 512, stride_os=128 * 512,
                         stride_oh=512)
             cx = dict(TAIL=tail, BLOCK_K=2048, BLOCK_N=cfg.block_n, STAGES=cfg.stages, ALTERNATING=cfg.alternating)

@@ -62,12 +62,12 @@ def handoff_buffers(kpe_smem, BLOCK_N: gl.constexpr, ROPE: gl.constexpr):
 
 
 @gluon.jit
-def _p_slot(p_buf, b, STAGES: gl.constexpr):
-    """Where P_b is handed over: block b's slot when ``p_buf`` is the rope ring [STAGES, 64, 64], else ``p_buf``
-    (the publisher's own buffer)."""
+def _p_slot(p_buf, r, STAGES: gl.constexpr):
+    """Where P of the block at ring position r is handed over: its slot when ``p_buf`` is the rope ring
+    [STAGES, 64, 64], else ``p_buf`` (the publisher's own buffer)."""
     slot = p_buf
     if p_buf.rank == 3:
-        slot = p_buf.index(b % STAGES)
+        slot = p_buf.index(r % STAGES)
     return slot
 
 
@@ -82,12 +82,13 @@ def _queries(q_lo, q_hi, qpe_smem, opaque_zero):
 
 
 @gluon.jit
-def _block_scores(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_ready, b, s_layout: gl.constexpr,
+def _block_scores(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_ready, r, s_layout: gl.constexpr,
                   BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr, GENERIC_COPIES: gl.constexpr):
-    """Issue S_b = Q·K_bᵀ over every channel (async) once key block b has landed. ``GENERIC_COPIES``: the block
-    came by cp.async (the generic proxy): a proxy fence orders it before the wgmma (the async proxy) reads it."""
-    slot = b % STAGES
-    mbarrier.wait(k_ready.index(slot), (b // STAGES) & 1)
+    """Issue S = Q·Kᵀ over every channel (async) once the key block at ring position r has landed.
+    ``GENERIC_COPIES``: the block came by cp.async (the generic proxy): a proxy fence orders it before the wgmma
+    (the async proxy) reads it."""
+    slot = r % STAGES
+    mbarrier.wait(k_ready.index(slot), (r // STAGES) & 1)
     if GENERIC_COPIES:
         fence_async_shared()
     zero_s = gl.zeros([HEADS, BLOCK_N], gl.float32, layout=s_layout)  # (made here: not held across the loop)
@@ -99,13 +100,14 @@ def _block_scores(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_ready, b, s_layo
 
 
 @gluon.jit
-def _publish(p_op, m_b, row_sum, p_buf, st_slot, full, empty, b, STAGES: gl.constexpr):
-    """Hand this warpgroup's P_b, m_b and row sums to the other: once the other has retired the P·V that read the
-    slot's previous contents (a buffer of its own: its ``empty``; the rope slot: ``kv_free`` ordered it before
-    block b landed), store, order the stores before the other's wgmma (async proxy) and loads, arrive."""
+def _publish(p_op, m_b, row_sum, p_buf, st_slot, full, empty, r, h, STAGES: gl.constexpr):
+    """Hand-off number h of this warpgroup: its P_b, m_b and row sums of the block at ring position r, to the
+    other, once the other has retired the P·V that read the slot's previous contents (a buffer of its own: its
+    ``empty``; the rope slot: ``kv_free`` ordered it before block b landed); store, order the stores before the
+    other's wgmma (async proxy) and loads, arrive."""
     if p_buf.rank == 2:
-        mbarrier.wait(empty, ((b // 2) & 1) ^ 1)  # use b // 2 of the slot; a fresh barrier passes parity 1
-    _p_slot(p_buf, b, STAGES).store(p_op)
+        mbarrier.wait(empty, (h & 1) ^ 1)  # use h of the slot; a fresh barrier passes parity 1
+    _p_slot(p_buf, r, STAGES).store(p_op)
     st_slot.index(0).store(m_b)
     st_slot.index(1).store(row_sum)
     fence_async_shared()
@@ -114,37 +116,37 @@ def _publish(p_op, m_b, row_sum, p_buf, st_slot, full, empty, b, STAGES: gl.cons
 
 
 @gluon.jit
-def _receive(st_slot, full, b, row_layout: gl.constexpr):
-    """Wait for the other warpgroup's hand-off of its block b: (m_b, row sums of P_b). Its wait for block b's
-    keys happened before it published: they have landed."""
-    mbarrier.wait(full, (b // 2) & 1)
+def _receive(st_slot, full, h, row_layout: gl.constexpr):
+    """Wait for the other warpgroup's hand-off number h (its block b): (m_b, row sums of P_b). Its wait for block
+    b's keys happened before it published: they have landed."""
+    mbarrier.wait(full, h & 1)
     return st_slot.index(0).load(row_layout), st_slot.index(1).load(row_layout)
 
 
 @gluon.jit
-def _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, b, o_layout: gl.constexpr, STAGES: gl.constexpr):
-    """Issue O = O·2^(m - m_b) + P_b·V_b for the other's block b (async, P_b read where it was handed over);
-    returns (the wgmma, m_b, l)."""
+def _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, r, o_layout: gl.constexpr, STAGES: gl.constexpr):
+    """Issue O = O·2^(m - m_b) + P_b·V_b for the other's block b at ring position r (async, P_b read where it was
+    handed over); returns (the wgmma, m_b, l)."""
     alpha = gl.exp2(m_i - m_b)  # 0 before this warpgroup's first block (m = -inf); m_b is finite
     scale = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
-    acc = warpgroup_mma(_p_slot(p_theirs, b, STAGES), k_half.index(b % STAGES), acc * scale[:, None], is_async=True)
+    acc = warpgroup_mma(_p_slot(p_theirs, r, STAGES), k_half.index(r % STAGES), acc * scale[:, None], is_async=True)
     return acc, m_b, l_i * alpha + row_sum
 
 
 @gluon.jit
-def _release_theirs(p_theirs, empty, kv_free, b, STAGES: gl.constexpr):
-    """After the fold of the other's block b has retired: its P buffer back to the other (when P has a buffer of
-    its own) and this warpgroup's hold on block b's slot back to the loader."""
+def _release_theirs(p_theirs, empty, kv_free, r, STAGES: gl.constexpr):
+    """After the fold of the other's block at ring position r has retired: its P buffer back to the other (when P
+    has a buffer of its own) and this warpgroup's hold on the block's slot back to the loader."""
     if p_theirs.rank == 2:
         mbarrier.arrive(empty, count=1)
-    mbarrier.arrive(kv_free.index(b % STAGES), count=1)
+    mbarrier.arrive(kv_free.index(r % STAGES), count=1)
 
 
 @gluon.jit
 def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs, st_mine, st_theirs, full,
-                   empty, k_ready, kv_free, n0, end, n_tiles, qk_scale, WG: gl.constexpr, BLOCK_N: gl.constexpr,
-                   STAGES: gl.constexpr, HAS_PE: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
-                   p_layout: gl.constexpr, GENERIC_COPIES: gl.constexpr):
+                   empty, k_ready, kv_free, n0, end, n_tiles, r0, h_mine, h_theirs, qk_scale, WG: gl.constexpr,
+                   BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr, s_layout: gl.constexpr,
+                   o_layout: gl.constexpr, p_layout: gl.constexpr, GENERIC_COPIES: gl.constexpr):
     """Warpgroup WG's part of ``n_tiles`` >= 1 key blocks of the ring (keys n0, n0 + 1, ...; those >= end masked;
     ``qk_scale`` > 0): it scores blocks WG, WG + 2, ... and folds every block into its output columns (``k_half``: its
     latent half of the ring, the values). Returns (O [64, 256] f32 unnormalized, m, l in base 2), the same m and l
@@ -153,7 +155,12 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
     (this warpgroup's, the other's; ``handoff_buffers``: P buffers [64, BLOCK_N], or both the rope ring);
     ``full`` / ``empty`` [2]: their barriers, index = the publisher; ``GENERIC_COPIES``: the ring is filled by
     cp.async. The rows of a block past its request's keys must hold zeros (the TMA descriptor's or the gather's
-    fill): P's zeros multiply them."""
+    fill): P's zeros multiply them.
+
+    A persistent program calls this once per work item, the barriers' phases carried on: block b sits at ring
+    position r0 + b, and ``h_mine`` / ``h_theirs`` hand-offs were published by this warpgroup / the other before
+    (0, 0, 0 for a program's only item). With P in the rope slots only r0 = 0 is valid (the slot reasoning in the
+    module docstring needs each warpgroup's blocks on the same slot parity)."""
     gl.static_assert(STAGES >= 2, "warpgroup 0 waits for block b's keys before it frees block b - 1's slot")
     gl.static_assert(p_mine.rank == 2 or STAGES == 2,
                      "P in the rope slots: kv_free guards the statistics only if a warpgroup's next block refills "
@@ -169,38 +176,39 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
     if WG == 0:  # block 0 has no block before it
         first = 1
         q_lo_0, q_hi_0, qpe_0 = _queries(q_lo, q_hi, qpe_smem, 0)
-        s = _block_scores(q_lo_0, q_hi_0, qpe_0, k_lo, k_hi, kpe_smem, k_ready, 0, s_layout, BLOCK_N, STAGES, HAS_PE,
-                          GENERIC_COPIES)
+        s = _block_scores(q_lo_0, q_hi_0, qpe_0, k_lo, k_hi, kpe_smem, k_ready, r0, s_layout, BLOCK_N, STAGES,
+                          HAS_PE, GENERIC_COPIES)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
         p_op, alpha, m_i, l_i, row_sum = softmax_tile(s, n0, end, m_i, l_i, qk_scale, BLOCK_N, s_layout, p_layout,
                                                       o_layout, dtype)
-        _publish(p_op, m_i, row_sum, p_mine, st_mine, full.index(WG), empty.index(WG), 0, STAGES)
-        acc = warpgroup_mma(p_op, k_half.index(0), acc * alpha[:, None], is_async=True)
+        _publish(p_op, m_i, row_sum, p_mine, st_mine, full.index(WG), empty.index(WG), r0, h_mine, STAGES)
+        acc = warpgroup_mma(p_op, k_half.index(r0 % STAGES), acc * alpha[:, None], is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
-        mbarrier.arrive(kv_free.index(0), count=1)
+        mbarrier.arrive(kv_free.index(r0 % STAGES), count=1)
     for i in range(first, (n_tiles - WG + 1) // 2):
-        b = WG + 2 * i  # this warpgroup's block; b - 1 is the other's
+        b = WG + 2 * i  # this warpgroup's block (its hand-off i of the item); b - 1 is the other's
+        r = r0 + b
         # index 0: qk_scale > 0 (softmax_tile's row max needs it), and a float argument has no range the compiler
         # knows (``end >> 31`` did not do: in DSA, inside ``count > 0``, LLVM folded it and 836 B spilled)
         q_lo_i, q_hi_i, qpe_i = _queries(q_lo, q_hi, qpe_smem, i * (qk_scale < 0).to(gl.int32))
-        s = _block_scores(q_lo_i, q_hi_i, qpe_i, k_lo, k_hi, kpe_smem, k_ready, b, s_layout, BLOCK_N, STAGES,
+        s = _block_scores(q_lo_i, q_hi_i, qpe_i, k_lo, k_hi, kpe_smem, k_ready, r, s_layout, BLOCK_N, STAGES,
                           HAS_PE, GENERIC_COPIES)
-        m_b, row_sum = _receive(st_theirs, full.index(OTHER), b - 1, row_layout)
-        acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, b - 1, o_layout, STAGES)
+        m_b, row_sum = _receive(st_theirs, full.index(OTHER), h_theirs + (b - 1) // 2, row_layout)
+        acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, r - 1, o_layout, STAGES)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_b (its rope slot read); the other's P·V runs on
         n_b = n0 + b * BLOCK_N
         p_op, alpha, m_i, l_i, row_sum = softmax_tile(s, n_b, end, m_i, l_i, qk_scale, BLOCK_N, s_layout, p_layout,
                                                       o_layout, dtype)
-        _publish(p_op, m_i, row_sum, p_mine, st_mine, full.index(WG), empty.index(WG), b, STAGES)
+        _publish(p_op, m_i, row_sum, p_mine, st_mine, full.index(WG), empty.index(WG), r, h_mine + i, STAGES)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         # (the other's statistics were loaded before _publish's thread barrier: keep the release after _publish)
-        _release_theirs(p_theirs, empty.index(OTHER), kv_free, b - 1, STAGES)
-        acc = warpgroup_mma(p_op, k_half.index(b % STAGES), acc * alpha[:, None], is_async=True)
+        _release_theirs(p_theirs, empty.index(OTHER), kv_free, r - 1, STAGES)
+        acc = warpgroup_mma(p_op, k_half.index(r % STAGES), acc * alpha[:, None], is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
-        mbarrier.arrive(kv_free.index(b % STAGES), count=1)
+        mbarrier.arrive(kv_free.index(r % STAGES), count=1)
     if last % 2 == OTHER:  # the last block is the other's: fold it in too
-        m_b, row_sum = _receive(st_theirs, full.index(OTHER), last, row_layout)
-        acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, last, o_layout, STAGES)
+        m_b, row_sum = _receive(st_theirs, full.index(OTHER), h_theirs + last // 2, row_layout)
+        acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, r0 + last, o_layout, STAGES)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        _release_theirs(p_theirs, empty.index(OTHER), kv_free, last, STAGES)
+        _release_theirs(p_theirs, empty.index(OTHER), kv_free, r0 + last, STAGES)
     return acc, m_i, l_i

@@ -42,10 +42,11 @@ class WsConfig:
     stages: int  # key tiles in flight (the ring's slots)
     block_h: int = HEADS.value  # query heads per program (fixed: one warpgroup's M)
     alternating: bool = False
+    persistent: bool = False  # one program per SM looping over the work items (DSA's kernel only)
 
     @property
     def name(self) -> str:
-        return f"ws-{'alt-' if self.alternating else ''}n{self.block_n}s{self.stages}"
+        return f"ws-{'alt-' if self.alternating else ''}n{self.block_n}s{self.stages}{'-p' if self.persistent else ''}"
 
 
 @gluon.constexpr_function
@@ -83,7 +84,7 @@ CONFIGS = tuple(c for c in (WsConfig(32, 4, alternating=True), WsConfig(32, 3), 
 @gluon.jit
 def _partial_scores(q_half, k_half, qpe_smem, kpe_smem, k_ready, i, zero_s, WG: gl.constexpr, STAGES: gl.constexpr,
                     HAS_PE: gl.constexpr, GENERIC_COPIES: gl.constexpr):
-    """Issue this warpgroup's partial S of the ring's i-th key tile (async) once it has landed: its latent half,
+    """Issue this warpgroup's partial S of the key tile at ring position i (async) once it has landed: its latent half,
     plus the rope channels in warpgroup 0 (``HAS_PE``). ``GENERIC_COPIES``: the tile came by cp.async (the
     generic proxy), so a proxy fence orders it before the wgmma (the async proxy) reads it; TMA needs none."""
     slot = i % STAGES
@@ -129,8 +130,8 @@ def softmax_tile(s, n0, end, m_i, l_i, qk_scale, BLOCK_N: gl.constexpr, s_layout
 
 
 @gluon.jit
-def consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_free, xchg, n0, end, n_tiles, qk_scale,
-                 WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr,
+def consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_free, xchg, n0, end, n_tiles, r0,
+                 qk_scale, WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr,
                  s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                  GENERIC_COPIES: gl.constexpr):
     """One consumer warpgroup over ``n_tiles`` >= 1 key tiles of the ring (keys n0, n0 + 1, ...; those >= end
@@ -139,25 +140,26 @@ def consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_f
     (O [64, 256] f32 unnormalized, m, l in base 2). The ring needs two slots or more: tile j + 1 is awaited before
     tile j's slot is released. ``q_half`` / ``k_half``: this warpgroup's latent half of the queries and of the
     key ring; ``mine`` / ``theirs``: the two warpgroups' score-exchange slots; ``GENERIC_COPIES``: the ring is
-    filled by cp.async (``_partial_scores``)."""
+    filled by cp.async (``_partial_scores``). Tile j sits at ring position r0 + j and is exchange number r0 + j
+    (a persistent program carries the barriers' phases on from item to item; 0 for a program's only item)."""
     gl.static_assert(STAGES >= 2, "tile j + 1 is awaited before tile j's slot is released")
     dtype: gl.constexpr = q_half.dtype
     zero_s = gl.zeros([HEADS, BLOCK_N], gl.float32, layout=s_layout)
     m_i = gl.full([HEADS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
     l_i = gl.full([HEADS], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
     acc = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
-    s = _partial_scores(q_half, k_half, qpe_smem, kpe_smem, k_ready, 0, zero_s, WG, STAGES, HAS_PE, GENERIC_COPIES)
+    s = _partial_scores(q_half, k_half, qpe_smem, kpe_smem, k_ready, r0, zero_s, WG, STAGES, HAS_PE, GENERIC_COPIES)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-    s = _full_scores(s, mine, theirs, xchg, 0, s_layout)
+    s = _full_scores(s, mine, theirs, xchg, r0, s_layout)
     p_op, alpha, m_i, l_i, _ = softmax_tile(s, n0, end, m_i, l_i, qk_scale, BLOCK_N, s_layout, p_layout, o_layout,
                                             dtype)
     for j in range(1, n_tiles):
-        s_next = _partial_scores(q_half, k_half, qpe_smem, kpe_smem, k_ready, j, zero_s, WG, STAGES, HAS_PE,
+        s_next = _partial_scores(q_half, k_half, qpe_smem, kpe_smem, k_ready, r0 + j, zero_s, WG, STAGES, HAS_PE,
                                  GENERIC_COPIES)
-        slot = (j - 1) % STAGES
+        slot = (r0 + j - 1) % STAGES
         acc = warpgroup_mma(p_op, k_half.index(slot), acc, is_async=True)  # O += P·V of tile j - 1
         s_next = warpgroup_mma_wait(num_outstanding=1, deps=(s_next, ))  # the scores of j; P·V may run on
-        s_next = _full_scores(s_next, mine, theirs, xchg, j, s_layout)
+        s_next = _full_scores(s_next, mine, theirs, xchg, r0 + j, s_layout)
         p_next, alpha_next, m_i, l_i, _ = softmax_tile(s_next, n0 + j * BLOCK_N, end, m_i, l_i, qk_scale, BLOCK_N,
                                                        s_layout, p_layout, o_layout, dtype)
         # p_op stays live until its wgmma is waited for: its registers are read asynchronously
@@ -165,7 +167,7 @@ def consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_f
         mbarrier.arrive(kv_free.index(slot), count=1)
         acc = acc * alpha_next[:, None]
         p_op = p_next
-    last = (n_tiles - 1) % STAGES
+    last = (r0 + n_tiles - 1) % STAGES
     acc = warpgroup_mma(p_op, k_half.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
     mbarrier.arrive(kv_free.index(last), count=1)

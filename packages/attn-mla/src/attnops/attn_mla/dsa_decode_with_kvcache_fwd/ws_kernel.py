@@ -2,15 +2,15 @@
 
 Why: the Triton kernel (``kernel.py``) runs at 200-250 TF/s against FlashMLA's sparse kernel at ~550
 (docs/perf/attn-mla.md): gather, scores, softmax and P·V one after another. Here, per (query row, KV head,
-64-head block) program, after ``dsa_prepare_indices_kernel`` has packed each row's distinct valid slots
-(``clean``, ``count``):
+64-head block) work item, after ``dsa_prepare_indices_kernel`` has packed each row's distinct valid slots
+(``clean``, ``count``); a program runs one item or (persistent grid) every grid-th one:
 
-* a 4-warp loader partition gathers the selected key rows: the program's 64 query heads once by TMA (latent
-  halves [64, 256] twice, and the rope tail [64, TAIL]), then per tile of BLOCK_N selected slots the rows'
-  latent halves and tail by ``cp.async`` (16-byte pieces, Hopper's TMA has no row gather) into a ring of
+* a 4-warp loader partition gathers the selected key rows: per tile of BLOCK_N selected slots the rows' latent
+  halves and tail by ``cp.async`` (16-byte pieces, Hopper's TMA has no row gather) into a ring of
   ``STAGES`` slots; each loader thread arrives on the slot's barrier when its copies have landed (count: the
   128 loader threads), slots past ``count`` are zero-filled. A slot is refilled after both consumers released
-  it (``kv_free``).
+  it (``kv_free``). The item's 64 query heads come by TMA (latent halves [64, 256] twice, the rope tail [64,
+  TAIL]) into one slot, after the item's first tiles and once both consumers released the last item's queries.
 * two 4-warp consumer partitions run ``latent_ws.consume_keys`` (channel split, partial scores exchanged, the
   same softmax in both, P·V on each one's 256 latent columns) or, ``ALTERNATING``, ``latent_alt.consume_blocks``
   (each scores every other tile whole and hands P to the other); a proxy fence orders the loader's generic-proxy
@@ -34,13 +34,13 @@ LOADER_WARPS = gl.constexpr(4)  # the gather's warps (warp_specialize's second w
 
 
 @gluon.jit
-def _program(S, H_kv, group, head_blocks_per_kv):
-    """(b, s, KV head g, first query head of the block, the block's heads inside the group from) of this program."""
-    hb = gl.program_id(0)
-    row = gl.program_id(1)  # (b, s, KV head)
+def _item(item, S, H_kv, group, head_blocks_per_kv):
+    """(row = (b, s, KV head g), b, s, g, first query head of the block, the block's heads inside the group from)
+    of work item ``item`` (items in launch order of the former 2-D grid: head blocks of a row adjacent)."""
+    row = item // head_blocks_per_kv
     g = row % H_kv
     bs = row // H_kv
-    local0 = (hb % head_blocks_per_kv) * HEADS
+    local0 = (item % head_blocks_per_kv) * HEADS
     return row, bs // S, bs % S, g, g * group + local0, local0
 
 
@@ -56,52 +56,74 @@ def _out_ptrs(out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, 
 
 
 @gluon.jit
-def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready, kv_free, xchg, out_ptr, count_ptr,
-              S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, WG: gl.constexpr,
-              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr):
-    """Channel split: latent columns [256·WG, +256) of the program's 64 heads over the row's selected keys, then
-    their store."""
+def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, q_free, k_ready, kv_free, xchg, out_ptr,
+              count_ptr, n_items, S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh,
+              WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr):
+    """Channel split: per work item, latent columns [256·WG, +256) of its 64 heads over the row's selected keys,
+    then their store."""
     s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
     o_layout: gl.constexpr = wgmma_acc_layout(HALF)
-    row, b, s, g, head0, local0 = _program(S, H_kv, group, head_blocks_per_kv)
-    count = gl.load(count_ptr + row)
-    n_tiles = gl.cdiv(count, BLOCK_N)
-    ptrs, mask = _out_ptrs(out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG, o_layout)
-    if n_tiles > 0:
-        mbarrier.wait(q_ready.index(0), 0)
-        acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, mine, theirs, k_ready,
-                                     kv_free, xchg, 0, count, n_tiles, qk_scale, WG, BLOCK_N, STAGES, HAS_PE,
-                                     s_layout, o_layout, wgmma_lhs_layout(HALF), True)
-        out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]  # l >= 1
-    else:  # no valid slot: zeros (the loader copies nothing)
-        out = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
-    gl.store(ptrs, out.to(q_half.dtype), mask=mask)
+    r0 = 0  # ring position of the item's first tile
+    n_q = 0  # items whose queries were loaded before this one
+    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
+        row, b, s, g, head0, local0 = _item(item, S, H_kv, group, head_blocks_per_kv)
+        count = gl.load(count_ptr + row)
+        n_tiles = gl.cdiv(count, BLOCK_N)
+        if n_tiles > 0:
+            mbarrier.wait(q_ready.index(0), n_q & 1)
+            acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, mine, theirs, k_ready,
+                                         kv_free, xchg, 0, count, n_tiles, r0, qk_scale, WG, BLOCK_N, STAGES, HAS_PE,
+                                         s_layout, o_layout, wgmma_lhs_layout(HALF), True)
+            mbarrier.arrive(q_free.index(0), count=1)  # every wgmma reading the queries has retired
+            out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]  # l >= 1
+        else:  # no valid slot: zeros (the loader copies nothing)
+            out = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
+        ptrs, mask = _out_ptrs(out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG, o_layout)
+        gl.store(ptrs, out.to(q_half.dtype), mask=mask)
+        r0 += n_tiles
+        n_q += (n_tiles > 0).to(gl.int32)
 
 
 @gluon.jit
 def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs, st_mine, st_theirs, full,
-                  empty, q_ready, k_ready, kv_free, out_ptr, count_ptr, S, H_kv, group, head_blocks_per_kv, qk_scale,
-                  stride_ob, stride_os, stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  HAS_PE: gl.constexpr):
-    """Alternating tiles: latent columns [256·WG, +256) of the program's 64 heads, this warpgroup scoring every
-    other tile of the row's selected keys whole (``latent_alt.consume_blocks``), then their store."""
+                  empty, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
+                  head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, WG: gl.constexpr,
+                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr):
+    """Alternating tiles: per work item, latent columns [256·WG, +256) of its 64 heads, this warpgroup scoring
+    every other tile of the row's selected keys whole (``latent_alt.consume_blocks``), then their store."""
     s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
     o_layout: gl.constexpr = wgmma_acc_layout(HALF)
-    row, b, s, g, head0, local0 = _program(S, H_kv, group, head_blocks_per_kv)
-    count = gl.load(count_ptr + row)
-    n_tiles = gl.cdiv(count, BLOCK_N)
-    if n_tiles > 0:
-        mbarrier.wait(q_ready.index(0), 0)
-        acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs,
-                                       st_mine, st_theirs, full, empty, k_ready, kv_free, 0, count, n_tiles,
-                                       qk_scale, WG, BLOCK_N, STAGES, HAS_PE, s_layout, o_layout,
-                                       wgmma_lhs_layout(HALF), True)
-        out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]  # l >= 1
-    else:  # no valid slot: zeros (the loader copies nothing)
-        out = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
-    # (the output pointers made after the loop: live across it they took registers the consumer needs)
-    ptrs, mask = _out_ptrs(out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG, o_layout)
-    gl.store(ptrs, out.to(q_lo.dtype), mask=mask)
+    r0 = 0  # ring position of the item's first tile
+    n_q = 0  # items whose queries were loaded before this one
+    h0 = 0  # hand-offs published so far by warpgroup 0 (it scores each item's tiles 0, 2, ...)
+    h1 = 0  # and by warpgroup 1 (tiles 1, 3, ...)
+    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
+        row, b, s, g, head0, local0 = _item(item, S, H_kv, group, head_blocks_per_kv)
+        count = gl.load(count_ptr + row)
+        n_tiles = gl.cdiv(count, BLOCK_N)
+        if n_tiles > 0:
+            mbarrier.wait(q_ready.index(0), n_q & 1)
+            if WG == 0:
+                h_mine = h0
+                h_theirs = h1
+            else:
+                h_mine = h1
+                h_theirs = h0
+            acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs,
+                                           st_mine, st_theirs, full, empty, k_ready, kv_free, 0, count, n_tiles, r0,
+                                           h_mine, h_theirs, qk_scale, WG, BLOCK_N, STAGES, HAS_PE, s_layout,
+                                           o_layout, wgmma_lhs_layout(HALF), True)
+            mbarrier.arrive(q_free.index(0), count=1)  # every wgmma reading the queries has retired
+            out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]  # l >= 1
+        else:  # no valid slot: zeros (the loader copies nothing)
+            out = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
+        # (the output pointers made after the loop: live across it they took registers the consumer needs)
+        ptrs, mask = _out_ptrs(out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG, o_layout)
+        gl.store(ptrs, out.to(q_lo.dtype), mask=mask)
+        r0 += n_tiles
+        n_q += (n_tiles > 0).to(gl.int32)
+        h0 += (n_tiles + 1) // 2
+        h1 += n_tiles // 2
 
 
 @gluon.constexpr_function
@@ -139,57 +161,79 @@ def _gather(dst, key_rows, col0, sel, WIDTH: gl.constexpr, CHUNK: gl.constexpr):
 
 
 @gluon.jit
-def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
-            k_ready, kv_free, S, H, H_kv, group, head_blocks_per_kv, stride_kb, stride_kt, stride_kh,
-            TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-            CHUNK: gl.constexpr):
-    """The query heads by TMA, then the selected rows of every tile by cp.async gathers (``_gather``)."""
-    row, b, s, g, head0, _ = _program(S, H_kv, group, head_blocks_per_kv)
-    count = gl.load(count_ptr + row)
-    n_tiles = gl.cdiv(count, BLOCK_N)
-    if n_tiles > 0:
-        q_row = (b * S + s) * H + head0
-        ready = q_ready.index(0)
-        if TAIL > 0:
-            mbarrier.expect(ready, 2 * q_desc.block_type.nbytes + qpe_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(qpe_desc, [q_row, 2 * HALF], ready, qpe_smem.index(0))
-        else:
-            mbarrier.expect(ready, 2 * q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [q_row, 0], ready, q_lo.index(0))
-        tma.async_copy_global_to_shared(q_desc, [q_row, HALF], ready, q_hi.index(0))
-    kv_base = b.to(gl.int64) * stride_kb + g.to(gl.int64) * stride_kh
-    idx_row = clean_ptr + row.to(gl.int64) * BLOCK_K
-    # Each tile's slot indices are loaded one tile ahead, before the wait for its slot: the index load (an L2
-    # round trip) then overlaps the wait and the previous tile's copies instead of sitting between the slot
-    # coming free and its gathers being issued (docs/perf/attn-mla.md, "DSA: where the 0.55-0.60x goes").
-    n = gl.arange(0, BLOCK_N, layout=index_layout(CHUNK))
-    idx = gl.load(idx_row + n, mask=n < count, other=0)
-    for j in range(n_tiles):
-        slot = j % STAGES
-        sel = n < count
-        n_next = n + BLOCK_N
-        idx_next = gl.load(idx_row + n_next, mask=n_next < count, other=0)
-        mbarrier.wait(kv_free.index(slot), ((j // STAGES) & 1) ^ 1)  # a fresh barrier passes parity 1
-        # every row starts on 16 bytes (the launcher keeps the cache strides multiples of 8 elements,
-        # ws_launch.refusal): said here so that the 16-byte cp.async pieces compile for padded rows too (Triton
-        # only specializes strides that are multiples of 16 elements)
-        offsets = gl.multiple_of(kv_base + idx.to(gl.int64) * stride_kt, 8)
-        key_rows = kv_ptr + offsets
-        _gather(k_lo.index(slot), key_rows, 0, sel, HALF, CHUNK)
-        _gather(k_hi.index(slot), key_rows, HALF, sel, HALF, CHUNK)
-        if TAIL > 0:
-            _gather(kpe_smem.index(slot), key_rows, 2 * HALF, sel, TAIL, TAIL)
-        async_copy.mbarrier_arrive(k_ready.index(slot), increment_count=False)  # once this thread's copies land
-        n = n_next
-        idx = idx_next
+def _load_queries(q_desc, qpe_desc, q_lo, q_hi, qpe_smem, q_ready, q_free, item, n_q, S, H, H_kv, group,
+                  head_blocks_per_kv, TAIL: gl.constexpr):
+    """Work item ``item``'s 64 query heads by TMA (latent halves and the rope tail) into the one query slot, once
+    both consumers have retired the previous item's scores (``n_q``: items whose queries were loaded before)."""
+    row, b, s, g, head0, _ = _item(item, S, H_kv, group, head_blocks_per_kv)  # (recomputed: the loader has 40 regs)
+    q_row = (b * S + s) * H + head0
+    mbarrier.wait(q_free.index(0), (n_q & 1) ^ 1)  # a fresh barrier passes parity 1
+    ready = q_ready.index(0)
+    if TAIL > 0:
+        mbarrier.expect(ready, 2 * q_desc.block_type.nbytes + qpe_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(qpe_desc, [q_row, 2 * HALF], ready, qpe_smem.index(0))
+    else:
+        mbarrier.expect(ready, 2 * q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row, 0], ready, q_lo.index(0))
+    tma.async_copy_global_to_shared(q_desc, [q_row, HALF], ready, q_hi.index(0))
 
 
 @gluon.jit
-def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr, S, H, H_kv, group,
+def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
+            q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb, stride_kt, stride_kh,
+            TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            CHUNK: gl.constexpr):
+    """Per work item: the selected rows of every tile by cp.async gathers (``_gather``) and the query heads by TMA
+    (``_load_queries``) after the item's first ring fill. Why after: those first tiles wait only for the slots of
+    the previous item's last tiles, the queries for its last scores; loaded first, they would hold the tiles
+    back."""
+    r0 = 0  # ring position of the item's first tile
+    n_q = 0  # items whose queries were loaded before this one
+    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
+        row, b, s, g, head0, _ = _item(item, S, H_kv, group, head_blocks_per_kv)
+        count = gl.load(count_ptr + row)
+        n_tiles = gl.cdiv(count, BLOCK_N)
+        kv_base = b.to(gl.int64) * stride_kb + g.to(gl.int64) * stride_kh
+        idx_row = clean_ptr + row.to(gl.int64) * BLOCK_K
+        # Each tile's slot indices are loaded one tile ahead, before the wait for its slot: the index load (an L2
+        # round trip) then overlaps the wait and the previous tile's copies instead of sitting between the slot
+        # coming free and its gathers being issued (docs/perf/attn-mla.md, "DSA: where the 0.55-0.60x goes").
+        lanes = gl.arange(0, BLOCK_N, layout=index_layout(CHUNK))
+        idx = gl.load(idx_row + lanes, mask=lanes < count, other=0)
+        for r in range(r0, r0 + n_tiles):
+            slot = r % STAGES
+            n = lanes + (r - r0) * BLOCK_N  # (not carried across the loop: the loader has 40 registers)
+            sel = n < count
+            n_next = n + BLOCK_N
+            idx_next = gl.load(idx_row + n_next, mask=n_next < count, other=0)
+            mbarrier.wait(kv_free.index(slot), ((r // STAGES) & 1) ^ 1)  # a fresh barrier passes parity 1
+            # every row starts on 16 bytes (the launcher keeps the cache strides multiples of 8 elements,
+            # ws_launch.refusal): said here so that the 16-byte cp.async pieces compile for padded rows too (Triton
+            # only specializes strides that are multiples of 16 elements)
+            offsets = gl.multiple_of(kv_base + idx.to(gl.int64) * stride_kt, 8)
+            key_rows = kv_ptr + offsets
+            _gather(k_lo.index(slot), key_rows, 0, sel, HALF, CHUNK)
+            _gather(k_hi.index(slot), key_rows, HALF, sel, HALF, CHUNK)
+            if TAIL > 0:
+                _gather(kpe_smem.index(slot), key_rows, 2 * HALF, sel, TAIL, TAIL)
+            async_copy.mbarrier_arrive(k_ready.index(slot), increment_count=False)  # once this thread's copies land
+            if r - r0 == gl.minimum(n_tiles, STAGES) - 1:  # the item's first ring fill is issued
+                _load_queries(q_desc, qpe_desc, q_lo, q_hi, qpe_smem, q_ready, q_free, item, n_q, S, H, H_kv, group,
+                              head_blocks_per_kv, TAIL)
+            idx = idx_next
+        r0 += n_tiles
+        n_q += (n_tiles > 0).to(gl.int32)
+
+
+@gluon.jit
+def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr, n_items, S, H, H_kv, group,
                          head_blocks_per_kv, qk_scale, stride_kb, stride_kt, stride_kh, stride_ob, stride_os,
                          stride_oh, TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr,
                          STAGES: gl.constexpr, ALTERNATING: gl.constexpr):
-    """Grid (head blocks per KV head, B·S·H_kv rows). ``q_desc``: q as ``[B·S·H, D + TAIL]`` in [64, 256]
+    """Grid: programs over ``n_items`` work items (head blocks per KV head x B·S·H_kv rows), program p taking items
+    p, p + grid, ... (one each, or a persistent grid: the ring, query slot and hand-offs carry on from item to
+    item, so the next item's keys and queries load during the last tiles and the stores of the one before).
+    ``q_desc``: q as ``[B·S·H, D + TAIL]`` in [64, 256]
     boxes; ``qpe_desc``: the same rows in [64, TAIL] boxes (any descriptor when TAIL = 0). num_warps = 4
     (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader: 4 warps)."""
     dtype: gl.constexpr = q_desc.dtype
@@ -206,24 +250,27 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
     else:  # (never read: no rope channels)
         qpe_smem = q_lo
         kpe_smem = k_lo
-    q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_ready.index(0), count=1)
+    q_ready, q_free = ring_barriers(1, 1, 2)  # the query slot: TMA fills it, both consumers release it
     k_ready, kv_free = ring_barriers(STAGES, 32 * LOADER_WARPS, 2)  # both consumers release a slot
     if ALTERNATING:
         # each warpgroup's P hand-off slot (64-key tiles with the rope tail: the rope slots) and its row maxima / sums
         p0, p1, st0, st1, full, empty = handoff_buffers(kpe_smem, BLOCK_N, TAIL)
         fence_async_shared()
+        # registers: consumer 1 224, the loader 48, consumer 0 the rest (232); at 232 / 40 the item loop's loader
+        # spilled 32 B on the 512-wide rows (the shared memory base, reloaded in its tile loop)
         gl.warp_specialize([
             (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_lo, p0, p1, st0, st1, full, empty, q_ready,
-                             k_ready, kv_free, out_ptr, count_ptr, S, H_kv, group, head_blocks_per_kv, qk_scale,
-                             stride_ob, stride_os, stride_oh, 0, BLOCK_N, STAGES, TAIL > 0)),
+                             q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
+                             head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 0, BLOCK_N, STAGES,
+                             TAIL > 0)),
             (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_hi, p1, p0, st1, st0, full, empty, q_ready,
-                             k_ready, kv_free, out_ptr, count_ptr, S, H_kv, group, head_blocks_per_kv, qk_scale,
-                             stride_ob, stride_os, stride_oh, 1, BLOCK_N, STAGES, TAIL > 0)),
+                             q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
+                             head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 1, BLOCK_N, STAGES,
+                             TAIL > 0)),
             (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem,
-                       q_ready, k_ready, kv_free, S, H, H_kv, group, head_blocks_per_kv, stride_kb, stride_kt,
-                       stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, 64)),
-        ], [4, LOADER_WARPS], [232, 40])  # (232 + 232 + 40) x 128 threads <= 64 K registers (MLA's consumers: 232)
+                       q_ready, q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb,
+                       stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, 64)),
+        ], [4, LOADER_WARPS], [224, 48])
         invalidate_ring(full, empty, 2)
     else:
         x_lo = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], EXCHANGE_LAYOUT)
@@ -233,17 +280,17 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
             mbarrier.init(xchg.index(i), count=2)
         fence_async_shared()
         gl.warp_specialize([
-            (_consumer, (q_lo, qpe_smem, k_lo, kpe_smem, x_lo, x_hi, q_ready, k_ready, kv_free, xchg, out_ptr,
-                         count_ptr, S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 0,
-                         BLOCK_N, STAGES, TAIL > 0)),
-            (_consumer, (q_hi, qpe_smem, k_hi, kpe_smem, x_hi, x_lo, q_ready, k_ready, kv_free, xchg, out_ptr,
-                         count_ptr, S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 1,
-                         BLOCK_N, STAGES, TAIL > 0)),
+            (_consumer, (q_lo, qpe_smem, k_lo, kpe_smem, x_lo, x_hi, q_ready, q_free, k_ready, kv_free, xchg,
+                         out_ptr, count_ptr, n_items, S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob,
+                         stride_os, stride_oh, 0, BLOCK_N, STAGES, TAIL > 0)),
+            (_consumer, (q_hi, qpe_smem, k_hi, kpe_smem, x_hi, x_lo, q_ready, q_free, k_ready, kv_free, xchg,
+                         out_ptr, count_ptr, n_items, S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob,
+                         stride_os, stride_oh, 1, BLOCK_N, STAGES, TAIL > 0)),
             (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem,
-                       q_ready, k_ready, kv_free, S, H, H_kv, group, head_blocks_per_kv, stride_kb, stride_kt,
-                       stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, HALF)),
+                       q_ready, q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb,
+                       stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, HALF)),
         ], [4, LOADER_WARPS], [224, 56])  # (224 + 224 + 56) x 128 <= 64 K registers; 232 / 40 spilled 32 B (loader)
         for i in gl.static_range(2):
             mbarrier.invalidate(xchg.index(i))
-    mbarrier.invalidate(q_ready.index(0))
+    invalidate_ring(q_ready, q_free, 1)
     invalidate_ring(k_ready, kv_free, STAGES)

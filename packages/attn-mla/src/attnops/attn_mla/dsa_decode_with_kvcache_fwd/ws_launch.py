@@ -5,6 +5,8 @@ whose KV groups fill 64-head blocks: on the H200 it ran every seed row faster th
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -20,9 +22,13 @@ __all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run"]
 # (docs/perf/attn-mla.md, seventeenth session); the channel split (``latent_ws.consume_keys``) after it. Not here:
 # 64-key tiles (``ws-alt-n64s2``): with the rope tail they compile without a spill, but without it ptxas spills
 # 24 B of scalars in the gather loader (40 registers; 28 B with [224, 48]), and the compile test takes no spill.
+# Persistent (``-p``): one program per SM running every grid-th work item, so an item's query load, ring fill and
+# stores overlap its neighbours' tiles (the d512-h64 rows' items are 16 tiles long: ~31 waves of programs that each
+# paid them alone, docs/perf/attn-mla.md); untimed, after the one-item-per-program configs it is measured against.
 MLA_ONLY = (WsConfig(64, 2, alternating=True),)
-WS_CONFIGS = (tuple(c for c in CONFIGS if c.alternating and c not in MLA_ONLY)
-              + tuple(c for c in CONFIGS if not c.alternating))
+ALTERNATING = tuple(c for c in CONFIGS if c.alternating and c not in MLA_ONLY)
+WS_CONFIGS = (ALTERNATING + tuple(c for c in CONFIGS if not c.alternating)
+              + tuple(replace(c, persistent=True) for c in ALTERNATING))
 LATENT = 2 * HALF.value  # the value width the kernel serves (D = 512)
 TAILS = (0, 64)  # the rope tails it serves
 
@@ -72,13 +78,16 @@ def _q_desc(q: torch.Tensor, box: list[int]) -> TensorDescriptor:
 
 
 def run(cfg: WsConfig, q, kv, clean, count, out, dim_tail: int, head_blocks_per_kv: int, qk_scale: float) -> None:
-    """Launch over (head blocks per KV head, B·S·H_kv rows) for ``applies``-checked inputs, after
-    ``dsa_prepare_indices_kernel`` filled ``clean`` ([rows, BLOCK_K]) and ``count``."""
+    """Launch over the (head block per KV head, B·S·H_kv row) work items, one per program or, ``persistent``, one
+    program per SM, for ``applies``-checked inputs, after ``dsa_prepare_indices_kernel`` filled ``clean`` ([rows,
+    BLOCK_K]) and ``count``."""
     b, s, h, _ = q.shape
     h_kv = kv.shape[2]
+    n_items = head_blocks_per_kv * b * s * h_kv
+    programs = min(n_items, runtime.num_sms()) if cfg.persistent else n_items
     q_desc = _q_desc(q, [HEADS.value, HALF.value])
-    dsa_decode_ws_kernel[(head_blocks_per_kv, b * s * h_kv)](
-        q_desc, _q_desc(q, [HEADS.value, dim_tail]) if dim_tail else q_desc, kv, clean, count, out, s, h, h_kv,
+    dsa_decode_ws_kernel[(programs,)](
+        q_desc, _q_desc(q, [HEADS.value, dim_tail]) if dim_tail else q_desc, kv, clean, count, out, n_items, s, h, h_kv,
         h // h_kv, head_blocks_per_kv, qk_scale, kv.stride(0), kv.stride(1), kv.stride(2), out.stride(0),
         out.stride(1), out.stride(2), TAIL=dim_tail, BLOCK_K=clean.shape[1], BLOCK_N=cfg.block_n,
         STAGES=cfg.stages, ALTERNATING=cfg.alternating, num_warps=4)
