@@ -110,8 +110,9 @@ def test_compiles_for_sm90():
 
 
 def test_launch_binds_every_kernel_argument(monkeypatch):
-    """Runs everywhere (TMA descriptors of host tensors): the launch binds exactly the kernel's parameters over
-    (head blocks per KV head, B·S·H_kv rows), with and without the rope tail."""
+    """Runs everywhere (TMA descriptors of host tensors): the launch binds exactly the kernel's parameters, with
+    and without the rope tail, over one program per work item (head blocks per KV head x B·S·H_kv rows) or, a
+    persistent config, at most one per SM (5 here)."""
     grids, bound = [], []
 
     class _Launches:
@@ -122,16 +123,20 @@ def test_launch_binds_every_kernel_argument(monkeypatch):
             return record
 
     monkeypatch.setattr(ws_launch, "dsa_decode_ws_kernel", _Launches())
-    for tail in (64, 0):
-        case = _case(_random_indices(2, 3, 2, 16, 300, seed=1), h=128, h_kv=2, tail=tail)
-        q, kv = case.inputs["q"], case.inputs["kv"]
-        clean, count = torch.zeros(12, 16, dtype=torch.int32), torch.zeros(12, dtype=torch.int32)
-        out = torch.empty(2, 3, 128, 512, dtype=q.dtype)
-        ws_launch.run(ws_launch.WS_CONFIGS[0], q, kv, clean, count, out, tail, head_blocks_per_kv=1, qk_scale=0.1)
-    assert grids == [(12,), (12,)]
+    monkeypatch.setattr(runtime, "num_sms", lambda: 5)
+    one_each = next(c for c in ws_launch.WS_CONFIGS if not c.persistent)
+    for cfg in (ws_launch.WS_CONFIGS[0], one_each):
+        for tail in (64, 0):
+            case = _case(_random_indices(2, 3, 2, 16, 300, seed=1), h=128, h_kv=2, tail=tail)
+            q, kv = case.inputs["q"], case.inputs["kv"]
+            clean, count = torch.zeros(12, 16, dtype=torch.int32), torch.zeros(12, dtype=torch.int32)
+            out = torch.empty(2, 3, 128, 512, dtype=q.dtype)
+            ws_launch.run(cfg, q, kv, clean, count, out, tail, head_blocks_per_kv=1, qk_scale=0.1)
+    assert ws_launch.WS_CONFIGS[0].persistent and grids == [(5,), (5,), (12,), (12,)]
     for arguments in bound:
         assert set(arguments) - {"num_warps"} == set(ws_kernel.dsa_decode_ws_kernel.arg_names)
-    assert [a["TAIL"] for a in bound] == [64, 0] and bound[0]["group"] == 64 and bound[0]["BLOCK_K"] == 16
+        assert arguments["n_items"] == 12
+    assert [a["TAIL"] for a in bound] == [64, 0] * 2 and bound[0]["group"] == 64 and bound[0]["BLOCK_K"] == 16
 
 
 def test_q_row_view():

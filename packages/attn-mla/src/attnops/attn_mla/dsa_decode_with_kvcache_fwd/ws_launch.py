@@ -22,13 +22,14 @@ __all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run"]
 # (docs/perf/attn-mla.md, seventeenth session); the channel split (``latent_ws.consume_keys``) after it. Not here:
 # 64-key tiles (``ws-alt-n64s2``): with the rope tail they compile without a spill, but without it ptxas spills
 # 24 B of scalars in the gather loader (40 registers; 28 B with [224, 48]), and the compile test takes no spill.
-# Persistent (``-p``): one program per SM running every grid-th work item, so an item's query load, ring fill and
-# stores overlap its neighbours' tiles (the d512-h64 rows' items are 16 tiles long: ~31 waves of programs that each
-# paid them alone, docs/perf/attn-mla.md); untimed, after the one-item-per-program configs it is measured against.
+# First, the default: the alternating consumer persistent (``-p``): one program per SM running every grid-th work
+# item, so an item's query load, ring fill and stores overlap its neighbours' tiles. On the H200 (2026-12-03 sweep,
+# each checked) 5-9 % faster than one item per program: d512-h64-kv32k 0.871 -> 0.791 ms (16 tiles an item),
+# d512-h128-kv32k 2.800 -> 2.624, d576-h128-kv32k 5.451 -> 5.158 (docs/perf/attn-mla.md).
 MLA_ONLY = (WsConfig(64, 2, alternating=True),)
 ALTERNATING = tuple(c for c in CONFIGS if c.alternating and c not in MLA_ONLY)
-WS_CONFIGS = (ALTERNATING + tuple(c for c in CONFIGS if not c.alternating)
-              + tuple(replace(c, persistent=True) for c in ALTERNATING))
+WS_CONFIGS = (tuple(replace(c, persistent=True) for c in ALTERNATING) + ALTERNATING
+              + tuple(c for c in CONFIGS if not c.alternating))
 LATENT = 2 * HALF.value  # the value width the kernel serves (D = 512)
 TAILS = (0, 64)  # the rope tails it serves
 
