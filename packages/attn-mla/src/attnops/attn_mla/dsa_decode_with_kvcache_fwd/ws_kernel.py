@@ -202,7 +202,7 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
         idx = gl.load(idx_row + lanes, mask=lanes < count, other=0)
         for r in range(r0, r0 + n_tiles):
             slot = r % STAGES
-            n = lanes + (r - r0) * BLOCK_N  # (not carried across the loop: the loader has 40 registers)
+            n = lanes + (r - r0) * BLOCK_N  # (recomputed, not carried: one value fewer live in the loader)
             sel = n < count
             n_next = n + BLOCK_N
             idx_next = gl.load(idx_row + n_next, mask=n_next < count, other=0)
