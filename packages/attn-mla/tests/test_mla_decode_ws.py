@@ -3,6 +3,7 @@ fp32 reference on seed rows and edge cases (Hopper only: TMA, wgmma, warp specia
 offline sm_90 build, the launch's argument binding and grid, which layouts it takes, the refusal of calls it
 does not serve."""
 
+import dataclasses
 import functools
 
 import pytest
@@ -154,6 +155,9 @@ def test_calls_it_does_not_serve_are_refused():
     forced = mla_op.with_config(ws_launch.WS_CONFIGS[0])
     with pytest.raises(ValueError, match="needs D = 512 and PE = 64, got D = 64, PE = 16"):
         forced(**narrow)
+    persistent = mla_op.with_config(dataclasses.replace(ws_launch.WS_CONFIGS[0], persistent=True))
+    with pytest.raises(ValueError, match="no persistent form"):
+        persistent(**_case().inputs)
     if not ws_launch.applies(*_case().inputs.values()):  # off Hopper: every call, for that reason
         with pytest.raises(ValueError, match="needs a Hopper GPU"):
             forced(**_case().inputs)
