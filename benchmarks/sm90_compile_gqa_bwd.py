@@ -31,11 +31,15 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from attnops.attn_core.gqa_bwd import launch as bwd  # noqa: E402
-from attnops.attn_core.gqa_bwd.kernel import gqa_bwd_kernel, gqa_bwd_preprocess_kernel  # noqa: E402
+from attnops.attn_core.gqa_bwd.kernel import (  # noqa: E402
+    gqa_bwd_head_sum_kernel,
+    gqa_bwd_kernel,
+    gqa_bwd_preprocess_kernel,
+)
 
 SM90_SMEM = 232448
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-F32_POINTERS = ("lse_ptr", "delta_ptr", "dq_acc_ptr")
+F32_POINTERS = ("lse_ptr", "delta_ptr", "dq_acc_ptr", "part_ptr")
 
 
 def compile_sm90(fn, dtype: str, constexprs: dict, num_warps: int, num_stages: int) -> dict:
@@ -81,6 +85,7 @@ def main() -> int:
     p.add_argument("--all", action="store_true", help="both dtypes, causal and not, even and ragged tiles")
     p.add_argument("--dims", type=int, nargs="*", default=[64, 128, 256])
     p.add_argument("--atomic-dq", action="store_true", help="the deterministic=False variant")
+    p.add_argument("--partial", action="store_true", help="the head-split variant (dK / dV partial sums)")
     args = p.parse_args()
     dtypes = ("fp16", "bf16") if args.all else ("fp16",)
     variants = list(itertools.product((True, False), (True, False))) if args.all else [(True, True)]
@@ -89,7 +94,7 @@ def main() -> int:
         for cfg in bwd.configs_for(d):
             cx = dict(HEAD_DIM=d, BLOCK_D=triton.next_power_of_2(d), BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1,
                       BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, IS_CAUSAL=causal, EVEN_M1=even, EVEN_N1=even,
-                      EVEN_N2=even, ATOMIC_DQ=args.atomic_dq, EXACT_DOT=False)
+                      EVEN_N2=even, ATOMIC_DQ=args.atomic_dq, PARTIAL=args.partial, EXACT_DOT=False)
             tag = f"{dt} D{d:<3d} {'causal' if causal else 'full  '} {'even ' if even else 'ragged'} {cfg.name:26s}"
             try:
                 r = compile_sm90(gqa_bwd_kernel, dt, cx, cfg.num_warps, cfg.num_stages)
@@ -112,6 +117,8 @@ def main() -> int:
     r = compile_sm90(gqa_bwd_preprocess_kernel, "fp16", dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=bwd.PREPROCESS_ROWS,
                                                              ZERO_DQ=args.atomic_dq), 4, 3)
     print(f"preprocess D128: smem {r['smem']} B regs {r['regs']} spill {r['spill']}")
+    r = compile_sm90(gqa_bwd_head_sum_kernel, "fp16", dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_R=bwd.HEAD_SUM_ROWS), 4, 1)
+    print(f"head sum D128: smem {r['smem']} B regs {r['regs']} spill {r['spill']}")
     return 1 if bad else 0
 
 

@@ -1,6 +1,7 @@
 """Sweep the tile configs of the GQABwd kernel on the GPU, deterministic and with atomic dQ
 (``deterministic=False``, names ending ``-atomic``), and the warp-specialized dK / dV configs (``ws-dkdv-s*``,
-deterministic, at the head dims they serve): every variant's dq/dk/dv are checked against the
+deterministic, at the head dims they serve), and the chosen config over every head-subgroup count
+(``-<n>-splits``): every variant's dq/dk/dv are checked against the
 reference, then timed like the benchmark (device time, cold L2). Prints, per seed row, the config
 ``launch.choose`` picks and its time (deterministic), and the best variant found; writes JSON.
 
@@ -35,6 +36,9 @@ def main():
         variants = [(cfg.name + ("" if det else "-atomic"), functools.partial(SPEC.fn, deterministic=det),
                      functools.partial(bwd.forced, cfg))
                     for cfg, det in itertools.product(bwd.configs_for(D), (True, False))]
+        G = H // a["k"].shape[2]
+        variants += [(f"{chosen.name}-{s}-splits", SPEC.fn, functools.partial(bwd.forced, chosen, splits=s))
+                     for s in range(1, G + 1) if G % s == 0]  # the head subgroups of launch.head_splits
         if D in bwd_ws.HEAD_DIMS:
             variants += [(cfg.name, SPEC.fn, functools.partial(bwd.forced, cfg)) for cfg in bwd_ws.WS_CONFIGS]
         timed, failed = check_and_time(SPEC, case, expected, variants, args.iters, flush)

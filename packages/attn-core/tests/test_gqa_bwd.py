@@ -279,6 +279,51 @@ def test_atomic_dq_autograd_and_tolerance():
     testing.assert_close_dual("dq", again["dq"], ref[0], low[0])
 
 
+@pytest.mark.parametrize(
+    "is_causal,s_q,s_kv",
+    [(True, 150, 150), (False, 150, 150), (True, 64, 192), (False, 200, 70)],
+    ids=["causal-ragged", "non-causal-ragged", "causal-sq<skv", "non-causal-sq>skv"],
+)
+def test_head_splits_interpreter(is_causal, s_q, s_kv):
+    """dK/dV programs over subgroups of the G heads (``head_splits``), their fp32 partial sums added by
+    ``gqa_bwd_head_sum_kernel``: 2 and G subgroups of an 8:1 and a 4:2 group (two KV heads, two batch elements),
+    the first and the short config, both dQ modes; a split count that does not divide G is refused."""
+    for heads, splits in (((8, 1), 2), ((8, 1), 8), ((8, 2), 2)):
+        case = make_case(GQA, DEV, shrink=True, seed=21, batch=2, s_q=s_q, s_kv=s_kv, heads=heads, head_dim=64,
+                         is_causal=is_causal)
+        fns = {f"config {cfg.name}, {splits} splits, {mode}": functools.partial(_split_call, cfg, splits, fn)
+               for cfg in (bwd.configs_for(64)[0], bwd.configs_for(64)[-1])
+               for mode, fn in (("deterministic", gqa_bwd), ("atomic dQ", ATOMIC))}
+        SPEC.check_each(case, fns)
+    with pytest.raises(ValueError, match="splits must divide the group size 4, got 3"):
+        _split_call(bwd.configs_for(64)[0], 3, gqa_bwd, **case.inputs)
+
+
+def _split_call(cfg, splits, fn, **inputs):
+    with bwd.forced(cfg, splits=splits):
+        return fn(**inputs)
+
+
+def test_head_split_rule():
+    """``head_splits`` on 132 SMs: llama-70b-short (128 programs of up to 128 query steps against an even share of
+    ~31) splits its 8 heads into 4; every other seed row keeps one subgroup (MHA rows always)."""
+    for w in SPEC.workloads:
+        B, S, H, D = w.shape("q")
+        H_kv = w.shape("k")[2]
+        cfg = bwd.choose(D, B, S, S, H, H_kv, True, 132)
+        got = bwd.head_splits(cfg, B, S, S, H, H_kv, True, 132)
+        assert got == (4 if w.name == "llama-70b-short" else 1), (w.id, got)
+    assert bwd.head_splits(bwd.SHORT_CONFIGS[128], 1, 512, 512, 64, 1, True, 132) == 64  # one KV head: all split
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("splits", [1, 2, 4, 8])
+def test_head_splits_full_size_gpu(splits):
+    """llama-70b-short at full size (the row the split rule is for) with every subgroup count, bf16."""
+    case = make_case(ROWS["llama-70b-short/bf16"], DEV, shrink=False, seed=23)
+    SPEC.check(case, functools.partial(_split_call, bwd.SHORT_CONFIGS[128], splits, gqa_bwd))
+
+
 def test_config_choice():
     """``choose`` is a function of the shapes: sequences of at most ``SHORT_KEYS`` keys take the class's short
     config (the 4-warp D = 128 tile); longer ones the first config of the class whose dK/dV grid covers 3/4 of the
@@ -334,12 +379,14 @@ def test_empty_shapes():
 
 
 def test_kernels_compile_for_sm90():
-    """Both GQABwd variants (deterministic and atomic dQ: wgmma, cp.async, vectorized fp32 atomics) through
-    Triton's sm_90 pipeline and ptxas offline, every D = 128 config: no compile error, shared memory fits."""
-    for extra in ((), ("--atomic-dq",)):
+    """The GQABwd variants (deterministic, atomic dQ: wgmma, cp.async, vectorized fp32 atomics; head-split partial
+    sums, and the head-sum kernel) through Triton's sm_90 pipeline and ptxas offline, every D = 128 config: no
+    compile error, shared memory fits."""
+    for extra in ((), ("--atomic-dq",), ("--partial",)):
         listing = run_offline_compile(__file__, "sm90_compile_gqa_bwd", "--dims", "128", *extra)
         assert "COMPILE ERROR" not in listing and "OVER SMEM" not in listing, listing
-        if extra:
+        assert "head sum D128" in listing, listing
+        if extra == ("--atomic-dq",):
             assert "atom.global" in listing, listing
 
 

@@ -11,9 +11,12 @@ long dK/dV programs leave idle; each kind is ordered longest-first under the cau
 * **dK/dV** (the first ``num_dkdv`` programs): one ``BLOCK_N1`` block of keys of one KV head of one batch
   element keeps K, V and the fp32 accumulators dK, dV in registers and walks the query blocks that see it
   for all G query heads of the KV head, so the GQA sum happens in registers and dK / dV are written once
-  (no atomics, no second pass). The (head, query block) pairs are one flat loop, not a loop over heads
-  around a loop over blocks: nested loops made the sm_90 build spill registers. Scores are formed
-  transposed (``k·qᵀ``: ``[BLOCK_N1, BLOCK_M1]``) so Pᵀ and dSᵀ are directly the left operands.
+  (no atomics, no second pass). Where that leaves too few, too long programs (few (batch, KV head) pairs, large
+  G), ``head_splits`` programs share a key block, each over G / head_splits heads, and a small
+  ``gqa_bwd_head_sum_kernel`` adds their fp32 partial sums in a fixed order (still deterministic). The (head,
+  query block) pairs are one flat loop, not a loop over heads around a loop over blocks: nested loops made the
+  sm_90 build spill registers. Scores are formed transposed (``k·qᵀ``: ``[BLOCK_N1, BLOCK_M1]``) so Pᵀ and dSᵀ
+  are directly the left operands.
 * **dQ** (the rest): one block of ``BLOCK_M2`` *packed* query rows (row r = token ``r // G``, head
   ``kv_head·G + r % G``, as in the forward: one K/V tile serves all G heads) walks its key range and
   accumulates dQ in registers. QKᵀ and dP are recomputed here (7 matmuls in all instead of 5), which keeps
@@ -182,22 +185,26 @@ def _dq_tiles(
 
 @triton.jit
 def _dkdv_program(
-    pid, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
-    S_q, S_kv, H, H_kv, G, BH_kv, scale_log2, sm_scale,
+    pid, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr,
+    S_q, S_kv, H, H_kv, G, head_splits, BH_kv, scale_log2, sm_scale,
     stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
     stride_dob, stride_dot, stride_doh, stride_lb, stride_lh,
     stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-    EXACT_DOT: tl.constexpr,
+    PARTIAL: tl.constexpr, EXACT_DOT: tl.constexpr,
 ):
-    """dK, dV of key block ``pid // BH_kv`` of one (batch element, KV head), summed over its G heads."""
+    """dK, dV of key block ``pid // (head_splits·BH_kv)`` of one (batch element, KV head), summed over one of the
+    ``head_splits`` equal subgroups of its G heads. ``PARTIAL`` (head_splits > 1): the unscaled fp32 sums go to
+    ``part_ptr`` (``[2, head_splits, B·H_kv, S_kv, HEAD_DIM]``: dK then dV) for ``gqa_bwd_head_sum_kernel``;
+    else dK, dV are stored."""
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
     EVEN_D: tl.constexpr = BLOCK_D == HEAD_DIM
     KEYS_RAGGED: tl.constexpr = ATOMIC_DQ and not EVEN_N
     q_off = S_kv - S_q
-    blk = pid // BH_kv
+    blk = pid // (head_splits * BH_kv)
+    sub = (pid // BH_kv) % head_splits
     rem = pid % BH_kv
     b64 = (rem // H_kv).to(tl.int64)
     kv_head = rem % H_kv
@@ -220,7 +227,8 @@ def _dkdv_program(
     else:
         lo = n0 * 0
         mid = lo
-    head0 = (kv_head * G).to(tl.int64)
+    heads = G // head_splits  # this program's subgroup: heads [head0, head0 + heads)
+    head0 = (kv_head * G + sub * heads).to(tl.int64)
     q_head0 = q_ptr + b64 * stride_qb + head0 * stride_qh
     do_head0 = do_ptr + b64 * stride_dob + head0 * stride_doh
     lse_head0 = lse_ptr + b64 * stride_lb + head0 * stride_lh
@@ -235,24 +243,59 @@ def _dkdv_program(
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_head0, do_head0, lse_head0, delta_head0, dq_acc_head0, stride_qh,
                              stride_doh, stride_lh, S_q, stride_qt, stride_dot, stride_aqt, stride_aqh, k_pos,
                              q_off, offs_d, d_mask, scale_log2,
-                             lo, tl.minimum(mid, S_q), G, S_kv, BLOCK_M, EVEN_D, True, IS_CAUSAL, ATOMIC_DQ,
+                             lo, tl.minimum(mid, S_q), heads, S_kv, BLOCK_M, EVEN_D, True, IS_CAUSAL, ATOMIC_DQ,
                              KEYS_RAGGED, EXACT_DOT)
     dk, dv = _dkdv_tiles(dk, dv, k, v, q_head0, do_head0, lse_head0, delta_head0, dq_acc_head0, stride_qh,
                          stride_doh, stride_lh, S_q, stride_qt, stride_dot, stride_aqt, stride_aqh, k_pos, q_off,
                          offs_d, d_mask, scale_log2,
-                         mid, tl.maximum(end, mid), G, S_kv, BLOCK_M, EVEN_D, False, IS_CAUSAL, ATOMIC_DQ,
+                         mid, tl.maximum(end, mid), heads, S_kv, BLOCK_M, EVEN_D, False, IS_CAUSAL, ATOMIC_DQ,
                          KEYS_RAGGED, EXACT_DOT)
     if not EVEN_M:
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_head0, do_head0, lse_head0, delta_head0, dq_acc_head0, stride_qh,
                              stride_doh, stride_lh, S_q, stride_qt, stride_dot, stride_aqt, stride_aqh, k_pos,
                              q_off, offs_d, d_mask, scale_log2,
-                             tl.maximum(end, mid), S_q, G, S_kv, BLOCK_M, EVEN_D, True, IS_CAUSAL, ATOMIC_DQ,
+                             tl.maximum(end, mid), S_q, heads, S_kv, BLOCK_M, EVEN_D, True, IS_CAUSAL, ATOMIC_DQ,
                              KEYS_RAGGED, EXACT_DOT)
-    dk = dk * sm_scale
+    if PARTIAL:
+        rows = (sub.to(tl.int64) * BH_kv + rem) * S_kv + n64
+        part = part_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :]
+        tl.store(part, dk, mask=kv_mask)
+        tl.store(part + head_splits.to(tl.int64) * BH_kv * S_kv * HEAD_DIM, dv, mask=kv_mask)
+    else:
+        dk = dk * sm_scale
+        tl.store(dk_ptr + b64 * stride_dkb + kvh64 * stride_dkh + n64[:, None] * stride_dkt + offs_d[None, :],
+                 dk.to(dk_ptr.dtype.element_ty), mask=kv_mask)
+        tl.store(dv_ptr + b64 * stride_dvb + kvh64 * stride_dvh + n64[:, None] * stride_dvt + offs_d[None, :],
+                 dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def gqa_bwd_head_sum_kernel(
+    part_ptr, dk_ptr, dv_ptr, S_kv, H_kv, BH_kv, head_splits, sm_scale,
+    stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    """Grid ``(cdiv(S_kv, BLOCK_R), B·H_kv)``: dK = sm_scale·Σ and dV = Σ over the ``head_splits`` partial sums
+    of the dK/dV programs (``part_ptr``: ``[2, head_splits, B·H_kv, S_kv, HEAD_DIM]`` fp32), in subgroup order
+    (deterministic), cast and stored."""
+    rem = tl.program_id(1)
+    b64 = (rem // H_kv).to(tl.int64)
+    kvh64 = (rem % H_kv).to(tl.int64)
+    n = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    n64 = n.to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (n < S_kv)[:, None] & (offs_d < HEAD_DIM)[None, :]
+    part = part_ptr + (rem.to(tl.int64) * S_kv + n64)[:, None] * HEAD_DIM + offs_d[None, :]
+    split_elems = BH_kv.to(tl.int64) * S_kv * HEAD_DIM
+    dk = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
+    for sub in range(head_splits):
+        dk += tl.load(part + sub * split_elems, mask=mask, other=0.0)
+        dv += tl.load(part + (head_splits + sub) * split_elems, mask=mask, other=0.0)
     tl.store(dk_ptr + b64 * stride_dkb + kvh64 * stride_dkh + n64[:, None] * stride_dkt + offs_d[None, :],
-             dk.to(dk_ptr.dtype.element_ty), mask=kv_mask)
+             (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=mask)
     tl.store(dv_ptr + b64 * stride_dvb + kvh64 * stride_dvh + n64[:, None] * stride_dvt + offs_d[None, :],
-             dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
+             dv.to(dv_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -310,8 +353,8 @@ def _dq_program(
 
 @triton.jit
 def gqa_bwd_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
-    S_q, S_kv, H, H_kv, G, num_dkdv, num_q_blocks, BH_kv,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr,
+    S_q, S_kv, H, H_kv, G, head_splits, num_dkdv, num_q_blocks, BH_kv,
     scale_log2, sm_scale,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kt, stride_kh,
@@ -324,12 +367,14 @@ def gqa_bwd_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
     IS_CAUSAL: tl.constexpr, EVEN_M1: tl.constexpr, EVEN_N1: tl.constexpr, EVEN_N2: tl.constexpr,
-    ATOMIC_DQ: tl.constexpr, EXACT_DOT: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr, PARTIAL: tl.constexpr, EXACT_DOT: tl.constexpr,
 ):
     """1-D grid of ``num_dkdv + num_q_blocks·B·H_kv`` programs (``BH_kv = B·H_kv``).
 
-    Programs ``[0, num_dkdv)``: key block ``pid // BH_kv`` (block 0 first: under the causal mask it sees
-    the most queries), tiles ``BLOCK_N1`` keys × ``BLOCK_M1`` queries. The rest: packed query block
+    Programs ``[0, num_dkdv)``: key block ``pid // (head_splits·BH_kv)`` (block 0 first: under the causal mask
+    it sees the most queries) over one of ``head_splits`` subgroups of the G heads, tiles ``BLOCK_N1`` keys ×
+    ``BLOCK_M1`` queries; ``PARTIAL`` (head_splits > 1): fp32 partial sums into ``part_ptr``, summed by
+    ``gqa_bwd_head_sum_kernel``. The rest: packed query block
     ``num_q_blocks − 1 − p // BH_kv`` (last first), tiles ``BLOCK_M2`` rows × ``BLOCK_N2`` keys.
     ``lse``: ``[B, H, S_q]`` f32 base 2 (strides ``stride_l*``, last dim contiguous); ``delta``:
     ``[B, H, S_q]`` f32 contiguous. Causal is bottom-right: query i sits at key position
@@ -340,12 +385,12 @@ def gqa_bwd_kernel(
     pid = tl.program_id(0)
     if pid < num_dkdv:
         _dkdv_program(
-            pid, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
-            S_q, S_kv, H, H_kv, G, BH_kv, scale_log2, sm_scale,
+            pid, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr,
+            S_q, S_kv, H, H_kv, G, head_splits, BH_kv, scale_log2, sm_scale,
             stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
             stride_dob, stride_dot, stride_doh, stride_lb, stride_lh,
             stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
-            HEAD_DIM, BLOCK_D, BLOCK_M1, BLOCK_N1, IS_CAUSAL, EVEN_M1, EVEN_N1, ATOMIC_DQ, EXACT_DOT,
+            HEAD_DIM, BLOCK_D, BLOCK_M1, BLOCK_N1, IS_CAUSAL, EVEN_M1, EVEN_N1, ATOMIC_DQ, PARTIAL, EXACT_DOT,
         )
     elif not ATOMIC_DQ:
         _dq_program(

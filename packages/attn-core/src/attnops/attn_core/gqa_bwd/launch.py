@@ -17,7 +17,7 @@ from attnops.kernel_utils import runtime
 from attnops.kernel_utils.attention_fns import LOG2E
 
 from . import ws_launch
-from .kernel import gqa_bwd_dq_cast_kernel, gqa_bwd_kernel, gqa_bwd_preprocess_kernel
+from .kernel import gqa_bwd_dq_cast_kernel, gqa_bwd_head_sum_kernel, gqa_bwd_kernel, gqa_bwd_preprocess_kernel
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,11 @@ SHORT_CONFIGS: dict[int, BwdConfig] = {128: BwdConfig(32, 64, 64, 32, 4, 2)}
 MAX_HEAD_DIM = 256
 PREPROCESS_ROWS = 64
 CAST_BLOCK = 4096
+HEAD_SUM_ROWS = 32  # key rows per program of gqa_bwd_head_sum_kernel
+# Head splits (``head_splits``): split a dK/dV program's G heads when its longest program is over SPLIT_OVER x an
+# even share of all programs' query steps, into the fewest subgroups that bring it under SPLIT_TO x that share.
+SPLIT_OVER = 3.0
+SPLIT_TO = 1.5
 
 
 def _dim_class(head_dim: int) -> int:
@@ -92,15 +97,34 @@ def choose(head_dim: int, batch: int, s_q: int, s_kv: int, heads: int, kv_heads:
     return max(cs, key=programs)
 
 
-_FORCED: dict[str, BwdConfig | ws_launch.WsBwdConfig] = {}
+def head_splits(cfg: BwdConfig, batch: int, s_q: int, s_kv: int, heads: int, kv_heads: int, is_causal: bool,
+                sms: int) -> int:
+    """Subgroups of the G query heads a dK/dV program sums over (a divisor of G; 1: all of them, dK / dV stored
+    directly). Why: each program walks G x (query blocks) steps, so with few (batch, KV head) pairs and a large G
+    the grid is a few long programs: llama-70b-short (B 2, H_kv 8, G 8) runs 128 programs of up to 128 steps
+    where an even share of its 2 x 132 program slots is ~31 (H200: 0.74x cuDNN, while its MHA twin, 1024 short
+    programs, runs 0.86x). The model: steps = G·q_blocks·programs (half under the causal mask), slots = SMs x
+    programs per SM (two 4-warp or one 8-warp), split when the longest program is over ``SPLIT_OVER`` x the share.
+    Prediction, not yet timed: llama-70b-short 4 subgroups, 177 -> ~145 us; no other seed row splits."""
+    g = heads // kv_heads
+    q_blocks = triton.cdiv(s_q, cfg.block_m1)
+    programs = batch * kv_heads * triton.cdiv(s_kv, cfg.block_n1)
+    share = g * q_blocks * programs * (0.5 if is_causal else 1.0) / (sms * (2 if cfg.num_warps == 4 else 1))
+    longest = g * q_blocks
+    if longest <= SPLIT_OVER * share:
+        return 1
+    return next((d for d in range(2, g + 1) if g % d == 0 and longest / d <= SPLIT_TO * share), g)
+
+
+_FORCED: dict[str, BwdConfig | ws_launch.WsBwdConfig | int] = {}
 _TOO_BIG: set[BwdConfig] = set()  # configs that did not fit this GPU's shared memory
 
 
-def forced(config: BwdConfig | ws_launch.WsBwdConfig):
-    """Pin the tile config of every backward launch inside the block (tests, sweeps). A ``WsBwdConfig`` runs
-    the warp-specialized dK / dV kernel with the Triton kernel's dQ role (``choose``'s tile) beside it, or with
-    ``gluon_dq`` the Gluon dQ kernel."""
-    return runtime.pinned(_FORCED, config=config)
+def forced(config: BwdConfig | ws_launch.WsBwdConfig | None = None, splits: int | None = None):
+    """Pin the tile config (and / or ``splits``, the head subgroups of ``head_splits``) of every backward launch
+    inside the block (tests, sweeps). A ``WsBwdConfig`` runs the warp-specialized dK / dV kernel with the Triton
+    kernel's dQ role (``choose``'s tile) beside it, or with ``gluon_dq`` the Gluon dQ kernel."""
+    return runtime.pinned(_FORCED, config=config, splits=splits)
 
 
 @dataclass
@@ -175,17 +199,24 @@ def _launch_any(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, dq_only: 
 
 
 def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfig, dq_only: bool = False) -> None:
-    """The backward kernel; ``dq_only``: its dQ programs alone (the dK / dV role ran elsewhere)."""
+    """The backward kernel, and the head-subgroup sum where ``head_splits`` (or a forced count) splits the dK/dV
+    programs' heads; ``dq_only``: its dQ programs alone (the dK / dV role ran elsewhere)."""
     B, S_q, H, D = p.q.shape
     S_kv, H_kv = p.k.shape[1], p.k.shape[2]
     G = H // H_kv
     bh_kv = B * H_kv
-    num_dkdv = 0 if dq_only else triton.cdiv(S_kv, cfg.block_n1) * bh_kv
+    splits = 1 if dq_only else _FORCED.get("splits") or head_splits(cfg, B, S_q, S_kv, H, H_kv, p.is_causal,
+                                                                      runtime.num_sms())
+    if G % splits:
+        raise ValueError(f"GQABwd: splits must divide the group size {G}, got {splits}")
+    part = (torch.empty((2, splits, bh_kv, S_kv, D), dtype=torch.float32, device=p.q.device) if splits > 1
+            else delta)  # (never read with one subgroup)
+    num_dkdv = 0 if dq_only else triton.cdiv(S_kv, cfg.block_n1) * bh_kv * splits
     num_q_blocks = triton.cdiv(S_q * G, cfg.block_m2)
     grid = (num_dkdv if not p.deterministic else num_dkdv + num_q_blocks * bh_kv,)
     gqa_bwd_kernel[grid](
-        p.q, p.k, p.v, p.do, p.lse, delta, p.dq, p.dk, p.dv, dq_acc,
-        S_q, S_kv, H, H_kv, G, num_dkdv, num_q_blocks, bh_kv,
+        p.q, p.k, p.v, p.do, p.lse, delta, p.dq, p.dk, p.dv, dq_acc, part,
+        S_q, S_kv, H, H_kv, G, splits, num_dkdv, num_q_blocks, bh_kv,
         p.sm_scale * LOG2E, p.sm_scale,
         *_bsh(p.q), *_bsh(p.k), *_bsh(p.v), *_bsh(p.do),
         p.lse.stride(0), p.lse.stride(1),
@@ -194,6 +225,11 @@ def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfi
         BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2,
         IS_CAUSAL=p.is_causal, EVEN_M1=S_q % cfg.block_m1 == 0, EVEN_N1=S_kv % cfg.block_n1 == 0,
         EVEN_N2=S_kv % cfg.block_n2 == 0,
-        ATOMIC_DQ=not p.deterministic, EXACT_DOT=runtime.interpreting(),
+        ATOMIC_DQ=not p.deterministic, PARTIAL=splits > 1, EXACT_DOT=runtime.interpreting(),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
+    if splits > 1:
+        gqa_bwd_head_sum_kernel[(triton.cdiv(S_kv, HEAD_SUM_ROWS), bh_kv)](
+            part, p.dk, p.dv, S_kv, H_kv, bh_kv, splits, p.sm_scale, *_bsh(p.dk), *_bsh(p.dv),
+            HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D), BLOCK_R=HEAD_SUM_ROWS, num_warps=4,
+        )
