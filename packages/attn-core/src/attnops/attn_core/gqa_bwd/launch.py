@@ -105,7 +105,10 @@ def head_splits(cfg: BwdConfig, batch: int, s_q: int, s_kv: int, heads: int, kv_
     where an even share of its 2 x 132 program slots is ~31 (H200: 0.74x cuDNN, while its MHA twin, 1024 short
     programs, runs 0.86x). The model: steps = G·q_blocks·programs (half under the causal mask), slots = SMs x
     programs per SM (two 4-warp or one 8-warp), split when the longest program is over ``SPLIT_OVER`` x the share.
-    Prediction, not yet timed: llama-70b-short 4 subgroups, 177 -> ~145 us; no other seed row splits."""
+    Since longest / share = 2·slots / programs under the causal mask, a split happens only with fewer programs than
+    2/3 of the slots, and s·programs stays near 2·slots / 1.5: the partial sums (8·s·programs·BLOCK_N1·D bytes)
+    stay under ~25 MB at D = 128 whatever the sequence. Prediction, not yet timed: llama-70b-short 4 subgroups,
+    177 -> ~145 us; no other seed row splits."""
     g = heads // kv_heads
     q_blocks = triton.cdiv(s_q, cfg.block_m1)
     programs = batch * kv_heads * triton.cdiv(s_kv, cfg.block_n1)
