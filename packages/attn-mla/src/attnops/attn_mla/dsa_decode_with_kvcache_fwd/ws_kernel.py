@@ -184,9 +184,10 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
             TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
             CHUNK: gl.constexpr):
     """Per work item: the selected rows of every tile by cp.async gathers (``_gather``) and the query heads by TMA
-    (``_load_queries``) after the item's first ring fill. Why after: those first tiles wait only for the slots of
-    the previous item's last tiles, the queries for its last scores; loaded first, they would hold the tiles
-    back."""
+    (``_load_queries``): a program's first queries before their item's tiles (nothing to wait for: issued after
+    the first ring fill they reached the consumers ~4 tile gathers late), later ones after their item's first ring
+    fill (those tiles wait only for the slots of the previous item's last tiles, the queries for its last scores;
+    loaded first, they would hold the tiles back)."""
     r0 = 0  # ring position of the item's first tile
     n_q = 0  # items whose queries were loaded before this one
     for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
@@ -198,6 +199,9 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
         # Each tile's slot indices are loaded one tile ahead, before the wait for its slot: the index load (an L2
         # round trip) then overlaps the wait and the previous tile's copies instead of sitting between the slot
         # coming free and its gathers being issued (docs/perf/attn-mla.md, "DSA: where the 0.55-0.60x goes").
+        if (n_q == 0) & (n_tiles > 0):  # the program's first queries: nothing to wait for, so before its tiles
+            _load_queries(q_desc, qpe_desc, q_lo, q_hi, qpe_smem, q_ready, q_free, item, n_q, S, H, H_kv, group,
+                          head_blocks_per_kv, TAIL)
         lanes = gl.arange(0, BLOCK_N, layout=index_layout(CHUNK))
         idx = gl.load(idx_row + lanes, mask=lanes < count, other=0)
         for r in range(r0, r0 + n_tiles):
@@ -217,7 +221,7 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
             if TAIL > 0:
                 _gather(kpe_smem.index(slot), key_rows, 2 * HALF, sel, TAIL, TAIL)
             async_copy.mbarrier_arrive(k_ready.index(slot), increment_count=False)  # once this thread's copies land
-            if r - r0 == gl.minimum(n_tiles, STAGES) - 1:  # the item's first ring fill is issued
+            if (n_q > 0) & (r - r0 == gl.minimum(n_tiles, STAGES) - 1):  # the item's first ring fill is issued
                 _load_queries(q_desc, qpe_desc, q_lo, q_hi, qpe_smem, q_ready, q_free, item, n_q, S, H, H_kv, group,
                               head_blocks_per_kv, TAIL)
             idx = idx_next
