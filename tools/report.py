@@ -241,6 +241,10 @@ def floor_gap(op: str, name: str) -> str:
     where it is written up. Rows without an analysis say so."""
     core, mla = "docs/perf/attn-core.md", "docs/perf/attn-mla.md"
     serial = "no working warp specialization in Triton 3.6 (FA3 overlaps softmax with the MMA)"
+    if op == "GQABwd" and name == "llama-70b-short":
+        return ("its 128 dK/dV programs each walk all 8 heads of a KV head (up to 128 query steps against an even "
+                "share of ~31; the MHA twin runs 0.86x): bound by its longest programs. Head splits (attn-core "
+                f"0.3.16: 4 subgroups, fp32 partial sums) written after the device budget, not yet timed ({core})")
     if op == "GQABwd":
         return (f"7 MMA products per tile pair issued serially, {serial}; atomic dQ measured slower; the "
                 f"warp-specialized Gluon dK / dV + dQ kernels (attn-core 0.3.7) measured level with the Triton ones "
