@@ -196,12 +196,12 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
         n_tiles = gl.cdiv(count, BLOCK_N)
         kv_base = b.to(gl.int64) * stride_kb + g.to(gl.int64) * stride_kh
         idx_row = clean_ptr + row.to(gl.int64) * BLOCK_K
-        # Each tile's slot indices are loaded one tile ahead, before the wait for its slot: the index load (an L2
-        # round trip) then overlaps the wait and the previous tile's copies instead of sitting between the slot
-        # coming free and its gathers being issued (docs/perf/attn-mla.md, "DSA: where the 0.55-0.60x goes").
         if (n_q == 0) & (n_tiles > 0):  # the program's first queries: nothing to wait for, so before its tiles
             _load_queries(q_desc, qpe_desc, q_lo, q_hi, qpe_smem, q_ready, q_free, item, n_q, S, H, H_kv, group,
                           head_blocks_per_kv, TAIL)
+        # Each tile's slot indices are loaded one tile ahead, before the wait for its slot: the index load (an L2
+        # round trip) then overlaps the wait and the previous tile's copies instead of sitting between the slot
+        # coming free and its gathers being issued (docs/perf/attn-mla.md, "DSA: where the 0.55-0.60x goes").
         lanes = gl.arange(0, BLOCK_N, layout=index_layout(CHUNK))
         idx = gl.load(idx_row + lanes, mask=lanes < count, other=0)
         for r in range(r0, r0 + n_tiles):
@@ -237,9 +237,9 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
     """Grid: programs over ``n_items`` work items (head blocks per KV head x B·S·H_kv rows), program p taking items
     p, p + grid, ... (one each, or a persistent grid: the ring, query slot and hand-offs carry on from item to
     item, so the next item's keys and queries load during the last tiles and the stores of the one before).
-    ``q_desc``: q as ``[B·S·H, D + TAIL]`` in [64, 256]
-    boxes; ``qpe_desc``: the same rows in [64, TAIL] boxes (any descriptor when TAIL = 0). num_warps = 4
-    (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader: 4 warps)."""
+    ``q_desc``: q as ``[B·S·H, D + TAIL]`` in [64, 256] boxes; ``qpe_desc``: the same rows in [64, TAIL] boxes (any
+    descriptor when TAIL = 0). num_warps = 4 (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader:
+    4 warps)."""
     dtype: gl.constexpr = q_desc.dtype
     k_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HALF], dtype)
     # the queries as one-slot buffers (the alternating consumer reads them through a runtime index: latent_alt)
