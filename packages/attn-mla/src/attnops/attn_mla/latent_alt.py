@@ -143,10 +143,18 @@ def _release_theirs(p_theirs, empty, kv_free, r, STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _release_queries(q_free, RELEASE_Q: gl.constexpr):
+    """This warpgroup's last read of the queries has retired: one arrival on ``q_free`` (``RELEASE_Q``)."""
+    if RELEASE_Q:
+        mbarrier.arrive(q_free.index(0), count=1)
+
+
+@gluon.jit
 def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs, st_mine, st_theirs, full,
-                   empty, k_ready, kv_free, n0, end, n_tiles, r0, h_mine, h_theirs, qk_scale, WG: gl.constexpr,
-                   BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr, s_layout: gl.constexpr,
-                   o_layout: gl.constexpr, p_layout: gl.constexpr, GENERIC_COPIES: gl.constexpr):
+                   empty, k_ready, kv_free, q_free, n0, end, n_tiles, r0, h_mine, h_theirs, qk_scale,
+                   WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr,
+                   s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
+                   GENERIC_COPIES: gl.constexpr, RELEASE_Q: gl.constexpr):
     """Warpgroup WG's part of ``n_tiles`` >= 1 key blocks of the ring (keys n0, n0 + 1, ...; those >= end masked;
     ``qk_scale`` > 0): it scores blocks WG, WG + 2, ... and folds every block into its output columns (``k_half``: its
     latent half of the ring, the values). Returns (O [64, 256] f32 unnormalized, m, l in base 2), the same m and l
@@ -160,7 +168,10 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
     A persistent program calls this once per work item, the barriers' phases carried on: block b sits at ring
     position r0 + b, and ``h_mine`` / ``h_theirs`` hand-offs were published by this warpgroup / the other before
     (0, 0, 0 for a program's only item). With P in the rope slots only r0 = 0 is valid (the slot reasoning in the
-    module docstring needs each warpgroup's blocks on the same slot parity)."""
+    module docstring needs each warpgroup's blocks on the same slot parity). ``RELEASE_Q``: arrive once on
+    ``q_free`` [1] as soon as this warpgroup's last score wgmma has retired (or at once, with no block of its own),
+    so that a persistent loader can load the next item's queries during the last blocks' softmax, hand-offs and
+    P·V (an item's last block-time earlier than after the return)."""
     gl.static_assert(STAGES >= 2, "warpgroup 0 waits for block b's keys before it frees block b - 1's slot")
     gl.static_assert(p_mine.rank == 2 or STAGES == 2,
                      "P in the rope slots: kv_free guards the statistics only if a warpgroup's next block refills "
@@ -173,12 +184,17 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
     acc = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
     last = n_tiles - 1
     first = 0
+    if WG == 1:
+        if n_tiles == 1:  # no block of its own: it never reads the queries
+            _release_queries(q_free, RELEASE_Q)
     if WG == 0:  # block 0 has no block before it
         first = 1
         q_lo_0, q_hi_0, qpe_0 = _queries(q_lo, q_hi, qpe_smem, 0)
         s = _block_scores(q_lo_0, q_hi_0, qpe_0, k_lo, k_hi, kpe_smem, k_ready, r0, s_layout, BLOCK_N, STAGES,
                           HAS_PE, GENERIC_COPIES)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+        if n_tiles <= 2:  # block 0 was this warpgroup's only one
+            _release_queries(q_free, RELEASE_Q)
         p_op, alpha, m_i, l_i, row_sum = softmax_tile(s, n0, end, m_i, l_i, qk_scale, BLOCK_N, s_layout, p_layout,
                                                       o_layout, dtype)
         _publish(p_op, m_i, row_sum, p_mine, st_mine, full.index(WG), empty.index(WG), r0, h_mine, STAGES)
@@ -196,6 +212,8 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
         m_b, row_sum = _receive(st_theirs, full.index(OTHER), h_theirs + (b - 1) // 2, row_layout)
         acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, r - 1, o_layout, STAGES)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_b (its rope slot read); the other's P·V runs on
+        if b + 2 > last:  # this warpgroup's last block
+            _release_queries(q_free, RELEASE_Q)
         n_b = n0 + b * BLOCK_N
         p_op, alpha, m_i, l_i, row_sum = softmax_tile(s, n_b, end, m_i, l_i, qk_scale, BLOCK_N, s_layout, p_layout,
                                                       o_layout, dtype)

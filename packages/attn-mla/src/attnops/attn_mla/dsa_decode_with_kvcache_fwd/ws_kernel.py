@@ -109,11 +109,11 @@ def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_
             else:
                 h_mine = h1
                 h_theirs = h0
+            # (consume_blocks releases the queries after this warpgroup's last scores: RELEASE_Q)
             acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs,
-                                           st_mine, st_theirs, full, empty, k_ready, kv_free, 0, count, n_tiles, r0,
-                                           h_mine, h_theirs, qk_scale, WG, BLOCK_N, STAGES, HAS_PE, s_layout,
-                                           o_layout, wgmma_lhs_layout(HALF), True)
-            mbarrier.arrive(q_free.index(0), count=1)  # every wgmma reading the queries has retired
+                                           st_mine, st_theirs, full, empty, k_ready, kv_free, q_free, 0, count,
+                                           n_tiles, r0, h_mine, h_theirs, qk_scale, WG, BLOCK_N, STAGES, HAS_PE,
+                                           s_layout, o_layout, wgmma_lhs_layout(HALF), True, True)
             out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]  # l >= 1
         else:  # no valid slot: zeros (the loader copies nothing)
             out = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)

@@ -95,8 +95,9 @@ def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_
     start, end, n_tiles = _split_keys(n_kv, split_len, BLOCK_N)
     mbarrier.wait(q_ready.index(0), 0)
     acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs, st_mine,
-                                   st_theirs, full, empty, k_ready, kv_free, start, end, n_tiles, 0, 0, 0, qk_scale,
-                                   WG, BLOCK_N, STAGES, True, s_layout, o_layout, wgmma_lhs_layout(HALF), False)
+                                   st_theirs, full, empty, k_ready, kv_free, kv_free, start, end, n_tiles, 0, 0, 0,
+                                   qk_scale, WG, BLOCK_N, STAGES, True, s_layout, o_layout, wgmma_lhs_layout(HALF),
+                                   False, False)  # (no persistent loader: the queries are never released)
     _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_blocks_per_kv, n_splits, stride_ob,
            stride_oh, q_lo.dtype, WG, s_layout, o_layout, SPLIT)
 
