@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from attnops.kernel_utils import runtime
+from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.attention_fns import LOG2E
 
 from . import ws_launch
@@ -212,7 +212,7 @@ def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfi
                                                                       runtime.num_sms())
     if G % splits:
         raise ValueError(f"GQABwd: splits must divide the group size {G}, got {splits}")
-    part = (torch.empty((2, splits, bh_kv, S_kv, D), dtype=torch.float32, device=p.q.device) if splits > 1
+    part = (testing.kernel_buffer((2, splits, bh_kv, S_kv, D), torch.float32, p.q.device) if splits > 1
             else delta)  # (never read with one subgroup)
     num_dkdv = 0 if dq_only else triton.cdiv(S_kv, cfg.block_n1) * bh_kv * splits
     num_q_blocks = triton.cdiv(S_q * G, cfg.block_m2)
