@@ -40,6 +40,7 @@ from attnops.attn_core.gqa_bwd.kernel import (  # noqa: E402
 SM90_SMEM = 232448
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 F32_POINTERS = ("lse_ptr", "delta_ptr", "dq_acc_ptr", "part_ptr")
+I32_POINTERS = ("counter_ptr",)
 
 
 def compile_sm90(fn, dtype: str, constexprs: dict, num_warps: int, num_stages: int) -> dict:
@@ -48,7 +49,7 @@ def compile_sm90(fn, dtype: str, constexprs: dict, num_warps: int, num_stages: i
         if name in constexprs:
             sig[name] = "constexpr"
         elif name.endswith("_ptr"):
-            sig[name] = "*fp32" if name in F32_POINTERS else f"*{dtype}"
+            sig[name] = "*fp32" if name in F32_POINTERS else "*i32" if name in I32_POINTERS else f"*{dtype}"
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif name in ("scale_log2", "sm_scale"):
             sig[name] = "fp32"
@@ -86,6 +87,7 @@ def main() -> int:
     p.add_argument("--dims", type=int, nargs="*", default=[64, 128, 256])
     p.add_argument("--atomic-dq", action="store_true", help="the deterministic=False variant")
     p.add_argument("--partial", action="store_true", help="the head-split variant (dK / dV partial sums)")
+    p.add_argument("--fused-sum", action="store_true", help="with --partial: the last subgroup adds the partials")
     args = p.parse_args()
     dtypes = ("fp16", "bf16") if args.all else ("fp16",)
     variants = list(itertools.product((True, False), (True, False))) if args.all else [(True, True)]
@@ -94,7 +96,8 @@ def main() -> int:
         for cfg in bwd.configs_for(d):
             cx = dict(HEAD_DIM=d, BLOCK_D=triton.next_power_of_2(d), BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1,
                       BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, IS_CAUSAL=causal, EVEN_M1=even, EVEN_N1=even,
-                      EVEN_N2=even, ATOMIC_DQ=args.atomic_dq, PARTIAL=args.partial, EXACT_DOT=False)
+                      EVEN_N2=even, ATOMIC_DQ=args.atomic_dq, PARTIAL=args.partial,
+                      FUSED_SUM=args.fused_sum, EXACT_DOT=False)
             tag = f"{dt} D{d:<3d} {'causal' if causal else 'full  '} {'even ' if even else 'ragged'} {cfg.name:26s}"
             try:
                 r = compile_sm90(gqa_bwd_kernel, dt, cx, cfg.num_warps, cfg.num_stages)

@@ -1,7 +1,7 @@
 """Sweep the tile configs of the GQABwd kernel on the GPU, deterministic and with atomic dQ
 (``deterministic=False``, names ending ``-atomic``), and the warp-specialized dK / dV configs (``ws-dkdv-s*``,
 deterministic, at the head dims they serve), and the chosen config over every head-subgroup count
-(``-<n>-splits``): every variant's dq/dk/dv are checked against the
+(``-<n>-splits``, ``-fused``: the partials added in the kernel): every variant's dq/dk/dv are checked against the
 reference, then timed like the benchmark (device time, cold L2). Prints, per seed row, the config
 ``launch.choose`` picks and its time (deterministic), and the best variant found; writes JSON.
 
@@ -37,8 +37,11 @@ def main():
                      functools.partial(bwd.forced, cfg))
                     for cfg, det in itertools.product(bwd.configs_for(D), (True, False))]
         G = H // a["k"].shape[2]
-        variants += [(f"{chosen.name}-{s}-splits", SPEC.fn, functools.partial(bwd.forced, chosen, splits=s))
-                     for s in range(1, G + 1) if G % s == 0]  # the head subgroups of launch.head_splits
+        # the head subgroups of launch.head_splits, their partials added by the head-sum launch or (-fused) by each
+        # key block's last subgroup
+        variants += [(f"{chosen.name}-{s}-splits{'-fused' if fused else ''}", SPEC.fn,
+                      functools.partial(bwd.forced, chosen, splits=s, fused_sum=fused))
+                     for s in range(1, G + 1) if G % s == 0 for fused in ((False, True) if s > 1 else (False,))]
         if D in bwd_ws.HEAD_DIMS:
             variants += [(cfg.name, SPEC.fn, functools.partial(bwd.forced, cfg)) for cfg in bwd_ws.WS_CONFIGS]
         timed, failed = check_and_time(SPEC, case, expected, variants, args.iters, flush)

@@ -286,21 +286,23 @@ def test_atomic_dq_autograd_and_tolerance():
 )
 def test_head_splits_interpreter(is_causal, s_q, s_kv):
     """dK/dV programs over subgroups of the G heads (``head_splits``), their fp32 partial sums added by
-    ``gqa_bwd_head_sum_kernel``: 2 and G subgroups of an 8:1 and a 4:2 group (two KV heads, two batch elements),
-    the first and the short config, both dQ modes; a split count that does not divide G is refused."""
+    ``gqa_bwd_head_sum_kernel`` or by each key block's last subgroup (``fused_sum``): 2 and G subgroups of an 8:1
+    and a 4:2 group (two KV heads, two batch elements), the first and the short config, both dQ modes; a split count
+    that does not divide G is refused."""
     for heads, splits in (((8, 1), 2), ((8, 1), 8), ((8, 2), 2)):
         case = make_case(GQA, DEV, shrink=True, seed=21, batch=2, s_q=s_q, s_kv=s_kv, heads=heads, head_dim=64,
                          is_causal=is_causal)
-        fns = {f"config {cfg.name}, {splits} splits, {mode}": functools.partial(_split_call, cfg, splits, fn)
+        fns = {f"config {cfg.name}, {splits} splits, {mode}, fused sum {fused}":
+               functools.partial(_split_call, cfg, splits, fn, fused)
                for cfg in (bwd.configs_for(64)[0], bwd.configs_for(64)[-1])
-               for mode, fn in (("deterministic", gqa_bwd), ("atomic dQ", ATOMIC))}
+               for mode, fn in (("deterministic", gqa_bwd), ("atomic dQ", ATOMIC)) for fused in (False, True)}
         SPEC.check_each(case, fns)
     with pytest.raises(ValueError, match="splits must divide the group size 4, got 3"):
         _split_call(bwd.configs_for(64)[0], 3, gqa_bwd, **case.inputs)
 
 
-def _split_call(cfg, splits, fn, **inputs):
-    with bwd.forced(cfg, splits=splits):
+def _split_call(cfg, splits, fn, fused_sum=False, **inputs):
+    with bwd.forced(cfg, splits=splits, fused_sum=fused_sum):
         return fn(**inputs)
 
 
@@ -317,11 +319,17 @@ def test_head_split_rule():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fused_sum", [False, True], ids=["head-sum-launch", "fused-sum"])
 @pytest.mark.parametrize("splits", [1, 2, 4, 8])
-def test_head_splits_full_size_gpu(splits):
-    """llama-70b-short at full size (the row the split rule is for) with every subgroup count, bf16."""
+def test_head_splits_full_size_gpu(splits, fused_sum):
+    """llama-70b-short at full size (the row the split rule is for) with every subgroup count and both ways of
+    adding the partials, bf16; twice in a row (the fused sum's counters must be back at 0) and bitwise equal."""
     case = make_case(ROWS["llama-70b-short/bf16"], DEV, shrink=False, seed=23)
-    SPEC.check(case, functools.partial(_split_call, bwd.SHORT_CONFIGS[128], splits, gqa_bwd))
+    fn = functools.partial(_split_call, bwd.SHORT_CONFIGS[128], splits, gqa_bwd, fused_sum)
+    first = SPEC.check(case, fn)
+    again = case.fresh().run(fn)
+    for name in ("dq", "dk", "dv"):
+        testing.assert_bitwise(name, first[name], again[name])
 
 
 def test_config_choice():
@@ -380,9 +388,9 @@ def test_empty_shapes():
 
 def test_kernels_compile_for_sm90():
     """The GQABwd variants (deterministic, atomic dQ: wgmma, cp.async, vectorized fp32 atomics; head-split partial
-    sums, and the head-sum kernel) through Triton's sm_90 pipeline and ptxas offline, every D = 128 config: no
-    compile error, shared memory fits."""
-    for extra in ((), ("--atomic-dq",), ("--partial",)):
+    sums added by the head-sum kernel or by the last subgroup) through Triton's sm_90 pipeline and ptxas offline,
+    every D = 128 config: no compile error, shared memory fits."""
+    for extra in ((), ("--atomic-dq",), ("--partial",), ("--partial", "--fused-sum")):
         listing = run_offline_compile(__file__, "sm90_compile_gqa_bwd", "--dims", "128", *extra)
         assert "COMPILE ERROR" not in listing and "OVER SMEM" not in listing, listing
         assert "head sum D128" in listing, listing

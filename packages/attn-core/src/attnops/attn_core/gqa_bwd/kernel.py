@@ -185,19 +185,20 @@ def _dq_tiles(
 
 @triton.jit
 def _dkdv_program(
-    pid, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr,
+    pid, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr, counter_ptr,
     S_q, S_kv, H, H_kv, G, head_splits, BH_kv, scale_log2, sm_scale,
     stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
     stride_dob, stride_dot, stride_doh, stride_lb, stride_lh,
     stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-    PARTIAL: tl.constexpr, EXACT_DOT: tl.constexpr,
+    PARTIAL: tl.constexpr, FUSED_SUM: tl.constexpr, EXACT_DOT: tl.constexpr,
 ):
     """dK, dV of key block ``pid // (head_splits·BH_kv)`` of one (batch element, KV head), summed over one of the
     ``head_splits`` equal subgroups of its G heads. ``PARTIAL`` (head_splits > 1): the unscaled fp32 sums go to
-    ``part_ptr`` (``[2, head_splits, B·H_kv, S_kv, HEAD_DIM]``: dK then dV) for ``gqa_bwd_head_sum_kernel``;
-    else dK, dV are stored."""
+    ``part_ptr`` (``[2, head_splits, B·H_kv, S_kv, HEAD_DIM]``: dK then dV) for ``gqa_bwd_head_sum_kernel`` or,
+    ``FUSED_SUM``, for the key block's last subgroup program to finish (its ``counter_ptr`` entry of
+    ``[cdiv(S_kv, BLOCK_N), B·H_kv]`` int32 zeros, back to 0 after it); else dK, dV are stored."""
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
     EVEN_D: tl.constexpr = BLOCK_D == HEAD_DIM
@@ -257,16 +258,41 @@ def _dkdv_program(
                              tl.maximum(end, mid), S_q, heads, S_kv, BLOCK_M, EVEN_D, True, IS_CAUSAL, ATOMIC_DQ,
                              KEYS_RAGGED, EXACT_DOT)
     if PARTIAL:
-        rows = (sub.to(tl.int64) * BH_kv + rem) * S_kv + n64
-        part = part_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :]
-        tl.store(part, dk, mask=kv_mask)
-        tl.store(part + head_splits.to(tl.int64) * BH_kv * S_kv * HEAD_DIM, dv, mask=kv_mask)
+        split_elems = BH_kv.to(tl.int64) * S_kv * HEAD_DIM
+        part0 = part_ptr + (rem.to(tl.int64) * S_kv + n64)[:, None] * HEAD_DIM + offs_d[None, :]  # subgroup 0's
+        tl.store(part0 + sub * split_elems, dk, mask=kv_mask)
+        tl.store(part0 + (head_splits + sub) * split_elems, dv, mask=kv_mask)
+        if FUSED_SUM:  # the key block's last subgroup to finish adds them all (no head-sum launch)
+            tl.debug_barrier()  # every thread's partial is written before the arrival is released
+            counter = counter_ptr + blk * BH_kv + rem
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            if arrived == head_splits - 1:  # every other subgroup's partial is visible
+                tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+                dk = _sum_subgroups(part0, split_elems, head_splits, kv_mask, BLOCK_N, BLOCK_D)
+                dk_rows = b64 * stride_dkb + kvh64 * stride_dkh + n64 * stride_dkt
+                tl.store(dk_ptr + dk_rows[:, None] + offs_d[None, :], (dk * sm_scale).to(dk_ptr.dtype.element_ty),
+                         mask=kv_mask)
+                dv = _sum_subgroups(part0 + head_splits * split_elems, split_elems, head_splits, kv_mask, BLOCK_N,
+                                    BLOCK_D)
+                dv_rows = b64 * stride_dvb + kvh64 * stride_dvh + n64 * stride_dvt
+                tl.store(dv_ptr + dv_rows[:, None] + offs_d[None, :], dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
     else:
         dk = dk * sm_scale
         tl.store(dk_ptr + b64 * stride_dkb + kvh64 * stride_dkh + n64[:, None] * stride_dkt + offs_d[None, :],
                  dk.to(dk_ptr.dtype.element_ty), mask=kv_mask)
         tl.store(dv_ptr + b64 * stride_dvb + kvh64 * stride_dvh + n64[:, None] * stride_dvt + offs_d[None, :],
                  dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def _sum_subgroups(part, split_elems, head_splits, mask, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The unscaled fp32 partial sums of ``head_splits`` subgroups added in subgroup order (the same rounding
+    whoever adds them): ``part`` points at subgroup 0's rows, subgroup j's are ``j·split_elems`` further. (dK and
+    dV one after the other: both at once spilled in the dK/dV program's epilogue.)"""
+    acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
+    for sub in range(head_splits):
+        acc += tl.load(part + sub * split_elems, mask=mask, other=0.0)
+    return acc
 
 
 @triton.jit
@@ -287,13 +313,10 @@ def gqa_bwd_head_sum_kernel(
     mask = (n < S_kv)[:, None] & (offs_d < HEAD_DIM)[None, :]
     part = part_ptr + (rem.to(tl.int64) * S_kv + n64)[:, None] * HEAD_DIM + offs_d[None, :]
     split_elems = BH_kv.to(tl.int64) * S_kv * HEAD_DIM
-    dk = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
-    dv = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
-    for sub in range(head_splits):
-        dk += tl.load(part + sub * split_elems, mask=mask, other=0.0)
-        dv += tl.load(part + (head_splits + sub) * split_elems, mask=mask, other=0.0)
+    dk = _sum_subgroups(part, split_elems, head_splits, mask, BLOCK_R, BLOCK_D)
     tl.store(dk_ptr + b64 * stride_dkb + kvh64 * stride_dkh + n64[:, None] * stride_dkt + offs_d[None, :],
              (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=mask)
+    dv = _sum_subgroups(part + head_splits * split_elems, split_elems, head_splits, mask, BLOCK_R, BLOCK_D)
     tl.store(dv_ptr + b64 * stride_dvb + kvh64 * stride_dvh + n64[:, None] * stride_dvt + offs_d[None, :],
              dv.to(dv_ptr.dtype.element_ty), mask=mask)
 
@@ -353,7 +376,7 @@ def _dq_program(
 
 @triton.jit
 def gqa_bwd_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr, counter_ptr,
     S_q, S_kv, H, H_kv, G, head_splits, num_dkdv, num_q_blocks, BH_kv,
     scale_log2, sm_scale,
     stride_qb, stride_qt, stride_qh,
@@ -367,14 +390,14 @@ def gqa_bwd_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
     IS_CAUSAL: tl.constexpr, EVEN_M1: tl.constexpr, EVEN_N1: tl.constexpr, EVEN_N2: tl.constexpr,
-    ATOMIC_DQ: tl.constexpr, PARTIAL: tl.constexpr, EXACT_DOT: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr, PARTIAL: tl.constexpr, FUSED_SUM: tl.constexpr, EXACT_DOT: tl.constexpr,
 ):
     """1-D grid of ``num_dkdv + num_q_blocks·B·H_kv`` programs (``BH_kv = B·H_kv``).
 
     Programs ``[0, num_dkdv)``: key block ``pid // (head_splits·BH_kv)`` (block 0 first: under the causal mask
     it sees the most queries) over one of ``head_splits`` subgroups of the G heads, tiles ``BLOCK_N1`` keys ×
     ``BLOCK_M1`` queries; ``PARTIAL`` (head_splits > 1): fp32 partial sums into ``part_ptr``, summed by
-    ``gqa_bwd_head_sum_kernel``. The rest: packed query block
+    ``gqa_bwd_head_sum_kernel`` or (``FUSED_SUM``, counters at ``counter_ptr``) by the last subgroup to finish. The rest: packed query block
     ``num_q_blocks − 1 − p // BH_kv`` (last first), tiles ``BLOCK_M2`` rows × ``BLOCK_N2`` keys.
     ``lse``: ``[B, H, S_q]`` f32 base 2 (strides ``stride_l*``, last dim contiguous); ``delta``:
     ``[B, H, S_q]`` f32 contiguous. Causal is bottom-right: query i sits at key position
@@ -385,12 +408,13 @@ def gqa_bwd_kernel(
     pid = tl.program_id(0)
     if pid < num_dkdv:
         _dkdv_program(
-            pid, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr,
+            pid, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr, counter_ptr,
             S_q, S_kv, H, H_kv, G, head_splits, BH_kv, scale_log2, sm_scale,
             stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
             stride_dob, stride_dot, stride_doh, stride_lb, stride_lh,
             stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
-            HEAD_DIM, BLOCK_D, BLOCK_M1, BLOCK_N1, IS_CAUSAL, EVEN_M1, EVEN_N1, ATOMIC_DQ, PARTIAL, EXACT_DOT,
+            HEAD_DIM, BLOCK_D, BLOCK_M1, BLOCK_N1, IS_CAUSAL, EVEN_M1, EVEN_N1, ATOMIC_DQ, PARTIAL, FUSED_SUM,
+            EXACT_DOT,
         )
     elif not ATOMIC_DQ:
         _dq_program(

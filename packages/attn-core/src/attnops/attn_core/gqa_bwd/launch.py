@@ -63,6 +63,9 @@ HEAD_SUM_ROWS = 32  # key rows per program of gqa_bwd_head_sum_kernel
 # even share of all programs' query steps, into the fewest subgroups that bring it under SPLIT_TO x that share.
 SPLIT_OVER = 3.0
 SPLIT_TO = 1.5
+# Head splits' partial sums added by the last subgroup program of each key block (``FUSED_SUM`` in the kernel:
+# no head-sum launch) instead of gqa_bwd_head_sum_kernel: off until an H200 sweep compares them.
+FUSED_SUM_DEFAULT = False
 
 
 def _dim_class(head_dim: int) -> int:
@@ -123,11 +126,13 @@ _FORCED: dict[str, BwdConfig | ws_launch.WsBwdConfig | int] = {}
 _TOO_BIG: set[BwdConfig] = set()  # configs that did not fit this GPU's shared memory
 
 
-def forced(config: BwdConfig | ws_launch.WsBwdConfig | None = None, splits: int | None = None):
-    """Pin the tile config (and / or ``splits``, the head subgroups of ``head_splits``) of every backward launch
-    inside the block (tests, sweeps). A ``WsBwdConfig`` runs the warp-specialized dK / dV kernel with the Triton
-    kernel's dQ role (``choose``'s tile) beside it, or with ``gluon_dq`` the Gluon dQ kernel."""
-    return runtime.pinned(_FORCED, config=config, splits=splits)
+def forced(config: BwdConfig | ws_launch.WsBwdConfig | None = None, splits: int | None = None,
+           fused_sum: bool | None = None):
+    """Pin the tile config (and / or ``splits``, the head subgroups of ``head_splits``, and ``fused_sum``, who adds
+    their partial sums: ``FUSED_SUM_DEFAULT``) of every backward launch inside the block (tests, sweeps). A
+    ``WsBwdConfig`` runs the warp-specialized dK / dV kernel with the Triton kernel's dQ role (``choose``'s tile)
+    beside it, or with ``gluon_dq`` the Gluon dQ kernel."""
+    return runtime.pinned(_FORCED, config=config, splits=splits, fused_sum=fused_sum)
 
 
 @dataclass
@@ -214,11 +219,14 @@ def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfi
         raise ValueError(f"GQABwd: splits must divide the group size {G}, got {splits}")
     part = (testing.kernel_buffer((2, splits, bh_kv, S_kv, D), torch.float32, p.q.device) if splits > 1
             else delta)  # (never read with one subgroup)
-    num_dkdv = 0 if dq_only else triton.cdiv(S_kv, cfg.block_n1) * bh_kv * splits
+    fused_sum = splits > 1 and bool(_FORCED.get("fused_sum", FUSED_SUM_DEFAULT))
+    key_blocks = triton.cdiv(S_kv, cfg.block_n1)
+    counters = runtime.arrival_counters(p.q.device, key_blocks * bh_kv) if fused_sum else delta
+    num_dkdv = 0 if dq_only else key_blocks * bh_kv * splits
     num_q_blocks = triton.cdiv(S_q * G, cfg.block_m2)
     grid = (num_dkdv if not p.deterministic else num_dkdv + num_q_blocks * bh_kv,)
     gqa_bwd_kernel[grid](
-        p.q, p.k, p.v, p.do, p.lse, delta, p.dq, p.dk, p.dv, dq_acc, part,
+        p.q, p.k, p.v, p.do, p.lse, delta, p.dq, p.dk, p.dv, dq_acc, part, counters,
         S_q, S_kv, H, H_kv, G, splits, num_dkdv, num_q_blocks, bh_kv,
         p.sm_scale * LOG2E, p.sm_scale,
         *_bsh(p.q), *_bsh(p.k), *_bsh(p.v), *_bsh(p.do),
@@ -228,10 +236,10 @@ def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfi
         BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2,
         IS_CAUSAL=p.is_causal, EVEN_M1=S_q % cfg.block_m1 == 0, EVEN_N1=S_kv % cfg.block_n1 == 0,
         EVEN_N2=S_kv % cfg.block_n2 == 0,
-        ATOMIC_DQ=not p.deterministic, PARTIAL=splits > 1, EXACT_DOT=runtime.interpreting(),
+        ATOMIC_DQ=not p.deterministic, PARTIAL=splits > 1, FUSED_SUM=fused_sum, EXACT_DOT=runtime.interpreting(),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    if splits > 1:
+    if splits > 1 and not fused_sum:
         gqa_bwd_head_sum_kernel[(triton.cdiv(S_kv, HEAD_SUM_ROWS), bh_kv)](
             part, p.dk, p.dv, S_kv, H_kv, bh_kv, splits, p.sm_scale, *_bsh(p.dk), *_bsh(p.dv),
             HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D), BLOCK_R=HEAD_SUM_ROWS, num_warps=4,
