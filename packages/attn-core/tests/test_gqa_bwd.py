@@ -4,6 +4,7 @@ pair (forward lse, autograd end to end), edge cases (GQA ratios, head dims, S_q 
 strided views, empty shapes) and bad input."""
 
 import functools
+import random
 import zlib
 
 import pytest
@@ -304,6 +305,19 @@ def test_head_splits_interpreter(is_causal, s_q, s_kv):
 def _split_call(cfg, splits, fn, fused_sum=False, **inputs):
     with bwd.forced(cfg, splits=splits, fused_sum=fused_sum):
         return fn(**inputs)
+
+
+@pytest.mark.parametrize("seed", range(200, 216))
+def test_head_splits_fuzz(seed):
+    """Fuzzed shapes (``SPEC.fuzz``: batch, lengths, GQA ratio, head dim, causal, scale) with a subgroup count drawn
+    from the divisors of G, either way of adding the partials and either dQ mode."""
+    case = SPEC.fuzz(seed, DEV)
+    g = case.inputs["q"].shape[2] // case.inputs["k"].shape[2]
+    pick = random.Random(seed)
+    splits = pick.choice([d for d in range(1, g + 1) if g % d == 0])
+    fn = pick.choice([gqa_bwd, ATOMIC])
+    with bwd.forced(splits=splits, fused_sum=pick.random() < 0.5):
+        SPEC.check(case, fn)
 
 
 def test_head_split_rule():
