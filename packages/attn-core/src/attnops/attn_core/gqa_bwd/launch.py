@@ -167,6 +167,9 @@ def launch(p: Problem) -> None:
     refused = ws_launch.refusal(p) if ws else None
     if refused:
         raise ValueError(f"config {ws.name}: the warp-specialized dK / dV kernel cannot serve this call: {refused}")
+    G = H // p.k.shape[2]
+    if G % (_FORCED.get("splits") or 1):
+        raise ValueError(f"GQABwd: splits must divide the group size {G}, got {_FORCED['splits']}")
     if B == 0 or S_q == 0 or S_kv == 0:
         return
     block_d = triton.next_power_of_2(D)
@@ -215,8 +218,6 @@ def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfi
     bh_kv = B * H_kv
     splits = 1 if dq_only else _FORCED.get("splits") or head_splits(cfg, B, S_q, S_kv, H, H_kv, p.is_causal,
                                                                       runtime.num_sms())
-    if G % splits:
-        raise ValueError(f"GQABwd: splits must divide the group size {G}, got {splits}")
     part = (testing.kernel_buffer((2, splits, bh_kv, S_kv, D), torch.float32, p.q.device) if splits > 1
             else delta)  # (never read with one subgroup)
     fused_sum = splits > 1 and bool(_FORCED.get("fused_sum", FUSED_SUM_DEFAULT))

@@ -45,14 +45,28 @@ def _item(item, S, H_kv, group, head_blocks_per_kv):
 
 
 @gluon.jit
-def _out_ptrs(out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG: gl.constexpr,
-              o_layout: gl.constexpr):
-    """(pointers, mask) of latent columns [256·WG, +256) of the program's heads in the output."""
+def _item_tiles(item, count_ptr, S, H_kv, group, head_blocks_per_kv, BLOCK_N: gl.constexpr):
+    """``_item``'s values, then the row's valid slot count and its tiles of BLOCK_N slots."""
+    row, b, s, g, head0, local0 = _item(item, S, H_kv, group, head_blocks_per_kv)
+    count = gl.load(count_ptr + row)
+    return row, b, s, g, head0, local0, count, gl.cdiv(count, BLOCK_N)
+
+
+@gluon.jit
+def _normalized(acc, l_i, o_layout: gl.constexpr):
+    """O / l of a consumer's rows (l >= 1: every item with a tile has a visible key)."""
+    return acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+
+
+@gluon.jit
+def _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG: gl.constexpr,
+                o_layout: gl.constexpr):
+    """Store ``out`` [64, 256] f32 as latent columns [256·WG, +256) of the item's heads (those of its group)."""
     local = local0 + gl.arange(0, HEADS, layout=gl.SliceLayout(1, o_layout))
     cols = WG * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, o_layout))
     ptrs = (out_ptr + b.to(gl.int64) * stride_ob + s.to(gl.int64) * stride_os
             + (g * group + local).to(gl.int64)[:, None] * stride_oh + cols[None, :])
-    return ptrs, (local < group)[:, None]
+    gl.store(ptrs, out.to(out_ptr.dtype.element_ty), mask=(local < group)[:, None])
 
 
 @gluon.jit
@@ -66,20 +80,18 @@ def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, q_free,
     r0 = 0  # ring position of the item's first tile
     n_q = 0  # items whose queries were loaded before this one
     for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
-        row, b, s, g, head0, local0 = _item(item, S, H_kv, group, head_blocks_per_kv)
-        count = gl.load(count_ptr + row)
-        n_tiles = gl.cdiv(count, BLOCK_N)
+        row, b, s, g, head0, local0, count, n_tiles = _item_tiles(item, count_ptr, S, H_kv, group,
+                                                                  head_blocks_per_kv, BLOCK_N)
         if n_tiles > 0:
             mbarrier.wait(q_ready.index(0), n_q & 1)
             acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, mine, theirs, k_ready,
                                          kv_free, xchg, 0, count, n_tiles, r0, qk_scale, WG, BLOCK_N, STAGES, HAS_PE,
                                          s_layout, o_layout, wgmma_lhs_layout(HALF), True)
             mbarrier.arrive(q_free.index(0), count=1)  # every wgmma reading the queries has retired
-            out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]  # l >= 1
+            out = _normalized(acc, l_i, o_layout)
         else:  # no valid slot: zeros (the loader copies nothing)
             out = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
-        ptrs, mask = _out_ptrs(out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG, o_layout)
-        gl.store(ptrs, out.to(q_half.dtype), mask=mask)
+        _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG, o_layout)
         r0 += n_tiles
         n_q += (n_tiles > 0).to(gl.int32)
 
@@ -98,9 +110,8 @@ def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_
     h0 = 0  # hand-offs published so far by warpgroup 0 (it scores each item's tiles 0, 2, ...)
     h1 = 0  # and by warpgroup 1 (tiles 1, 3, ...)
     for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
-        row, b, s, g, head0, local0 = _item(item, S, H_kv, group, head_blocks_per_kv)
-        count = gl.load(count_ptr + row)
-        n_tiles = gl.cdiv(count, BLOCK_N)
+        row, b, s, g, head0, local0, count, n_tiles = _item_tiles(item, count_ptr, S, H_kv, group,
+                                                                  head_blocks_per_kv, BLOCK_N)
         if n_tiles > 0:
             mbarrier.wait(q_ready.index(0), n_q & 1)
             if WG == 0:
@@ -114,12 +125,11 @@ def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_
                                            st_mine, st_theirs, full, empty, k_ready, kv_free, q_free, 0, count,
                                            n_tiles, r0, h_mine, h_theirs, qk_scale, WG, BLOCK_N, STAGES, HAS_PE,
                                            s_layout, o_layout, wgmma_lhs_layout(HALF), True, True)
-            out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]  # l >= 1
+            out = _normalized(acc, l_i, o_layout)
         else:  # no valid slot: zeros (the loader copies nothing)
             out = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
-        # (the output pointers made after the loop: live across it they took registers the consumer needs)
-        ptrs, mask = _out_ptrs(out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG, o_layout)
-        gl.store(ptrs, out.to(q_lo.dtype), mask=mask)
+        # (the output pointers made after the tiles: live across them they took registers the consumer needs)
+        _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG, o_layout)
         r0 += n_tiles
         n_q += (n_tiles > 0).to(gl.int32)
         h0 += (n_tiles + 1) // 2
@@ -165,7 +175,7 @@ def _load_queries(q_desc, qpe_desc, q_lo, q_hi, qpe_smem, q_ready, q_free, item,
                   head_blocks_per_kv, TAIL: gl.constexpr):
     """Work item ``item``'s 64 query heads by TMA (latent halves and the rope tail) into the one query slot, once
     both consumers have retired the previous item's scores (``n_q``: items whose queries were loaded before)."""
-    row, b, s, g, head0, _ = _item(item, S, H_kv, group, head_blocks_per_kv)  # (recomputed: the loader has 40 regs)
+    row, b, s, g, head0, _ = _item(item, S, H_kv, group, head_blocks_per_kv)  # (recomputed: fewer values live)
     q_row = (b * S + s) * H + head0
     mbarrier.wait(q_free.index(0), (n_q & 1) ^ 1)  # a fresh barrier passes parity 1
     ready = q_ready.index(0)
@@ -191,9 +201,8 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
     r0 = 0  # ring position of the item's first tile
     n_q = 0  # items whose queries were loaded before this one
     for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
-        row, b, s, g, head0, _ = _item(item, S, H_kv, group, head_blocks_per_kv)
-        count = gl.load(count_ptr + row)
-        n_tiles = gl.cdiv(count, BLOCK_N)
+        row, b, s, g, head0, _, count, n_tiles = _item_tiles(item, count_ptr, S, H_kv, group, head_blocks_per_kv,
+                                                             BLOCK_N)
         kv_base = b.to(gl.int64) * stride_kb + g.to(gl.int64) * stride_kh
         idx_row = clean_ptr + row.to(gl.int64) * BLOCK_K
         if (n_q == 0) & (n_tiles > 0):  # the program's first queries: nothing to wait for, so before its tiles
