@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import statistics
 
 import triton
@@ -77,9 +78,19 @@ def _ws_variants(case):
         (f"triton-{triton_cfg.name}", functools.partial(fwd.forced, config=triton_cfg)), ("default", None)]
 
 
+def _parse_config(name: str) -> fwd.FwdConfig:
+    """``m64n32w4s4[-tma]`` -> its FwdConfig (the inverse of ``FwdConfig.name`` for 16-bit configs)."""
+    m = re.fullmatch(r"m(\d+)n(\d+)w(\d+)s(\d+)(-tma)?", name)
+    if m is None:
+        raise ValueError(f"--extra: expected a config name like m64n32w4s4[-tma], got {name!r}")
+    return fwd.FwdConfig(*(int(g) for g in m.groups()[:4]), tma=m.group(5) is not None)
+
+
 def main():
     parser = sweep_arguments(__doc__.splitlines()[0], "tune-attn-core.json")
     parser.add_argument("--ws", action="store_true", help="time the Gluon warp-specialized kernel's configs")
+    parser.add_argument("--extra", default="", help="Triton tile configs to time beside the table's, by name "
+                        "(comma-separated, e.g. m64n32w4s4): candidates before they enter a table")
     args = parser.parse_args()
     flush = L2Flusher()
     results = []
@@ -99,7 +110,7 @@ def main():
                 print(f"    FAILED {key}: {why}", flush=True)
             continue
         D, G, max_q, _, fp8 = _shape(case)
-        cands = fwd.configs_for(D, max_q * G, fp8)
+        cands = fwd.configs_for(D, max_q * G, fp8) + tuple(_parse_config(n) for n in args.extra.split(",") if n)
         rope = case.inputs.get("pos_encoding_mode") == "rope" and not fp8
         variants = (
             (f"{cfg.name}/s{splits}" + ("+fused" if fused else "") + ("+keys-pre" if pre else ""), spec.fn,

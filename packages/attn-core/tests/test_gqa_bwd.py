@@ -322,14 +322,16 @@ def test_head_splits_fuzz(seed):
 
 def test_head_split_rule():
     """``head_splits`` on 132 SMs: llama-70b-short (128 programs of up to 128 query steps against an even share of
-    ~31) splits its 8 heads into 4; every other seed row keeps one subgroup (MHA rows always)."""
+    ~31) splits its 8 heads into 2 (256 programs: one wave of 2 x 132 slots); every other seed row keeps one
+    subgroup (MHA rows always)."""
     for w in SPEC.workloads:
         B, S, H, D = w.shape("q")
         H_kv = w.shape("k")[2]
         cfg = bwd.choose(D, B, S, S, H, H_kv, True, 132)
         got = bwd.head_splits(cfg, B, S, S, H, H_kv, True, 132)
-        assert got == (4 if w.name == "llama-70b-short" else 1), (w.id, got)
-    assert bwd.head_splits(bwd.SHORT_CONFIGS[128], 1, 512, 512, 64, 1, True, 132) == 64  # one KV head: all split
+        assert got == (2 if w.name == "llama-70b-short" else 1), (w.id, got)
+    # one KV head, 8 key blocks: 32 subgroups (256 programs), the largest divisor of 64 that fits 264 slots
+    assert bwd.head_splits(bwd.SHORT_CONFIGS[128], 1, 512, 512, 64, 1, True, 132) == 32
 
 
 @pytest.mark.gpu

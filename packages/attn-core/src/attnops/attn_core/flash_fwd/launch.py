@@ -55,11 +55,16 @@ class FwdConfig:
 # 8-warp 128x64 one on all 12 prefill rows timed: llama-8b-uniform 48.7 -> 44.5 us, q-lt-kv 67.0 -> 65.6,
 # llama-70b-q-lt-kv 125.7 -> 125.2, long-w1024 321 -> 314 / 617 -> 599, uniform-rope with the key pre-pass
 # 62.3 -> 56.3 (97 us with in-loop RoPE: the pre-pass is the default on prefill shapes).
+# Since attn-core 0.3.17 the 4-warp 64x32 tile: 147-168 registers (offline sm_90, 16-bit, with sinks / softcap) and
+# 64 KB, so three programs per SM instead of two, and 32-key tiles fit a window's edges closer. H200 (2026-12-03,
+# benchmarks/results/h200/20261203-1819-tune-short-m64n32.json, bf16): llama-70b-short-w256 73.0 -> 64.1 us,
+# llama-8b-short-w256 41.3 -> 37.5, llama-8b-uniform 45.0 -> 43.2 (that row runs the warp-specialized kernel, 41.1);
+# the 64x32 tile with 4 slots (two per SM) was level with 64x64 (73.6 on the 70b row).
 PREFILL_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
     64: (FwdConfig(128, 64, 4, 3), FwdConfig(128, 128, 8, 3), FwdConfig(128, 64, 8, 3), FwdConfig(64, 64, 4, 3),
          FwdConfig(128, 64, 8, 3, tma=True), FwdConfig(128, 128, 8, 3, tma=True)),
-    128: (FwdConfig(64, 64, 4, 3), FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 2), FwdConfig(128, 32, 8, 3),
-          FwdConfig(128, 64, 8, 3, tma=True), FwdConfig(128, 128, 8, 2, tma=True)),
+    128: (FwdConfig(64, 32, 4, 3), FwdConfig(64, 64, 4, 3), FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 2),
+          FwdConfig(128, 32, 8, 3), FwdConfig(128, 64, 8, 3, tma=True), FwdConfig(128, 128, 8, 2, tma=True)),
     256: (FwdConfig(128, 32, 8, 2), FwdConfig(128, 64, 8, 2), FwdConfig(128, 32, 8, 3), FwdConfig(64, 64, 4, 2),
           FwdConfig(128, 32, 8, 2, tma=True), FwdConfig(128, 64, 8, 2, tma=True)),
     512: (FwdConfig(64, 32, 8, 2), FwdConfig(64, 16, 8, 2), FwdConfig(32, 32, 4, 2)),

@@ -60,12 +60,13 @@ PREPROCESS_ROWS = 64
 CAST_BLOCK = 4096
 HEAD_SUM_ROWS = 32  # key rows per program of gqa_bwd_head_sum_kernel
 # Head splits (``head_splits``): split a dK/dV program's G heads when its longest program is over SPLIT_OVER x an
-# even share of all programs' query steps, into the fewest subgroups that bring it under SPLIT_TO x that share.
+# even share of all programs' query steps, into as many subgroups as one wave of program slots holds.
 SPLIT_OVER = 3.0
-SPLIT_TO = 1.5
 # Head splits' partial sums added by the last subgroup program of each key block (``FUSED_SUM`` in the kernel:
-# no head-sum launch) instead of gqa_bwd_head_sum_kernel: off until an H200 sweep compares them.
-FUSED_SUM_DEFAULT = False
+# no head-sum launch) instead of gqa_bwd_head_sum_kernel. H200, 2026-12-03 (benchmarks/results/h200/
+# 20261203-1819-tune-bwd-splits.json), llama-70b-short bf16: 2 subgroups 123.6 us with the head-sum launch, 118.9
+# fused; 4: 136.1 / 124.3; 8: 165.0 / 148.9; unsplit 180.6.
+FUSED_SUM_DEFAULT = True
 
 
 def _dim_class(head_dim: int) -> int:
@@ -107,19 +108,21 @@ def head_splits(cfg: BwdConfig, batch: int, s_q: int, s_kv: int, heads: int, kv_
     the grid is a few long programs: llama-70b-short (B 2, H_kv 8, G 8) runs 128 programs of up to 128 steps
     where an even share of its 2 x 132 program slots is ~31 (H200: 0.74x cuDNN, while its MHA twin, 1024 short
     programs, runs 0.86x). The model: steps = G·q_blocks·programs (half under the causal mask), slots = SMs x
-    programs per SM (two 4-warp or one 8-warp), split when the longest program is over ``SPLIT_OVER`` x the share.
+    programs per SM (two 4-warp or one 8-warp), split when the longest program is over ``SPLIT_OVER`` x the share,
+    into the most subgroups s whose s·programs still fit the slots (one wave: a second wave of split programs
+    costs more than the shorter programs gain, and the partial sums, 8·s·programs·BLOCK_N1·D bytes, grow with s).
     Since longest / share = 2·slots / programs under the causal mask, a split happens only with fewer programs than
-    2/3 of the slots, and s·programs stays near 2·slots / 1.5: the partial sums (8·s·programs·BLOCK_N1·D bytes)
-    stay under ~25 MB at D = 128 whatever the sequence. Prediction, not yet timed: llama-70b-short 4 subgroups,
-    177 -> ~145 us; no other seed row splits."""
+    2/3 of the slots. H200, 2026-12-03 (``FUSED_SUM_DEFAULT``'s sweep): llama-70b-short 2 subgroups 118.9 us, 4
+    124.3, unsplit 180.6 (the rule before this one chose 4: it modelled the longest program, not the wave); no
+    other seed row splits."""
     g = heads // kv_heads
     q_blocks = triton.cdiv(s_q, cfg.block_m1)
     programs = batch * kv_heads * triton.cdiv(s_kv, cfg.block_n1)
-    share = g * q_blocks * programs * (0.5 if is_causal else 1.0) / (sms * (2 if cfg.num_warps == 4 else 1))
-    longest = g * q_blocks
-    if longest <= SPLIT_OVER * share:
+    slots = sms * (2 if cfg.num_warps == 4 else 1)
+    share = g * q_blocks * programs * (0.5 if is_causal else 1.0) / slots
+    if g * q_blocks <= SPLIT_OVER * share:
         return 1
-    return next((d for d in range(2, g + 1) if g % d == 0 and longest / d <= SPLIT_TO * share), g)
+    return max(d for d in range(1, g + 1) if g % d == 0 and d * programs <= slots)
 
 
 _FORCED: dict[str, BwdConfig | ws_launch.WsBwdConfig | int] = {}
