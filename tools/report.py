@@ -241,10 +241,6 @@ def floor_gap(op: str, name: str) -> str:
     where it is written up. Rows without an analysis say so."""
     core, mla = "docs/perf/attn-core.md", "docs/perf/attn-mla.md"
     serial = "no working warp specialization in Triton 3.6 (FA3 overlaps softmax with the MMA)"
-    if op == "GQABwd" and name == "llama-70b-short":
-        return ("its 128 dK/dV programs each walk all 8 heads of a KV head (up to 128 query steps against an even "
-                "share of ~31; the MHA twin runs 0.86x): bound by its longest programs. Head splits (attn-core "
-                f"0.3.16: 4 subgroups, fp32 partial sums) written after the device budget, not yet timed ({core})")
     if op == "GQABwd":
         return (f"7 MMA products per tile pair issued serially, {serial}; atomic dQ measured slower; the "
                 f"warp-specialized Gluon dK / dV + dQ kernels (attn-core 0.3.7) measured level with the Triton ones "
@@ -255,9 +251,6 @@ def floor_gap(op: str, name: str) -> str:
         return ("window-128 rows: each query tile meets 2–3 key tiles, so its q load, epilogue and the launch "
                 f"dominate (hypothesis; FA3 13–24 µs; the ws paged layout swept 12 % slower) ({core})")
     if op in ("GQADenseFwd", "GQAVarlenFwd"):
-        if "short-w256" in name:
-            return ("the 256-key window leaves 384-key query blocks: the Triton tile runs them (73.4 µs), the "
-                    f"warp-specialized forward level with it at 73.5 (2026-12-03 sweep); FlashInfer 58-60 ({core})")
         if "fp8" in name:
             return ("fp8 on the warp-specialized forward (attn-core 0.3.15): Q·Kᵀ on fp8 wgmma gained nothing over "
                     f"16-bit products (98 against 99 µs on llama-70b-q-lt-kv): the tile is not Q·Kᵀ-bound ({core})")

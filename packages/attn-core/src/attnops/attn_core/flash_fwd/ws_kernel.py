@@ -207,11 +207,10 @@ def _pv_tail(p_op, acc, v_smem, v_ready, i, v_own, valid, STAGES: gl.constexpr, 
 
 @gluon.jit
 def _softmax(s, n0, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr, qk_scale, cap_scale, cap_log2,
-             BLOCK_N: gl.constexpr, p_layout: gl.constexpr, o_layout: gl.constexpr, s_layout: gl.constexpr,
-             dtype: gl.constexpr, SOFTCAP: gl.constexpr):
-    """Online-softmax step of the scores of key tile [n0, n0 + BLOCK_N): (P as the next wgmma's register
-    operand, the rows' rescale factor in the accumulator's layout, m, l). Only tiles outside the warpgroup's
-    all-visible range apply the mask (a uniform branch). The arithmetic is
+             BLOCK_N: gl.constexpr, o_layout: gl.constexpr, s_layout: gl.constexpr, SOFTCAP: gl.constexpr):
+    """Online-softmax step of the scores of key tile [n0, n0 + BLOCK_N): (P in fp32, in the scores' layout; the
+    rows' rescale factor in the accumulator's layout; m; l). ``_p_operand`` makes P the next wgmma's operand.
+    Only tiles outside the warpgroup's all-visible range apply the mask (a uniform branch). The arithmetic is
     ``kernel_utils.attention_fns.online_softmax_step``'s (``softcap_scores`` first with ``SOFTCAP``: then the
     scores are in base-2 units and the mask follows the cap), restated with the wgmma layouts (see _key_range)."""
     if SOFTCAP:  # cap_log2 · tanh(s · sm_scale / softcap), tanh from exp2 as attention_fns.tanh_f32
@@ -227,8 +226,13 @@ def _softmax(s, n0, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr, qk_scale,
     p = gl.exp2(s * qk_scale - m_safe[:, None])
     alpha = gl.exp2(m_i - m_safe)
     l_new = l_i * alpha + gl.sum(p, axis=1)
-    p_op = gl.convert_layout(p.to(dtype), p_layout)
-    return p_op, gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), m_new, l_new
+    return p, gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), m_new, l_new
+
+
+@gluon.jit
+def _p_operand(p, dtype: gl.constexpr, p_layout: gl.constexpr):
+    """P (fp32, scores' layout) as the P·V wgmma's register operand."""
+    return gl.convert_layout(p.to(dtype), p_layout)
 
 
 @gluon.jit
@@ -238,10 +242,12 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
               WG: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
               PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr, BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr,
-              HAS_SINK: gl.constexpr, SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr):
+              HAS_SINK: gl.constexpr, SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr,
+              HOLD_PV_WAIT: gl.constexpr):
     """Rows [m0 + 64·WG, +64) of each of the program's work tiles: every key tile of the block's range, then
     the store. ``OVERLAP`` (FA3's intra-warpgroup pipelining): S of tile j + 1 and P·V of tile j are in flight
-    while the softmax of tile j + 1 runs; else each tile's two wgmmas are waited for in turn. Paged layouts
+    while the softmax of tile j + 1 runs (``HOLD_PV_WAIT``: see the loop; without it ptxas waits for P·V first);
+    else each tile's two wgmmas are waited for in turn. Paged layouts
     (overlap configs only) take the last key tile's V through ``_pv_tail`` and ``v_scratch[WG]`` (or the ring slot
     itself, ``TAIL_IN_PLACE``). ``PINGPONG``
     (overlap configs only): each round of wgmma issues (a tile's first S; S of j + 1 with P·V of j; the last
@@ -293,9 +299,10 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                     _turn_end(sched, WG, PINGPONG)
                     turn += 1
                     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-                    p_op, alpha, m_i, l_i = _softmax(s, n_lo, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr,
-                                                     tile_qk_scale, tile_cap_scale, cap_log2, BLOCK_N, p_layout,
-                                                     o_layout, s_layout, dtype, SOFTCAP)
+                    p, alpha, m_i, l_i = _softmax(s, n_lo, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr,
+                                                  tile_qk_scale, tile_cap_scale, cap_log2, BLOCK_N, o_layout,
+                                                  s_layout, SOFTCAP)
+                    p_op = _p_operand(p, dtype, p_layout)
                     for j in range(1, n_tiles):
                         _turn_begin(sched, turn, WG, PINGPONG)
                         s_next = _scores(q_tile, k_smem, k_ready, ring + j, zero_s, STAGES)
@@ -303,15 +310,22 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                         _turn_end(sched, WG, PINGPONG)
                         turn += 1
                         s_next = warpgroup_mma_wait(num_outstanding=1, deps=(s_next, ))  # S of j; P·V may run
-                        p_next, alpha, m_i, l_i = _softmax(s_next, n_lo + j * BLOCK_N, m_i, l_i, q_pos, full_lo,
-                                                           full_hi, kv_len, wl, wr, tile_qk_scale, tile_cap_scale,
-                                                           cap_log2, BLOCK_N, p_layout, o_layout, s_layout, dtype,
-                                                           SOFTCAP)
+                        # HOLD_PV_WAIT: the softmax in a block of its own (q_len > 0 holds in every live tile;
+                        # rows past q_len are never stored), so that the P·V wait below stays below it. In one
+                        # block, ptxas put the wait at the block's top, before the max and the exp2s (offline
+                        # sm_90 SASS, 2026-12-03), and P·V never overlapped the softmax it was issued to hide
+                        # behind; it does not schedule across the block boundary.
+                        own_block = (q_len > 0) if HOLD_PV_WAIT else True
+                        if own_block:
+                            p, alpha, m_i, l_i = _softmax(s_next, n_lo + j * BLOCK_N, m_i, l_i, q_pos, full_lo,
+                                                          full_hi, kv_len, wl, wr, tile_qk_scale, tile_cap_scale,
+                                                          cap_log2, BLOCK_N, o_layout, s_layout, SOFTCAP)
                         # p_op stays live until its wgmma is waited for: its registers are read asynchronously
                         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
                         mbarrier.arrive(kv_free.index((ring + j - 1) % STAGES), count=1)
                         acc = acc * alpha[:, None]
-                        p_op = p_next
+                        # packed after the wait (FA3's order): the new operand may take the old one's registers
+                        p_op = _p_operand(p, dtype, p_layout)
                     mbarrier.arrive(q_free.index(q_buf), count=1)  # every S of this tile is done: Q may be overwritten
                     _turn_begin(sched, turn, WG, PINGPONG)
                     if LAYOUT == PAGED:
@@ -331,9 +345,10 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                 for j in range(n_tiles):
                     s = warpgroup_mma_wait(num_outstanding=0,
                                            deps=(_scores(q_tile, k_smem, k_ready, ring + j, zero_s, STAGES), ))
-                    p_op, alpha, m_i, l_i = _softmax(s, n_lo + j * BLOCK_N, m_i, l_i, q_pos, full_lo, full_hi,
-                                                     kv_len, wl, wr, tile_qk_scale, tile_cap_scale, cap_log2,
-                                                     BLOCK_N, p_layout, o_layout, s_layout, dtype, SOFTCAP)
+                    p, alpha, m_i, l_i = _softmax(s, n_lo + j * BLOCK_N, m_i, l_i, q_pos, full_lo, full_hi, kv_len,
+                                                  wl, wr, tile_qk_scale, tile_cap_scale, cap_log2, BLOCK_N, o_layout,
+                                                  s_layout, SOFTCAP)
+                    p_op = _p_operand(p, dtype, p_layout)
                     acc = _pv(p_op, acc * alpha[:, None], v_smem, v_ready, ring + j, STAGES)
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
                     mbarrier.arrive(kv_free.index((ring + j) % STAGES), count=1)
@@ -463,7 +478,8 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                       PAGE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr,
                       BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr,
-                      SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr):
+                      SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr,
+                      HOLD_PV_WAIT: gl.constexpr):
     """Grid: (programs,), at most n_work · n_heads work tiles (n_work: dense / varlen n_m_blocks · batch, paged
     the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
     loader: 1 warp). ``TAIL_IN_PLACE`` (paged): the last V tile's rows past the keys are zeroed in the ring slot
@@ -503,12 +519,12 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                      cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q,
                      s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot,
                      stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
-                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8)),
+                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, HOLD_PV_WAIT)),
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
                      cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q,
                      s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot,
                      stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
-                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8)),
+                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, HOLD_PV_WAIT)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
                    cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work,
                    n_m_blocks, group, wl, wr, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, Q_BUFS,

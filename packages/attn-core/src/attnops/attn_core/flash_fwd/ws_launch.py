@@ -40,11 +40,16 @@ class WsConfig:
     # varlen requests of unequal lengths: most keys first (sorted in the kernel, ws_kernel._sort_requests), rounds
     # in alternate directions (up to MAX_SORTED_REQUESTS requests; more keep the index order)
     lpt: bool = False
+    # (overlap configs) keep the P·V wait below the softmax (ws_kernel ``HOLD_PV_WAIT``; ``hold_pv_wait`` says where it
+    # applies). Off by default until an H200 run has checked and timed it: the kernel as before attn-core 0.3.17,
+    # where ptxas waits for P·V before the softmax.
+    hold_pv_wait: bool = False
 
     @property
     def name(self) -> str:
         return (f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}{'' if self.persistent else '-np'}"
-                f"{'-pp' if self.pingpong else ''}{'-bm' if self.block_major else ''}{'-lpt' if self.lpt else ''}")
+                f"{'-pp' if self.pingpong else ''}{'-bm' if self.block_major else ''}{'-lpt' if self.lpt else ''}"
+                f"{'-hold' if self.hold_pv_wait and self.overlap else ''}")
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
@@ -64,7 +69,11 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
           WsConfig(64, 4, True, pingpong=True), WsConfig(64, 3, True, block_major=True),
           WsConfig(64, 3, True, lpt=True),
           # the default's order knobs with 4 slots (not yet timed; 4 slots alone won the long-window rows at 03:30)
-          WsConfig(64, 4, True, block_major=True, lpt=True)),
+          WsConfig(64, 4, True, block_major=True, lpt=True),
+          # the 16-bit, fp8 ragged and paged defaults with the P·V wait held below the softmax (``hold_pv_wait``,
+          # attn-core 0.3.17): GPU-tested and timed beside them by the sweeps before any becomes a default
+          WsConfig(64, 3, True, block_major=True, lpt=True, hold_pv_wait=True),
+          WsConfig(128, 2, True, hold_pv_wait=True), WsConfig(64, 3, True, hold_pv_wait=True)),
     # D = 256 (one Q buffer; written 2026-12-02 without device time: candidates for the prefill op's D 256 rows)
     256: (WsConfig(32, 3, True), WsConfig(32, 4, True), WsConfig(64, 2, True), WsConfig(64, 2),
           WsConfig(32, 3, True, pingpong=True)),
@@ -226,6 +235,17 @@ def _desc(t: torch.Tensor, tile_rows: int, box_rows: int | None = None):
                             smem_layout([tile_rows, d], t.dtype))
 
 
+def hold_pv_wait(cfg: WsConfig, head_dim: int, paged: bool, fp8: bool, softcap: bool) -> bool:
+    """Whether a launch keeps the P·V wait below the softmax: asked for (``cfg.hold_pv_wait``) and spill-free in the
+    offline sm_90 build (2026-12-03, ``benchmarks.sm90_compile_ws``). The P·V product in flight during the softmax
+    holds its accumulator and operand registers: 16-bit 128-key tiles at D = 128 (8-104 B), fp8 ones with softcap
+    (16 B) and the paged layout at D = 256 spilled with it; the 64-key D = 128 tiles, fp8 128-key tiles without
+    softcap and the D = 256 32-key tiles did not."""
+    if not (cfg.overlap and cfg.hold_pv_wait) or (paged and head_dim > 128):
+        return False
+    return cfg.block_n * head_dim <= 64 * 128 or (fp8 and not softcap)
+
+
 def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, n_work: int,
          sm_scale: float, wl: int, wr: int, softcap: float, sinks: torch.Tensor | None, kv_box: int | None = None,
          scales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, **layout) -> None:
@@ -244,7 +264,9 @@ def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
         # attention_fns.softcap_scores' cap_scale with tanh_f32's 2·log2(e) folded in, and cap_log2
         cap_scale=2 * LOG2E * sm_scale / softcap if softcap else 0.0, cap_log2=softcap * LOG2E,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
-        PINGPONG=cfg.pingpong, Q_BUFS=q_buffers(d), SOFTCAP=bool(softcap), HAS_SINK=sinks is not None, num_warps=4,
+        PINGPONG=cfg.pingpong, Q_BUFS=q_buffers(d), SOFTCAP=bool(softcap), HAS_SINK=sinks is not None,
+        HOLD_PV_WAIT=hold_pv_wait(cfg, d, layout["LAYOUT"] == ws_kernel.PAGED.value, scales is not None, bool(softcap)),
+        num_warps=4,
         **layout)
 
 
