@@ -26,7 +26,7 @@ from attnops.attn_core.specs import SPECS
 from attnops.kernel_utils import runtime
 from attnops.kernel_utils.fp8 import E4M3
 
-from .sweep import check_and_time, record, seed_cases, sweep_arguments
+from .sweep import check_and_time, matches, record, seed_cases, sweep_arguments
 from .timing import L2Flusher, profile_iterations
 
 OPS = ("GQADenseFwd", "GQAVarlenFwd")
@@ -67,14 +67,16 @@ WS_INPUTS = {"q", "k", "v", "cu_seqlens_q", "cu_seqlens_kv", "is_causal", "max_s
              "window_size_left", "window_size_right", "softcap", "sinks", "q_scale", "k_scale", "v_scale", "out_dtype"}
 
 
-def _ws_variants(case):
-    """The warp-specialized configs, the Triton kernel's first config and the default rule's choice, for a
-    prefill-class row the warp-specialized kernel serves (else None)."""
+def _ws_variants(case, only: str = ""):
+    """The warp-specialized configs (those whose name contains one of ``only``'s comma-separated parts, if given),
+    the Triton kernel's first config and the default rule's choice, for a prefill-class row the warp-specialized
+    kernel serves (else None)."""
     D, G, max_q, _, fp8 = _shape(case)
     if set(case.inputs) - WS_INPUTS or D not in ws_launch.CONFIGS or max_q < ws_launch.BLOCK_M // 2:
         return None  # (a 128-row tile per query head: requests of fewer query tokens are not its calls)
     triton_cfg = fwd.configs_for(D, max_q * G, fp8)[0]
-    return [(cfg.name, functools.partial(fwd.forced, config=cfg)) for cfg in ws_launch.CONFIGS[D]] + [
+    return [(cfg.name, functools.partial(fwd.forced, config=cfg)) for cfg in ws_launch.CONFIGS[D]
+            if matches(cfg.name, only)] + [
         (f"triton-{triton_cfg.name}", functools.partial(fwd.forced, config=triton_cfg)), ("default", None)]
 
 
@@ -89,6 +91,7 @@ def _parse_config(name: str) -> fwd.FwdConfig:
 def main():
     parser = sweep_arguments(__doc__.splitlines()[0], "tune-attn-core.json")
     parser.add_argument("--ws", action="store_true", help="time the Gluon warp-specialized kernel's configs")
+    parser.add_argument("--only", default="", help="--ws: only configs whose name contains one of these")
     parser.add_argument("--extra", default="", help="Triton tile configs to time beside the table's, by name "
                         "(comma-separated, e.g. m64n32w4s4): candidates before they enter a table")
     args = parser.parse_args()
@@ -96,7 +99,7 @@ def main():
     results = []
     for spec, w, case, expected in seed_cases(SPECS, args.filter, OPS):
         if args.ws:
-            pins = _ws_variants(case)
+            pins = _ws_variants(case, args.only)
             if pins is None:
                 continue
             timed, failed = check_and_time(spec, case, expected, [(n, spec.fn, pin) for n, pin in pins],
