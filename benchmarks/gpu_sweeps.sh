@@ -35,7 +35,7 @@ fi
 # (earlier sessions' sweeps and what they decided: docs/perf/attn-core.md and docs/dev/gpu-runs.md)
 # The ws forward with the P·V wait held below the softmax (attn-core 0.3.17, `-hold` configs) beside the defaults:
 # the compute-bound ragged / long rows first (qwen3-fp8-ragged is issue 3's last row under the floor)
-tune tune-ws-hold 240 tune_attn_core --ws --only ws-n64s3-ov-bm-lpt,ws-n128s2-ov --filter \
+tune tune-ws-hold 240 tune_attn_core --ws --only ws-n64s3-ov-bm-lpt,ws-n128s2-ov,ws-n64s3-ov-pp --filter \
   GQAVarlenFwd/qwen3-fp8-ragged,GQAVarlenFwd/llama-8b-long-w1024/bf16,GQAVarlenFwd/llama-70b-q-lt-kv/bf16,GQAVarlenFwd/llama-8b-uniform/bf16
 # qwen3-fp8-ragged's kernels apart (the host cast of V to 16 bits is one of them: how much of the 127 µs is it?)
 step fp8-ragged-kernels 60 python3 -m benchmarks.ncu_row --family attn-core \

@@ -476,8 +476,9 @@ def test_hold_pv_wait_where_it_builds_without_spills(monkeypatch):
     assert not held(hold(ws_launch.PAGED_DEFAULTS[256]), d=256, paged=True)
     assert hold(default).name == default.name + "-hold"
     paged_default = ws_launch.PAGED_DEFAULTS[128]
+    pingpong = dataclasses.replace(paged_default, pingpong=True)
     assert {c.name for c in ws_launch.CONFIGS[128] if c.hold_pv_wait} == {
-        hold(default).name, hold(fp8_ragged).name, hold(paged_default).name}
+        hold(default).name, hold(fp8_ragged).name, hold(paged_default).name, hold(pingpong).name}
     assert hold(paged_default) in ws_launch.paged_configs(128)
 
 

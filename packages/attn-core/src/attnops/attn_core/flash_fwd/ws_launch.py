@@ -71,9 +71,11 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
           # the default's order knobs with 4 slots (not yet timed; 4 slots alone won the long-window rows at 03:30)
           WsConfig(64, 4, True, block_major=True, lpt=True),
           # the 16-bit, fp8 ragged and paged defaults with the P·V wait held below the softmax (``hold_pv_wait``,
-          # attn-core 0.3.17): GPU-tested and timed beside them by the sweeps before any becomes a default
+          # attn-core 0.3.17): GPU-tested and timed beside them by the sweeps before any becomes a default; and
+          # pingpong with it (pingpong lost 1-3 % while each warpgroup's P·V still ended before its softmax)
           WsConfig(64, 3, True, block_major=True, lpt=True, hold_pv_wait=True),
-          WsConfig(128, 2, True, hold_pv_wait=True), WsConfig(64, 3, True, hold_pv_wait=True)),
+          WsConfig(128, 2, True, hold_pv_wait=True), WsConfig(64, 3, True, hold_pv_wait=True),
+          WsConfig(64, 3, True, pingpong=True, hold_pv_wait=True)),
     # D = 256 (one Q buffer; written 2026-12-02 without device time: candidates for the prefill op's D 256 rows)
     256: (WsConfig(32, 3, True), WsConfig(32, 4, True), WsConfig(64, 2, True), WsConfig(64, 2),
           WsConfig(32, 3, True, pingpong=True)),
