@@ -62,7 +62,7 @@ class WsConfig:
 # (20261202-0129-tune-ws.json): no default.
 CONFIGS: dict[int, tuple[WsConfig, ...]] = {
     64: (WsConfig(128, 3), WsConfig(128, 3, persistent=False), WsConfig(128, 2), WsConfig(64, 4),
-         WsConfig(128, 3, True), WsConfig(128, 3, True, pingpong=True)),
+         WsConfig(128, 3, True), WsConfig(128, 3, True, pingpong=True), WsConfig(128, 3, True, hold_pv_wait=True)),
     128: (WsConfig(64, 3, True, block_major=True, lpt=True), WsConfig(64, 3, True), WsConfig(64, 4, True),
           WsConfig(64, 3, True, persistent=False), WsConfig(128, 2), WsConfig(128, 2, True), WsConfig(64, 3),
           WsConfig(64, 3, True, pingpong=True),
@@ -78,7 +78,7 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
           WsConfig(64, 3, True, pingpong=True, hold_pv_wait=True)),
     # D = 256 (one Q buffer; written 2026-12-02 without device time: candidates for the prefill op's D 256 rows)
     256: (WsConfig(32, 3, True), WsConfig(32, 4, True), WsConfig(64, 2, True), WsConfig(64, 2),
-          WsConfig(32, 3, True, pingpong=True)),
+          WsConfig(32, 3, True, pingpong=True), WsConfig(32, 3, True, hold_pv_wait=True)),
 }
 DEFAULT_HEAD_DIMS = (128,)
 # fp8 q / k with requests of unequal lengths: the 128-key tile with 2 slots and the overlap (2026-12-03 sweep, every
