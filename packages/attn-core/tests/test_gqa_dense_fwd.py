@@ -158,6 +158,25 @@ def test_every_config_interpreter(head_dim, decode):
                                  head_dim=head_dim, heads=(4, 1)))
 
 
+def test_tile_by_programs_per_sm(monkeypatch):
+    """The D = 128 prefill tile: 64x32 (three programs per SM) where the grid has more than two programs per SM,
+    64x64 where it has fewer (``FEW_PROGRAMS_CONFIGS``); fp8 keeps its own table either way. Checked at the
+    launch: the config ``_launch`` receives for a small and a large grid on a stand-in of 132 SMs."""
+    assert fwd.configs_for(128, 512)[0] == fwd.FwdConfig(64, 32, 4, 3)
+    assert fwd.configs_for(128, 512, few_programs=True)[0] == fwd.FwdConfig(64, 64, 4, 3)
+    assert set(fwd.configs_for(128, 512, few_programs=True)) == set(fwd.configs_for(128, 512))
+    assert fwd.configs_for(128, 512, fp8=True, few_programs=True) == fwd.configs_for(128, 512, fp8=True)
+    assert fwd.configs_for(64, 512, few_programs=True) == fwd.configs_for(64, 512)
+    monkeypatch.setattr(runtime, "num_sms", lambda: 132)
+    got = []
+    monkeypatch.setattr(fwd, "_launch", lambda p, cfg: got.append(cfg))
+    for s_q, heads in ((128, (4, 1)), (1024, (32, 8))):  # blocks of 64 packed rows x H_kv: 8 and 512 programs
+        q = torch.zeros(1, s_q, heads[0], 128, dtype=torch.float16)
+        k = torch.zeros(1, s_q, heads[1], 128, dtype=torch.float16)
+        fwd.launch(fwd.Problem(q, k, k, torch.empty_like(q), varlen=False, batch=1, max_q=s_q, max_kv=s_q))
+    assert [c.block_n for c in got] == [64, 32]
+
+
 def test_strided_views():
     """q/k/v as head-sliced views of fused tensors (only the last dim contiguous). The views are built
     after ``fresh()``, whose clone would make them dense."""

@@ -55,11 +55,12 @@ class FwdConfig:
 # 8-warp 128x64 one on all 12 prefill rows timed: llama-8b-uniform 48.7 -> 44.5 us, q-lt-kv 67.0 -> 65.6,
 # llama-70b-q-lt-kv 125.7 -> 125.2, long-w1024 321 -> 314 / 617 -> 599, uniform-rope with the key pre-pass
 # 62.3 -> 56.3 (97 us with in-loop RoPE: the pre-pass is the default on prefill shapes).
-# Since attn-core 0.3.17 the 4-warp 64x32 tile: 147-168 registers (offline sm_90, 16-bit, with sinks / softcap) and
-# 64 KB, so three programs per SM instead of two, and 32-key tiles fit a window's edges closer. H200 (2026-12-03,
-# benchmarks/results/h200/20261203-1819-tune-short-m64n32.json, bf16): llama-70b-short-w256 73.0 -> 64.1 us,
-# llama-8b-short-w256 41.3 -> 37.5, llama-8b-uniform 45.0 -> 43.2 (that row runs the warp-specialized kernel, 41.1);
-# the 64x32 tile with 4 slots (two per SM) was level with 64x64 (73.6 on the 70b row).
+# Since attn-core 0.3.17 the 4-warp 64x32 tile where the grid has more than two programs per SM
+# (``FEW_PROGRAMS_CONFIGS`` for the rest): 147-168 registers (offline sm_90, 16-bit, with sinks / softcap) and
+# 64 KB, so three programs per SM instead of two. H200 (2026-12-03, bf16, benchmarks/results/h200/
+# 20261203-1819-tune-short-m64n32.json): llama-70b-short-w256 (2048 programs) 73.0 -> 64.1 us, llama-8b-short-w256
+# (1024) 41.3 -> 37.5, llama-8b-uniform (1024; that row runs the warp-specialized kernel, 41.1) 45.0 -> 43.2; the
+# 64x32 tile with 4 slots (two per SM) was level with 64x64 (73.6 on the 70b row): the third program is the gain.
 PREFILL_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
     64: (FwdConfig(128, 64, 4, 3), FwdConfig(128, 128, 8, 3), FwdConfig(128, 64, 8, 3), FwdConfig(64, 64, 4, 3),
          FwdConfig(128, 64, 8, 3, tma=True), FwdConfig(128, 128, 8, 3, tma=True)),
@@ -72,6 +73,12 @@ PREFILL_CONFIGS: dict[int, tuple[FwdConfig, ...]] = {
 # fp8 inputs: the same tiles (Q·Kᵀ on fp8 tensor cores; no TMA path), their own default first, then that default
 # with Q/K upcast to 16-bit. D = 128 keeps the 8-warp 128x64 tile: the 16-bit default ran the fp8 prefill rows
 # 7-10 % slower on the H200 (2026-12-01 22:48: llama-70b-fp8-q-lt-kv 132 -> 145 us, qwen3-fp8-ragged 148 -> 159).
+# Grids of at most FEW_PROGRAMS_PER_SM programs per SM (before KV splits) gain nothing from a third resident program
+# and pay the 32-key tile's per-key loop costs: they keep 0.3.5's 64x64 tile. H200, 2026-12-03 (20261203-1830-attn-core-
+# issue3-68.jsonl, on the 64x32 tile): prefill-rope (32 programs) 17.3 -> 18.5 us, qwen3-8b-chunked-prefill (64
+# programs over 2048 keys) 20.5 -> 24.8 against the 64x64 tile's earlier records.
+FEW_PROGRAMS_PER_SM = 2
+FEW_PROGRAMS_CONFIGS: dict[int, FwdConfig] = {128: FwdConfig(64, 64, 4, 3)}
 FP8_DEFAULTS: dict[int, FwdConfig] = {128: FwdConfig(128, 64, 8, 3)}
 
 
@@ -134,8 +141,11 @@ def is_decode(rows_per_request: int) -> bool:
     return rows_per_request <= DECODE_ROWS
 
 
-def configs_for(head_dim: int, rows_per_request: int, fp8: bool = False) -> tuple[FwdConfig, ...]:
-    """Every config this call shape may run (first = default); decode configs get BLOCK_M filled in."""
+def configs_for(head_dim: int, rows_per_request: int, fp8: bool = False,
+                few_programs: bool = False) -> tuple[FwdConfig, ...]:
+    """Every config this call shape may run (first = default); decode configs get BLOCK_M filled in.
+    ``few_programs``: the grid has at most ``FEW_PROGRAMS_PER_SM`` programs per SM (``FEW_PROGRAMS_CONFIGS``' tile
+    first where the head-dim class has one)."""
     d = _dim_class(head_dim)
     if is_decode(rows_per_request):
         bm = max(16, triton.next_power_of_2(max(rows_per_request, 1)))
@@ -146,7 +156,18 @@ def configs_for(head_dim: int, rows_per_request: int, fp8: bool = False) -> tupl
         if fp8:
             cs += (FwdConfig(bm, cs[0].block_n, cs[0].num_warps, cs[0].num_stages, fp8_dot=True),)
         return cs
-    return (FP8_PREFILL_CONFIGS if fp8 else PREFILL_CONFIGS)[d]
+    cs = (FP8_PREFILL_CONFIGS if fp8 else PREFILL_CONFIGS)[d]
+    few = FEW_PROGRAMS_CONFIGS.get(d) if few_programs and not fp8 else None
+    return cs if few is None else (few, *(c for c in cs if c != few))
+
+
+def grid_programs(p: Problem, block_m: int) -> int:
+    """Programs of a launch with ``block_m`` packed rows per block that have work (before KV splits): a varlen
+    batch holds at most cdiv(T_q·G, block_m) + B non-empty blocks."""
+    G = p.q.shape[-2] // p.k.shape[-2]
+    total_tokens = p.q.shape[0] if p.varlen else p.q.shape[0] * p.q.shape[1]
+    m_blocks = max(1, triton.cdiv(max(p.max_q, 0) * G, block_m))
+    return min(p.batch * m_blocks, triton.cdiv(total_tokens * G, block_m) + p.batch) * p.k.shape[-2]
 
 
 def choose_splits(programs: int, max_kv: int, sms: int, block_n: int = 1) -> int:
@@ -213,7 +234,7 @@ def _bsh_strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
 
 
 # (head-dim class, decode?, fp8?) -> index of the first config that compiled within the GPU's resources
-_FITS: dict[tuple[int, bool, bool], int] = {}
+_FITS: dict[tuple[int, bool, bool, bool], int] = {}
 
 
 def launch(p: Problem) -> None:
@@ -239,8 +260,9 @@ def launch(p: Problem) -> None:
     if not is_decode(rows) and ws_serves(p) and (ws := ws_default(p)) is not None:
         ws_run(p, ws)
         return
-    cands = configs_for(D, rows, fp8)
-    key = (_dim_class(D), is_decode(rows), fp8)
+    few = grid_programs(p, configs_for(D, rows, fp8)[0].block_m) <= FEW_PROGRAMS_PER_SM * runtime.num_sms()
+    cands = configs_for(D, rows, fp8, few)
+    key = (_dim_class(D), is_decode(rows), fp8, few)
     first = _FITS.get(key, 0)
     for i in range(first, len(cands)):
         try:
@@ -346,8 +368,7 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
     fp8 = q.dtype == E4M3
     rows = max(p.max_q, 0) * G
     num_m_blocks = max(1, triton.cdiv(rows, cfg.block_m))
-    # programs that do work: a varlen batch holds at most cdiv(T_q·G, BLOCK_M) + B non-empty blocks
-    programs = min(p.batch * num_m_blocks, triton.cdiv(total_tokens * G, cfg.block_m) + p.batch) * H_kv
+    programs = grid_programs(p, cfg.block_m)
     kv_span = p.max_kv if p.wl >= p.max_kv else min(p.max_kv, p.wl + p.max_q + 1)
     num_splits = _FORCED.get("num_splits") or choose_splits(programs, kv_span, runtime.num_sms(), cfg.block_n)
     if p.lse is not None:
