@@ -439,9 +439,9 @@ def test_launches_bind_every_kernel_argument(monkeypatch):
 
 def test_hold_pv_wait_where_it_builds_without_spills(monkeypatch):
     """``HOLD_PV_WAIT`` as launches bind it for ``-hold`` configs: on for the 64-key D = 128 tiles (dense / varlen /
-    paged) and the fp8 128-key tile, off for 16-bit 128-key tiles at D = 128, fp8 ones with softcap, the paged
-    layout at D = 256 and configs without the overlap (the offline sm_90 spill table of ``hold_pv_wait``); off for
-    every config not asking for it (the defaults, until an H200 run has timed it)."""
+    paged), the fp8 128-key tile and the 32-key D = 256 tiles (paged too), off for 16-bit 128-key tiles at D = 128,
+    fp8 ones with softcap and configs without the overlap (the offline sm_90 spill table of ``hold_pv_wait``); off
+    for every config not asking for it (the defaults, until an H200 run has timed it)."""
     rec = _Recorder()
     monkeypatch.setattr(ws_launch, "gqa_fwd_ws_kernel", rec)
 
@@ -473,7 +473,9 @@ def test_hold_pv_wait_where_it_builds_without_spills(monkeypatch):
     assert not held(hold(fp8_ragged)) and not held(hold(fp8_ragged), dtype=torch.float8_e4m3fn, softcap=30.0)
     assert not held(dataclasses.replace(hold(default), overlap=False))
     assert held(hold(ws_launch.CONFIGS[256][0]), d=256)
-    assert not held(hold(ws_launch.PAGED_DEFAULTS[256]), d=256, paged=True)
+    assert held(hold(ws_launch.PAGED_DEFAULTS[256]), d=256, paged=True)
+    assert not held(hold(ws_launch.WsConfig(64, 2, True)), d=256)
+    assert hold(ws_launch.PAGED_DEFAULTS[256]) in ws_launch.paged_configs(256)
     assert hold(default).name == default.name + "-hold"
     paged_default = ws_launch.PAGED_DEFAULTS[128]
     pingpong = dataclasses.replace(paged_default, pingpong=True)

@@ -78,7 +78,8 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
           WsConfig(64, 3, True, pingpong=True, hold_pv_wait=True)),
     # D = 256 (one Q buffer; written 2026-12-02 without device time: candidates for the prefill op's D 256 rows)
     256: (WsConfig(32, 3, True), WsConfig(32, 4, True), WsConfig(64, 2, True), WsConfig(64, 2),
-          WsConfig(32, 3, True, pingpong=True), WsConfig(32, 3, True, hold_pv_wait=True)),
+          WsConfig(32, 3, True, pingpong=True), WsConfig(32, 3, True, hold_pv_wait=True),
+          WsConfig(32, 4, True, hold_pv_wait=True)),
 }
 DEFAULT_HEAD_DIMS = (128,)
 # fp8 q / k with requests of unequal lengths: the 128-key tile with 2 slots and the overlap (2026-12-03 sweep, every
@@ -237,13 +238,14 @@ def _desc(t: torch.Tensor, tile_rows: int, box_rows: int | None = None):
                             smem_layout([tile_rows, d], t.dtype))
 
 
-def hold_pv_wait(cfg: WsConfig, head_dim: int, paged: bool, fp8: bool, softcap: bool) -> bool:
-    """Whether a launch keeps the P·V wait below the softmax: asked for (``cfg.hold_pv_wait``) and spill-free in the
-    offline sm_90 build (2026-12-03, ``benchmarks.sm90_compile_ws``). The P·V product in flight during the softmax
-    holds its accumulator and operand registers: 16-bit 128-key tiles at D = 128 (8-104 B), fp8 ones with softcap
-    (16 B) and the paged layout at D = 256 spilled with it; the 64-key D = 128 tiles, fp8 128-key tiles without
-    softcap and the D = 256 32-key tiles did not."""
-    if not (cfg.overlap and cfg.hold_pv_wait) or (paged and head_dim > 128):
+def hold_pv_wait(cfg: WsConfig, head_dim: int, fp8: bool, softcap: bool) -> bool:
+    """Whether a launch keeps the P·V wait below the softmax: asked for (``cfg.hold_pv_wait``) and without spills in
+    the key loop in the offline sm_90 build (2026-12-03, ``benchmarks.sm90_compile_ws``). The P·V product in flight
+    during the softmax holds its accumulator and operand registers: 16-bit tiles of more than 64 x 128 key x channel
+    elements (128-key at D = 128: 8-104 B; 64-key at D = 256: 8-180 B) and fp8 128-key tiles with softcap (16 B)
+    spilled with it; the 64-key D = 128 tiles, fp8 128-key tiles without softcap and the 32-key D = 256 tiles did
+    not (the paged D = 256 ones: 24 B, stored once per program and reloaded once per work tile, outside the loop)."""
+    if not (cfg.overlap and cfg.hold_pv_wait):
         return False
     return cfg.block_n * head_dim <= 64 * 128 or (fp8 and not softcap)
 
@@ -267,8 +269,7 @@ def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
         cap_scale=2 * LOG2E * sm_scale / softcap if softcap else 0.0, cap_log2=softcap * LOG2E,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
         PINGPONG=cfg.pingpong, Q_BUFS=q_buffers(d), SOFTCAP=bool(softcap), HAS_SINK=sinks is not None,
-        HOLD_PV_WAIT=hold_pv_wait(cfg, d, layout["LAYOUT"] == ws_kernel.PAGED.value, scales is not None, bool(softcap)),
-        num_warps=4,
+        HOLD_PV_WAIT=hold_pv_wait(cfg, d, scales is not None, bool(softcap)), num_warps=4,
         **layout)
 
 
