@@ -40,10 +40,10 @@ tune tune-ws-hold 240 tune_attn_core --ws --only ws-n64s3-ov-bm-lpt,ws-n128s2-ov
 # qwen3-fp8-ragged's kernels apart (the host cast of V to 16 bits is one of them: how much of the 127 µs is it?)
 step fp8-ragged-kernels 60 python3 -m benchmarks.ncu_row --family attn-core \
   --row GQAVarlenFwd/qwen3-fp8-ragged/fp8e4m3/bf16 --breakdown
-# the paged layout's D = 128 default and its twin on a paged prefill row
-tune tune-ws-hold-paged 120 tune_attn_core_paged --ws --filter GQAPagedFwd/llama-8b/f16
 # qwen35-9b-rope (paged D = 256, 0.77x FA3's published time): the default and its -hold twin
 tune tune-ws-hold-qwen35 150 tune_attn_core_paged --ws --filter GQAPrefillPagedWithKVCacheFwd/qwen35-9b-rope
+# the paged layout's D = 128 default and its twin on a paged prefill row
+tune tune-ws-hold-paged 120 tune_attn_core_paged --ws --filter GQAPagedFwd/llama-8b/f16
 # D = 64 (no ws default: the Triton tile led by 9-12 %): does the held form change that?
 tune tune-ws-hold-d64 90 tune_attn_core --ws --only ws-n128s3-ov --filter GQAVarlenFwd/gpt-oss-uniform/bf16
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
