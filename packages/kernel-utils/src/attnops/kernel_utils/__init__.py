@@ -5,11 +5,11 @@ which must happen before any kernel module is imported.
 """
 
 from . import runtime  # noqa: I001  (first: decides interpreter vs GPU before kernels are defined)
-from . import checks, cost, fp8, opspec, testing, triton_fns, workloads
+from . import cast, checks, cost, fp8, opspec, testing, triton_fns, workloads
 from . import attention_fns, split_combine
 from .__about__ import __version__
 
 __all__ = [
-    "__version__", "attention_fns", "checks", "cost", "fp8", "opspec", "runtime", "split_combine", "testing",
+    "__version__", "attention_fns", "cast", "checks", "cost", "fp8", "opspec", "runtime", "split_combine", "testing",
     "triton_fns", "workloads",
 ]

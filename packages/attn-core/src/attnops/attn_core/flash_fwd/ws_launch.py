@@ -15,6 +15,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from attnops.kernel_utils import runtime
 from attnops.kernel_utils.attention_fns import LOG2E
+from attnops.kernel_utils.cast import scaled_cast
 from attnops.kernel_utils.fp8 import E4M3
 
 from . import ws_kernel
@@ -289,7 +290,7 @@ def launch(p: Problem, cfg: WsConfig) -> None:
     order = torch.empty(max(p.batch, 1), dtype=torch.int32, device=q.device) if sort_b else q
     v, scales = p.v, None
     if q.dtype == E4M3:  # P·V in 16 bits: V's raw e4m3 values cast exactly (its scale multiplies the output)
-        v, scales = p.v.to(o.dtype), (p.q_scale, p.k_scale, p.v_scale)
+        v, scales = scaled_cast(p.v, torch.empty_like(p.v, dtype=o.dtype)), (p.q_scale, p.k_scale, p.v_scale)
     _run(cfg, q, k, v, o, n_m_blocks * p.batch, p.sm_scale,
          p.wl, p.wr, float(p.softcap or 0.0), p.sinks, scales=scales,
          cu_q_ptr=q if dense else p.cu_q, kv_ptr=q if dense else p.cu_kv,

@@ -24,7 +24,7 @@ long dK/dV programs leave idle; each kind is ordered longest-first under the cau
 
 With ``ATOMIC_DQ`` (the op's ``deterministic=False``) there are no dQ programs: each dK/dV step also forms
 ``dS·K`` for its query block and adds it to an fp32 ``[B, S_q, H, D]`` buffer with relaxed atomics (5
-matmuls, as in FlashAttention 2 / 3); the preprocess zeroes that buffer and ``gqa_bwd_dq_cast_kernel``
+matmuls, as in FlashAttention 2 / 3); the preprocess zeroes that buffer and ``kernel_utils.cast.scaled_cast``
 scales and casts it. The order of the adds varies between runs, so dQ is not bitwise reproducible.
 
 Causal block skipping: each role walks an unmasked range (every pair visible, no mask, no bounds check)
@@ -67,14 +67,6 @@ def gqa_bwd_preprocess_kernel(
     if ZERO_DQ:
         acc_rows = ((b * S_q + r64) * H + h) * HEAD_DIM
         tl.store(dq_acc_ptr + acc_rows + offs_d[None, :], tl.zeros([BLOCK_M, BLOCK_D], tl.float32), mask=mask)
-
-
-@triton.jit
-def gqa_bwd_dq_cast_kernel(dq_acc_ptr, dq_ptr, n, sm_scale, BLOCK: tl.constexpr):
-    """``dq = (sm_scale · dq_acc)`` cast to dq's dtype; both contiguous with ``n`` elements."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    acc = tl.load(dq_acc_ptr + offs, mask=offs < n)
-    tl.store(dq_ptr + offs, (acc * sm_scale).to(dq_ptr.dtype.element_ty), mask=offs < n)
 
 
 @triton.jit

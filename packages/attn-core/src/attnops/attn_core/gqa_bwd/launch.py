@@ -15,9 +15,10 @@ import triton
 
 from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.attention_fns import LOG2E
+from attnops.kernel_utils.cast import scaled_cast
 
 from . import ws_launch
-from .kernel import gqa_bwd_dq_cast_kernel, gqa_bwd_head_sum_kernel, gqa_bwd_kernel, gqa_bwd_preprocess_kernel
+from .kernel import gqa_bwd_head_sum_kernel, gqa_bwd_kernel, gqa_bwd_preprocess_kernel
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,6 @@ SHORT_KEYS = 512
 SHORT_CONFIGS: dict[int, BwdConfig] = {128: BwdConfig(32, 64, 64, 32, 4, 2)}
 MAX_HEAD_DIM = 256
 PREPROCESS_ROWS = 64
-CAST_BLOCK = 4096
 HEAD_SUM_ROWS = 32  # key rows per program of gqa_bwd_head_sum_kernel
 # Head splits (``head_splits``): split a dK/dV program's G heads when its longest program is over SPLIT_OVER x an
 # even share of all programs' query steps, into as many subgroups as one wave of program slots holds.
@@ -187,9 +187,7 @@ def launch(p: Problem) -> None:
     if not (ws and ws.gluon_dq):
         _launch_any(p, delta, dq_acc, dq_only=ws is not None)
     if not p.deterministic:
-        n = dq_acc.numel()
-        gqa_bwd_dq_cast_kernel[(triton.cdiv(n, CAST_BLOCK),)](dq_acc, p.dq, n, p.sm_scale, BLOCK=CAST_BLOCK,
-                                                             num_warps=4)
+        scaled_cast(dq_acc, p.dq, p.sm_scale)
 
 
 def _launch_any(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, dq_only: bool = False) -> None:
