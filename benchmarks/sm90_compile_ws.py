@@ -52,7 +52,6 @@ def compile_ws(cfg: ws_launch.WsConfig, d: int, layout: int, dtype=torch.float16
               "BLOCK_MAJOR": layout == DENSE, "SOFTCAP": softcap, "HAS_SINK": softcap,
               "SORT_B": 64 if cfg.lpt and layout == VARLEN else 0,
               "TAIL_IN_PLACE": layout == PAGED and ws_launch.tail_in_place(cfg, d), "FP8": fp8,
-              "HOLD_PV_WAIT": ws_launch.hold_pv_wait(cfg, d, fp8, softcap),
               "_float_args": ("qk_scale", "cap_scale", "cap_log2")}
     return compile_sm90(gqa_fwd_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 

@@ -437,53 +437,6 @@ def test_launches_bind_every_kernel_argument(monkeypatch):
     assert rec.calls[7][2]["order_ptr"].shape == (2,) and rec.calls[7][2]["order_ptr"].dtype == torch.int32
 
 
-def test_hold_pv_wait_where_it_builds_without_spills(monkeypatch):
-    """``HOLD_PV_WAIT`` as launches bind it for ``-hold`` configs: on for the 64-key D = 128 tiles (dense / varlen /
-    paged), the fp8 128-key tile and the 32-key D = 256 tiles (paged too), off for 16-bit 128-key tiles at D = 128,
-    fp8 ones with softcap and configs without the overlap (the offline sm_90 spill table of ``hold_pv_wait``); off
-    for every config not asking for it (the defaults, until an H200 run has timed it)."""
-    rec = _Recorder()
-    monkeypatch.setattr(ws_launch, "gqa_fwd_ws_kernel", rec)
-
-    def held(cfg, d=128, dtype=torch.float16, softcap=0.0, paged=False):
-        q = torch.zeros(300, 8, d, dtype=dtype)
-        k = torch.zeros(500, 2, d, dtype=dtype)
-        out = torch.empty(300, 8, d, dtype=torch.bfloat16 if dtype == torch.float8_e4m3fn else dtype)
-        cu_q = torch.tensor([0, 300], dtype=torch.int32)
-        if paged:
-            pool = torch.zeros(10, 64, 2, d, dtype=dtype)
-            ws_launch.launch_paged(cfg, q, pool, pool, out, cu_q, torch.tensor([600], dtype=torch.int32),
-                                   torch.arange(10, dtype=torch.int32)[None],
-                                   torch.tensor([[0, 0]], dtype=torch.int32), 64, 0.1, 1 << 30, 0,
-                                   kv_plus_q=False, softcap=softcap)
-        else:
-            scales = torch.ones(1, 2) if dtype == torch.float8_e4m3fn else None
-            p = fwd.Problem(q, k, k, out, varlen=True, batch=1, max_q=300, max_kv=500, cu_q=cu_q,
-                            cu_kv=torch.tensor([0, 500], dtype=torch.int32), softcap=softcap,
-                            q_scale=scales, k_scale=scales, v_scale=scales)
-            ws_launch.launch(p, cfg)
-        return rec.calls[-1][2]["HOLD_PV_WAIT"]
-
-    def hold(cfg):
-        return dataclasses.replace(cfg, hold_pv_wait=True)
-
-    default, fp8_ragged = ws_launch.CONFIGS[128][0], ws_launch.FP8_RAGGED_DEFAULT
-    assert not held(default) and not held(fp8_ragged, dtype=torch.float8_e4m3fn)
-    assert held(hold(default)) and held(hold(default), paged=True) and held(hold(fp8_ragged), dtype=torch.float8_e4m3fn)
-    assert not held(hold(fp8_ragged)) and not held(hold(fp8_ragged), dtype=torch.float8_e4m3fn, softcap=30.0)
-    assert not held(dataclasses.replace(hold(default), overlap=False))
-    assert held(hold(ws_launch.CONFIGS[256][0]), d=256)
-    assert held(hold(ws_launch.PAGED_DEFAULTS[256]), d=256, paged=True)
-    assert not held(hold(ws_launch.WsConfig(64, 2, True)), d=256)
-    assert hold(ws_launch.PAGED_DEFAULTS[256]) in ws_launch.paged_configs(256)
-    assert hold(default).name == default.name + "-hold"
-    paged_default = ws_launch.PAGED_DEFAULTS[128]
-    pingpong = dataclasses.replace(paged_default, pingpong=True)
-    assert {c.name for c in ws_launch.CONFIGS[128] if c.hold_pv_wait} == {
-        hold(default).name, hold(fp8_ragged).name, hold(paged_default).name, hold(pingpong).name}
-    assert hold(paged_default) in ws_launch.paged_configs(128)
-
-
 def test_fp8_launch_binds_scales_and_a_16_bit_v(monkeypatch):
     """Runs everywhere: an fp8 call passes e4m3 q / k descriptors, a V descriptor over the values cast to the output
     dtype, the three scale tensors and ``FP8``; a 16-bit call passes none of them (``FP8`` False)."""

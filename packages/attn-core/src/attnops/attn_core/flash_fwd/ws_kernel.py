@@ -242,14 +242,12 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
               WG: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
               PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr, BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr,
-              HAS_SINK: gl.constexpr, SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr,
-              HOLD_PV_WAIT: gl.constexpr):
+              HAS_SINK: gl.constexpr, SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr):
     """Rows [m0 + 64·WG, +64) of each of the program's work tiles: every key tile of the block's range, then
     the store. ``OVERLAP`` (FA3's intra-warpgroup pipelining): S of tile j + 1 and P·V of tile j are in flight
-    while the softmax of tile j + 1 runs (``HOLD_PV_WAIT``: see the loop; without it ptxas waits for P·V first);
-    else each tile's two wgmmas are waited for in turn. Paged layouts
-    (overlap configs only) take the last key tile's V through ``_pv_tail`` and ``v_scratch[WG]`` (or the ring slot
-    itself, ``TAIL_IN_PLACE``). ``PINGPONG``
+    while the softmax of tile j + 1 runs (as issued: ptxas waits for P·V before the softmax, see the loop); else
+    each tile's two wgmmas are waited for in turn. Paged layouts (overlap configs only) take the last key tile's V
+    through ``_pv_tail`` and ``v_scratch[WG]`` (or the ring slot itself, ``TAIL_IN_PLACE``). ``PINGPONG``
     (overlap configs only): each round of wgmma issues (a tile's first S; S of j + 1 with P·V of j; the last
     P·V) waits for this consumer's turn. ``FP8``: Q and K are raw e4m3 (S on fp8 tensor cores), V holds the raw
     e4m3 values in 16 bits (exact); request b's ``[B, H_kv]`` dequant multipliers scale the scores
@@ -310,16 +308,12 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                         _turn_end(sched, WG, PINGPONG)
                         turn += 1
                         s_next = warpgroup_mma_wait(num_outstanding=1, deps=(s_next, ))  # S of j; P·V may run
-                        # HOLD_PV_WAIT: the softmax in a block of its own (q_len > 0 holds in every live tile;
-                        # rows past q_len are never stored), so that the P·V wait below stays below it. In one
-                        # block, ptxas put the wait at the block's top, before the max and the exp2s (offline
-                        # sm_90 SASS, 2026-12-03), and P·V never overlapped the softmax it was issued to hide
-                        # behind; it does not schedule across the block boundary.
-                        own_block = (q_len > 0) if HOLD_PV_WAIT else True
-                        if own_block:
-                            p, alpha, m_i, l_i = _softmax(s_next, n_lo + j * BLOCK_N, m_i, l_i, q_pos, full_lo,
-                                                          full_hi, kv_len, wl, wr, tile_qk_scale, tile_cap_scale,
-                                                          cap_log2, BLOCK_N, o_layout, s_layout, SOFTCAP)
+                        # (ptxas places the P·V wait below at the top of the softmax's block: P·V overlaps the other
+                        # warpgroup's softmax, not this one's. Holding it below with the softmax in a block of its
+                        # own was 0-19 % slower on every row timed, 2026-12-03, docs/perf/attn-core.md.)
+                        p, alpha, m_i, l_i = _softmax(s_next, n_lo + j * BLOCK_N, m_i, l_i, q_pos, full_lo, full_hi,
+                                                      kv_len, wl, wr, tile_qk_scale, tile_cap_scale, cap_log2,
+                                                      BLOCK_N, o_layout, s_layout, SOFTCAP)
                         # p_op stays live until its wgmma is waited for: its registers are read asynchronously
                         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
                         mbarrier.arrive(kv_free.index((ring + j - 1) % STAGES), count=1)
@@ -478,8 +472,7 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                       PAGE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr,
                       BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr,
-                      SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr,
-                      HOLD_PV_WAIT: gl.constexpr):
+                      SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr):
     """Grid: (programs,), at most n_work · n_heads work tiles (n_work: dense / varlen n_m_blocks · batch, paged
     the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
     loader: 1 warp). ``TAIL_IN_PLACE`` (paged): the last V tile's rows past the keys are zeroed in the ring slot
@@ -519,12 +512,12 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                      cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q,
                      s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot,
                      stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
-                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, HOLD_PV_WAIT)),
+                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8)),
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
                      cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q,
                      s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot,
                      stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
-                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, HOLD_PV_WAIT)),
+                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
                    cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work,
                    n_m_blocks, group, wl, wr, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, Q_BUFS,

@@ -41,16 +41,11 @@ class WsConfig:
     # varlen requests of unequal lengths: most keys first (sorted in the kernel, ws_kernel._sort_requests), rounds
     # in alternate directions (up to MAX_SORTED_REQUESTS requests; more keep the index order)
     lpt: bool = False
-    # (overlap configs) keep the P·V wait below the softmax (ws_kernel ``HOLD_PV_WAIT``; ``hold_pv_wait`` says where it
-    # applies). Off by default until an H200 run has checked and timed it: the kernel as before attn-core 0.3.17,
-    # where ptxas waits for P·V before the softmax.
-    hold_pv_wait: bool = False
 
     @property
     def name(self) -> str:
         return (f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}{'' if self.persistent else '-np'}"
-                f"{'-pp' if self.pingpong else ''}{'-bm' if self.block_major else ''}{'-lpt' if self.lpt else ''}"
-                f"{'-hold' if self.hold_pv_wait and self.overlap else ''}")
+                f"{'-pp' if self.pingpong else ''}{'-bm' if self.block_major else ''}{'-lpt' if self.lpt else ''}")
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
@@ -63,24 +58,17 @@ class WsConfig:
 # (20261202-0129-tune-ws.json): no default.
 CONFIGS: dict[int, tuple[WsConfig, ...]] = {
     64: (WsConfig(128, 3), WsConfig(128, 3, persistent=False), WsConfig(128, 2), WsConfig(64, 4),
-         WsConfig(128, 3, True), WsConfig(128, 3, True, pingpong=True), WsConfig(128, 3, True, hold_pv_wait=True)),
+         WsConfig(128, 3, True), WsConfig(128, 3, True, pingpong=True)),
     128: (WsConfig(64, 3, True, block_major=True, lpt=True), WsConfig(64, 3, True), WsConfig(64, 4, True),
           WsConfig(64, 3, True, persistent=False), WsConfig(128, 2), WsConfig(128, 2, True), WsConfig(64, 3),
           WsConfig(64, 3, True, pingpong=True),
           WsConfig(64, 4, True, pingpong=True), WsConfig(64, 3, True, block_major=True),
           WsConfig(64, 3, True, lpt=True),
           # the default's order knobs with 4 slots (not yet timed; 4 slots alone won the long-window rows at 03:30)
-          WsConfig(64, 4, True, block_major=True, lpt=True),
-          # the 16-bit, fp8 ragged and paged defaults with the P·V wait held below the softmax (``hold_pv_wait``,
-          # attn-core 0.3.17): GPU-tested and timed beside them by the sweeps before any becomes a default; and
-          # pingpong with it (pingpong lost 1-3 % while each warpgroup's P·V still ended before its softmax)
-          WsConfig(64, 3, True, block_major=True, lpt=True, hold_pv_wait=True),
-          WsConfig(128, 2, True, hold_pv_wait=True), WsConfig(64, 3, True, hold_pv_wait=True),
-          WsConfig(64, 3, True, pingpong=True, hold_pv_wait=True)),
+          WsConfig(64, 4, True, block_major=True, lpt=True)),
     # D = 256 (one Q buffer; written 2026-12-02 without device time: candidates for the prefill op's D 256 rows)
     256: (WsConfig(32, 3, True), WsConfig(32, 4, True), WsConfig(64, 2, True), WsConfig(64, 2),
-          WsConfig(32, 3, True, pingpong=True), WsConfig(32, 3, True, hold_pv_wait=True),
-          WsConfig(32, 4, True, hold_pv_wait=True)),
+          WsConfig(32, 3, True, pingpong=True)),
 }
 DEFAULT_HEAD_DIMS = (128,)
 # fp8 q / k with requests of unequal lengths: the 128-key tile with 2 slots and the overlap (2026-12-03 sweep, every
@@ -239,18 +227,6 @@ def _desc(t: torch.Tensor, tile_rows: int, box_rows: int | None = None):
                             smem_layout([tile_rows, d], t.dtype))
 
 
-def hold_pv_wait(cfg: WsConfig, head_dim: int, fp8: bool, softcap: bool) -> bool:
-    """Whether a launch keeps the P·V wait below the softmax: asked for (``cfg.hold_pv_wait``) and without spills in
-    the key loop in the offline sm_90 build (2026-12-03, ``benchmarks.sm90_compile_ws``). The P·V product in flight
-    during the softmax holds its accumulator and operand registers: 16-bit tiles of more than 64 x 128 key x channel
-    elements (128-key at D = 128: 8-104 B; 64-key at D = 256: 8-180 B) and fp8 128-key tiles with softcap (16 B)
-    spilled with it; the 64-key D = 128 tiles, fp8 128-key tiles without softcap and the 32-key D = 256 tiles did
-    not (the paged D = 256 ones: 24 B, stored once per program and reloaded once per work tile, outside the loop)."""
-    if not (cfg.overlap and cfg.hold_pv_wait):
-        return False
-    return cfg.block_n * head_dim <= 64 * 128 or (fp8 and not softcap)
-
-
 def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, n_work: int,
          sm_scale: float, wl: int, wr: int, softcap: float, sinks: torch.Tensor | None, kv_box: int | None = None,
          scales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, **layout) -> None:
@@ -270,8 +246,7 @@ def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
         cap_scale=2 * LOG2E * sm_scale / softcap if softcap else 0.0, cap_log2=softcap * LOG2E,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
         PINGPONG=cfg.pingpong, Q_BUFS=q_buffers(d), SOFTCAP=bool(softcap), HAS_SINK=sinks is not None,
-        HOLD_PV_WAIT=hold_pv_wait(cfg, d, scales is not None, bool(softcap)), num_warps=4,
-        **layout)
+        num_warps=4, **layout)
 
 
 def launch(p: Problem, cfg: WsConfig) -> None:
