@@ -282,26 +282,6 @@ def test_paged(d, page_size, mask):
 
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
-@pytest.mark.parametrize("mask", ["causal", "full", "causal-w100"])
-def test_paged_merged(d, mask):
-    """``merge_small=True`` with a warp-specialized large class: decode requests of 1 and 3 tokens, an empty one and
-    two prefill requests in one launch (each decode item's 128-row tile has 1-3 live rows), every paged config."""
-    causal, wl, wr = MASKS[mask]
-    case = paged_spec.build_case([300, 1, 0, 3, 130], [3000, 1500, 0, 777, 130], 8, 2, d, 64, torch.float16,
-                                 torch.float16, "cuda", seed=d + 7, is_causal=causal, window_size_left=wl,
-                                 window_size_right=wr)
-    a = case.inputs
-    for cfg in ws_launch.paged_configs(d):
-        plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d, is_causal=causal,
-                              window_size_left=wl, window_size_right=wr, ws=cfg, merge_small=True)
-        (ln,) = plan.launches
-        assert ln.ws == cfg and sorted(ln.ws_items[:, 0].tolist()) == [0, 1, 3, 4, 4, 4]
-        _plan_case(paged_spec.SPEC, case, plan)
-
-
-@pytest.mark.gpu
-@hopper
 @pytest.mark.parametrize("d", [128, 256])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from attnops.attn_core import gqa_paged_fwd, gqa_paged_plan
-from attnops.attn_core.flash_fwd import ws_launch
 from attnops.attn_core.gqa_paged_fwd import op as paged_op
 from attnops.attn_core.gqa_paged_fwd.op import FALLBACKS
 from attnops.attn_core.gqa_paged_fwd.plan import (
@@ -311,23 +310,6 @@ def test_tile_classes():
     assert 4 * 4 <= SMALL_ROWS < 5 * 4
     (merged,) = plan_paged_attention(*lengths, num_heads=8, num_kv_heads=2, head_dim=128, merge_small=True).launches
     assert merged.kind == "large" and sorted(merged.items[:, 0].tolist()) == [0, 1, 2]
-
-
-def test_ws_launch_takes_decode_requests_only_when_merged():
-    """With a warp-specialized large class, ``merge_small=True`` puts the decode requests among its items (one
-    launch); otherwise they keep the small class's launch and the ws items are the prefill blocks alone."""
-    cfg = ws_launch.PAGED_DEFAULTS[128]
-    lengths = ([1, 300, 0, 4], [900, 1000, 0, 100])
-    merged = plan_paged_attention(*lengths, num_heads=8, num_kv_heads=2, head_dim=128, ws=cfg, merge_small=True)
-    (ln,) = merged.launches
-    assert ln.kind == "large" and ln.ws == cfg and sorted(ln.ws_items[:, 0].tolist()) == [0, 1, 1, 1, 3]
-    assert set(ln.items[:, 0].tolist()) == {0, 1, 3}  # the Triton fallback's items: the same requests
-    apart = plan_paged_attention(*lengths, num_heads=8, num_kv_heads=2, head_dim=128, ws=cfg)
-    kinds = {ln.kind: ln for ln in apart.launches}
-    assert sorted(kinds) == ["large", "small"] and kinds["large"].ws_items[:, 0].tolist() == [1, 1, 1]
-    only_decode = plan_paged_attention([1, 2], [50, 60], num_heads=8, num_kv_heads=2, head_dim=128, ws=cfg,
-                                       merge_small=True)
-    assert [ln.kind for ln in only_decode.launches] == ["small"]  # nothing to merge into
 
 
 @pytest.mark.parametrize("q_dtype,kv_dtype,per_head", [

@@ -240,8 +240,7 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     the small class's latency rule (``LATENCY_SPLIT_KEYS`` / ``LATENCY_CONFIGS`` where it would give at most
     half as many programs as SMs; None: that rule, True: always, False: never; an explicit ``min_split_keys`` or
     small config wins); ``merge_small``: a mixed batch's decode requests join the prefill class's launch when that
-    launch runs the Triton tile (None: where ``_merge_pays`` and ``MERGE_SMALL_DEFAULT``, True: always, and with a
-    warp-specialized large class its launch takes them too, one 128-row tile per decode item and head; False:
+    launch runs the Triton tile (None: where ``_merge_pays`` and ``MERGE_SMALL_DEFAULT``, True: always, False:
     never)."""
     device = torch.device(device) if device is not None else runtime.device()
     group = num_heads // num_kv_heads
@@ -252,15 +251,13 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     plan = PagedAttentionPlan(q_lens, kv_lens, num_heads, num_kv_heads, head_dim, (wl, wr), new_keys, device,
                               pow2_pages=POW2_PAGES_DEFAULT if pow2_pages is None else pow2_pages)
     sms = runtime.num_sms()
+    ws_cfg, ws_items = _ws_work(q_lens, kv_lens, num_heads, head_dim, wl, wr, new_keys, group, ws, device)
     small = [q * group <= SMALL_ROWS for q in q_lens]
-    mixed = any(small) and not all(small)
-    ws_cfg, ws_items = _ws_work(q_lens, kv_lens, num_heads, head_dim, wl, wr, new_keys, group, ws, device,
-                                with_small=merge_small is True and mixed)
     large_key = config_key("large", head_dim)
     merged_cfg = MERGED_CONFIGS.get(large_key) if large_key not in (configs or {}) else None
     merged_cfg = merged_cfg or table[large_key]
     shape = (q_lens, kv_lens, group, wl, wr, new_keys)
-    merged = ws_cfg is not None and merge_small is True and mixed  # (the Triton items then match the ws items)
+    merged = False
     if merge_small is not False and ws_cfg is None:
         large_blocks = _class_blocks(*shape, [not x for x in small], merged_cfg.block_m, True)
         small_blocks = _class_blocks(*shape, small, merged_cfg.block_m, True)
@@ -357,11 +354,9 @@ def _merge_pays(large_blocks, small_blocks, num_kv_heads: int, sms: int, cfg: Ti
 
 
 def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, new_keys: bool, group: int, ws,
-             device, with_small: bool = False) -> tuple[ws_launch.WsConfig | None, torch.Tensor | None]:
+             device) -> tuple[ws_launch.WsConfig | None, torch.Tensor | None]:
     """The large class's work for the warp-specialized kernel: (config, items heaviest first), or (None, None)
-    when ``ws`` (see ``plan_paged_attention``) or its default rule says no. ``with_small``: the small class's
-    requests are items too (``merge_small=True`` with ``ws``: one launch for a mixed batch; a decode item fills
-    one row of its 128-row tile)."""
+    when ``ws`` (see ``plan_paged_attention``) or its default rule says no."""
     if ws is None:
         ws = WS_DEFAULT
     if ws is False or head_dim not in ws_launch.CONFIGS or (ws is True and head_dim not in ws_launch.PAGED_DEFAULTS):
@@ -369,7 +364,7 @@ def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, n
     bm = ws_launch.BLOCK_M
     blocks = []  # (cost, b, query block)
     for b, (q, c) in enumerate(zip(q_lens, kv_lens)):
-        if q == 0 or (q * group <= SMALL_ROWS and not with_small):
+        if q == 0 or q * group <= SMALL_ROWS:
             continue
         total = c + q if new_keys else c
         for m in range(math.ceil(q / bm)):
