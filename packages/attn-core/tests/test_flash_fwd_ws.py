@@ -443,10 +443,11 @@ def test_fp8_launch_binds_scales_and_a_16_bit_v(monkeypatch):
     rec = _Recorder()
     monkeypatch.setattr(ws_launch, "gqa_fwd_ws_kernel", rec)
     cfg = ws_launch.CONFIGS[128][0]
-    q = torch.zeros(2, 300, 8, 128).to(torch.float8_e4m3fn)
-    k = torch.ones(2, 500, 2, 128).to(torch.float8_e4m3fn)
-    scales = [torch.full((2, 2), s, dtype=torch.float32) for s in (0.5, 0.25, 2.0)]
-    out = torch.empty(2, 300, 8, 128, dtype=torch.bfloat16)
+    dev = runtime.device()  # (V's cast to 16 bits runs a real kernel)
+    q = torch.zeros(2, 300, 8, 128, device=dev).to(torch.float8_e4m3fn)
+    k = torch.ones(2, 500, 2, 128, device=dev).to(torch.float8_e4m3fn)
+    scales = [torch.full((2, 2), s, dtype=torch.float32, device=dev) for s in (0.5, 0.25, 2.0)]
+    out = torch.empty(2, 300, 8, 128, dtype=torch.bfloat16, device=dev)
     ws_launch.launch(fwd.Problem(q, k, k, out, varlen=False, batch=2, max_q=300, max_kv=500, wr=0, q_scale=scales[0],
                                  k_scale=scales[1], v_scale=scales[2]), cfg)
     ws_launch.launch(fwd.Problem(out, out[:, :, :2], out[:, :, :2], torch.empty_like(out), varlen=False, batch=2,
