@@ -27,24 +27,15 @@ core=packages/attn-core/tests mla=packages/attn-mla/tests
 # Node ids, not -k: on the GPU machine a -k expression once matched every test of the family.
 PHASE=${PHASE:-all}
 [ "$PHASE" = sweeps ] || step gpu-tests "${TESTS_CAP:-200}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 90 \
-  -p no:cacheprovider "$core/test_flash_fwd_ws.py"
+  -p no:cacheprovider "$core/test_gqa_bwd_ws.py" "$core/test_gqa_dense_fwd.py::test_tile_by_programs_per_sm" \
+  "$core/test_flash_fwd_ws.py::test_fp8_launch_binds_scales_and_a_16_bit_v"
 if [ "$PHASE" = tests ]; then
   grep -h "^FAILED\|^ERROR" "$OUT/gpu-tests.log" 2>/dev/null | head -20  # the failing node ids, before packing
   (cd "$OUT" && tar czf tests-logs.tgz --remove-files ./*.log 2>/dev/null); exit 0
 fi
 # (earlier sessions' sweeps and what they decided: docs/perf/attn-core.md and docs/dev/gpu-runs.md)
-# The ws forward with the P·V wait held below the softmax (attn-core 0.3.17, `-hold` configs) beside the defaults:
-# the compute-bound ragged / long rows first (qwen3-fp8-ragged is issue 3's last row under the floor)
-tune tune-ws-hold 240 tune_attn_core --ws --only ws-n64s3-ov-bm-lpt,ws-n128s2-ov,ws-n64s3-ov-pp --filter \
-  GQAVarlenFwd/qwen3-fp8-ragged,GQAVarlenFwd/llama-8b-long-w1024/bf16,GQAVarlenFwd/llama-70b-q-lt-kv/bf16,GQAVarlenFwd/llama-8b-uniform/bf16
-# qwen3-fp8-ragged's kernels apart (the host cast of V to 16 bits is one of them: how much of the 127 µs is it?)
-step fp8-ragged-kernels 60 python3 -m benchmarks.ncu_row --family attn-core \
-  --row GQAVarlenFwd/qwen3-fp8-ragged/fp8e4m3/bf16 --breakdown
-# qwen35-9b-rope (paged D = 256, 0.77x FA3's published time): the default and its -hold twin
-tune tune-ws-hold-qwen35 150 tune_attn_core_paged --ws --filter GQAPrefillPagedWithKVCacheFwd/qwen35-9b-rope
-# the paged layout's D = 128 default and its twin on a paged prefill row
-tune tune-ws-hold-paged 120 tune_attn_core_paged --ws --filter GQAPagedFwd/llama-8b/f16
-# D = 64 (no ws default: the Triton tile led by 9-12 %): does the held form change that?
-tune tune-ws-hold-d64 90 tune_attn_core --ws --only ws-n128s3-ov --filter GQAVarlenFwd/gpt-oss-uniform/bf16
+# GQABwd's Gluon dK / dV kernel software-pipelined (attn-core 0.3.18; the serial form was 7-27 % slower than the
+# Triton dK / dV role): the ws-* configs beside the Triton ones on the long rows (issue 5's reddest rows)
+tune tune-bwd-ws-pipelined 330 tune_gqa_bwd --filter GQABwd/llama-8b-long/bf16,GQABwd/llama-70b-long/bf16,GQABwd/llama-8b-long-mha/bf16
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"
