@@ -37,5 +37,8 @@ fi
 # GQABwd's Gluon dK / dV kernel software-pipelined (attn-core 0.3.18; the serial form was 7-27 % slower than the
 # Triton dK / dV role): the ws-* configs beside the Triton ones on the long rows (issue 5's reddest rows)
 tune tune-bwd-ws-pipelined 330 tune_gqa_bwd --filter GQABwd/llama-8b-long/bf16,GQABwd/llama-70b-long/bf16,GQABwd/llama-8b-long-mha/bf16
+# issue 3's lowest measured row (qwen3-8b-chunked-b8, 0.81x FlashInfer on the ws default): every ws config and the
+# Triton tile on it
+tune tune-ws-chunked-b8 60 tune_attn_core --ws --filter GQADenseFwd/qwen3-8b-chunked-b8/bf16
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"
