@@ -70,61 +70,49 @@ def _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stri
 
 
 @gluon.jit
-def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, q_free, k_ready, kv_free, xchg, out_ptr,
-              count_ptr, n_items, S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh,
-              WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr):
-    """Channel split: per work item, latent columns [256·WG, +256) of its 64 heads over the row's selected keys,
-    then their store."""
+def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_mine, x_theirs, xchg, p_mine, p_theirs, st_mine, st_theirs,
+              full, empty, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
+              head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr,
+              STAGES: gl.constexpr, HAS_PE: gl.constexpr, ALTERNATING: gl.constexpr):
+    """Per work item, latent columns [256·WG, +256) of its 64 heads over the row's selected keys, then their store.
+    Channel split (``latent_ws.consume_keys``): this warpgroup scores its latent half of every tile, the partial
+    scores summed through ``x_mine`` / ``x_theirs`` / ``xchg``. ``ALTERNATING`` (``latent_alt.consume_blocks``):
+    it scores every other tile whole and hands P over through ``p_*`` / ``st_*`` / ``full`` / ``empty``. (The other
+    form's buffers are placeholders.)"""
     s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
     o_layout: gl.constexpr = wgmma_acc_layout(HALF)
+    if WG == 0:  # this warpgroup's latent half of the queries and keys
+        q_half = q_lo
+        k_half = k_lo
+    else:
+        q_half = q_hi
+        k_half = k_hi
     r0 = 0  # ring position of the item's first tile
     n_q = 0  # items whose queries were loaded before this one
-    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
-        row, b, s, g, head0, local0, count, n_tiles = _item_tiles(item, count_ptr, S, H_kv, group,
-                                                                  head_blocks_per_kv, BLOCK_N)
-        if n_tiles > 0:
-            mbarrier.wait(q_ready.index(0), n_q & 1)
-            acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, mine, theirs, k_ready,
-                                         kv_free, xchg, 0, count, n_tiles, r0, qk_scale, WG, BLOCK_N, STAGES, HAS_PE,
-                                         s_layout, o_layout, wgmma_lhs_layout(HALF), True)
-            mbarrier.arrive(q_free.index(0), count=1)  # every wgmma reading the queries has retired
-            out = _normalized(acc, l_i, o_layout)
-        else:  # no valid slot: zeros (the loader copies nothing)
-            out = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
-        _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG, o_layout)
-        r0 += n_tiles
-        n_q += (n_tiles > 0).to(gl.int32)
-
-
-@gluon.jit
-def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs, st_mine, st_theirs, full,
-                  empty, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
-                  head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, WG: gl.constexpr,
-                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr):
-    """Alternating tiles: per work item, latent columns [256·WG, +256) of its 64 heads, this warpgroup scoring
-    every other tile of the row's selected keys whole (``latent_alt.consume_blocks``), then their store."""
-    s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
-    o_layout: gl.constexpr = wgmma_acc_layout(HALF)
-    r0 = 0  # ring position of the item's first tile
-    n_q = 0  # items whose queries were loaded before this one
-    h0 = 0  # hand-offs published so far by warpgroup 0 (it scores each item's tiles 0, 2, ...)
+    h0 = 0  # (ALTERNATING) hand-offs published so far by warpgroup 0 (it scores each item's tiles 0, 2, ...)
     h1 = 0  # and by warpgroup 1 (tiles 1, 3, ...)
     for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
         row, b, s, g, head0, local0, count, n_tiles = _item_tiles(item, count_ptr, S, H_kv, group,
                                                                   head_blocks_per_kv, BLOCK_N)
         if n_tiles > 0:
             mbarrier.wait(q_ready.index(0), n_q & 1)
-            if WG == 0:
-                h_mine = h0
-                h_theirs = h1
+            if ALTERNATING:
+                if WG == 0:
+                    h_mine = h0
+                    h_theirs = h1
+                else:
+                    h_mine = h1
+                    h_theirs = h0
+                # (consume_blocks releases the queries after this warpgroup's last scores: RELEASE_Q)
+                acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs,
+                                               st_mine, st_theirs, full, empty, k_ready, kv_free, q_free, 0, count,
+                                               n_tiles, r0, h_mine, h_theirs, qk_scale, WG, BLOCK_N, STAGES, HAS_PE,
+                                               s_layout, o_layout, wgmma_lhs_layout(HALF), True, True)
             else:
-                h_mine = h1
-                h_theirs = h0
-            # (consume_blocks releases the queries after this warpgroup's last scores: RELEASE_Q)
-            acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs,
-                                           st_mine, st_theirs, full, empty, k_ready, kv_free, q_free, 0, count,
-                                           n_tiles, r0, h_mine, h_theirs, qk_scale, WG, BLOCK_N, STAGES, HAS_PE,
-                                           s_layout, o_layout, wgmma_lhs_layout(HALF), True, True)
+                acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, x_mine, x_theirs,
+                                             k_ready, kv_free, xchg, 0, count, n_tiles, r0, qk_scale, WG, BLOCK_N,
+                                             STAGES, HAS_PE, s_layout, o_layout, wgmma_lhs_layout(HALF), True)
+                mbarrier.arrive(q_free.index(0), count=1)  # every wgmma reading the queries has retired
             out = _normalized(acc, l_i, o_layout)
         else:  # no valid slot: zeros (the loader copies nothing)
             out = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
@@ -132,8 +120,9 @@ def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_
         _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG, o_layout)
         r0 += n_tiles
         n_q += (n_tiles > 0).to(gl.int32)
-        h0 += (n_tiles + 1) // 2
-        h1 += n_tiles // 2
+        if ALTERNATING:
+            h0 += (n_tiles + 1) // 2
+            h1 += n_tiles // 2
 
 
 @gluon.constexpr_function
@@ -272,14 +261,14 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
         # registers: consumer 1 224, the loader 48, consumer 0 the rest (232); at 232 / 40 the item loop's loader
         # spilled 32 B on the 512-wide rows (the shared memory base, reloaded in its tile loop)
         gl.warp_specialize([
-            (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_lo, p0, p1, st0, st1, full, empty, q_ready,
-                             q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
-                             head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 0, BLOCK_N, STAGES,
-                             TAIL > 0)),
-            (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_hi, p1, p0, st1, st0, full, empty, q_ready,
-                             q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
-                             head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 1, BLOCK_N, STAGES,
-                             TAIL > 0)),
+            (_consumer, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p0, p1, q_ready, p0, p1, st0, st1, full, empty,
+                         q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
+                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 0, BLOCK_N, STAGES, TAIL > 0,
+                         True)),
+            (_consumer, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p1, p0, q_ready, p1, p0, st1, st0, full, empty,
+                         q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
+                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 1, BLOCK_N, STAGES, TAIL > 0,
+                         True)),
             (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem,
                        q_ready, q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb,
                        stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, 64)),
@@ -293,12 +282,14 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
             mbarrier.init(xchg.index(i), count=2)
         fence_async_shared()
         gl.warp_specialize([
-            (_consumer, (q_lo, qpe_smem, k_lo, kpe_smem, x_lo, x_hi, q_ready, q_free, k_ready, kv_free, xchg,
-                         out_ptr, count_ptr, n_items, S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob,
-                         stride_os, stride_oh, 0, BLOCK_N, STAGES, TAIL > 0)),
-            (_consumer, (q_hi, qpe_smem, k_hi, kpe_smem, x_hi, x_lo, q_ready, q_free, k_ready, kv_free, xchg,
-                         out_ptr, count_ptr, n_items, S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob,
-                         stride_os, stride_oh, 1, BLOCK_N, STAGES, TAIL > 0)),
+            (_consumer, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, x_lo, x_hi, x_lo, x_hi, xchg,
+                         xchg, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
+                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 0, BLOCK_N, STAGES, TAIL > 0,
+                         False)),
+            (_consumer, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_hi, x_lo, xchg, x_hi, x_lo, x_hi, x_lo, xchg,
+                         xchg, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
+                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 1, BLOCK_N, STAGES, TAIL > 0,
+                         False)),
             (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem,
                        q_ready, q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb,
                        stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, HALF)),
