@@ -26,6 +26,8 @@ DENSE, VARLEN, PAGED = 0, 1, 2  # ws_kernel's LAYOUT values
 
 from .sm90_compile import compile_sm90, report_variants  # noqa: E402
 
+PACKED_GROUP = 4  # query heads per KV head of the packed builds (llama-8b's)
+
 
 def _desc_type(dtype, block, d: int, box_rows: int | None = None) -> str:
     """The JIT's signature string of a host descriptor over a [rows, H·D] view (a CPU tensor stands in), boxes of
@@ -35,12 +37,19 @@ def _desc_type(dtype, block, d: int, box_rows: int | None = None) -> str:
     return mangle_type(TensorDescriptor.from_tensor(t, box, ws_launch.smem_layout(block, dtype)))
 
 
+def _packed_q_type(dtype, d: int, group: int) -> str:
+    """The signature string of ``ws_launch._packed_q_desc`` over ``[tokens, 4·G heads, D]``."""
+    return mangle_type(ws_launch._packed_q_desc(torch.empty(256, 4 * group, d, dtype=dtype), group))
+
+
 def compile_ws(cfg: ws_launch.WsConfig, d: int, layout: int, dtype=torch.float16, page_size: int = 64,
-               softcap: bool = False, fp8: bool = False):
-    """``fp8``: e4m3 q / k descriptors (``dtype`` is then V's and the output's)."""
+               softcap: bool = False, fp8: bool = False, group: int = PACKED_GROUP):
+    """``fp8``: e4m3 q / k descriptors (``dtype`` is then V's and the output's); ``group``: the query heads per KV
+    head a ``pack_gqa`` config packs."""
     kv_box = math.gcd(page_size, cfg.block_n) if layout == PAGED else None
     qk_dtype = torch.float8_e4m3fn if fp8 else dtype
-    types = {"q_desc": _desc_type(qk_dtype, [64, d], d),
+    pack = ws_launch.heads_per_tile(cfg, group)
+    types = {"q_desc": _packed_q_type(qk_dtype, d, pack) if pack > 1 else _desc_type(qk_dtype, [64, d], d),
              "k_desc": _desc_type(qk_dtype, [cfg.block_n, d], d, kv_box),
              "v_desc": _desc_type(dtype, [cfg.block_n, d], d, kv_box),
              "o_ptr": "*fp16" if dtype == torch.float16 else "*bf16", "cu_q_ptr": "*i32", "kv_ptr": "*i32",
@@ -51,7 +60,7 @@ def compile_ws(cfg: ws_launch.WsConfig, d: int, layout: int, dtype=torch.float16
               "OVERLAP": cfg.overlap, "PINGPONG": cfg.pingpong, "Q_BUFS": ws_launch.q_buffers(d),
               "BLOCK_MAJOR": layout == DENSE, "SOFTCAP": softcap, "HAS_SINK": softcap,
               "SORT_B": 64 if cfg.lpt and layout == VARLEN else 0,
-              "TAIL_IN_PLACE": layout == PAGED and ws_launch.tail_in_place(cfg, d), "FP8": fp8,
+              "TAIL_IN_PLACE": layout == PAGED and ws_launch.tail_in_place(cfg, d), "FP8": fp8, "PACK": pack,
               "_float_args": ("qk_scale", "cap_scale", "cap_log2")}
     return compile_sm90(gqa_fwd_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 

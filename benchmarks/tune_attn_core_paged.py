@@ -24,7 +24,7 @@ import torch
 
 from attnops.attn_core import gqa_paged_plan, gqa_prefill_paged_plan, mha_decode_paged_plan
 from attnops.attn_core.flash_fwd import ws_launch
-from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, TileConfig, config_key
+from attnops.attn_core.gqa_paged_fwd.plan import CONFIGS, SMALL_ROWS, TileConfig, config_key
 from attnops.attn_core.specs import SPECS
 
 from .sweep import check_and_time, matches, record, seed_cases, sweep_arguments
@@ -88,7 +88,14 @@ def _ws_variants(case, default_plan) -> list[tuple[str, dict]]:
         return []
     if not any(ln.kind == "large" for ln in _launches(default_plan)):
         return []
-    return [("ws=False", {"ws": False})] + [(cfg.name, {"ws": cfg}) for cfg in ws_launch.paged_configs(d)]
+    variants = [("ws=False", {"ws": False})] + [(cfg.name, {"ws": cfg}) for cfg in ws_launch.paged_configs(d)]
+    plan = getattr(default_plan, "attn", default_plan)
+    group = plan.num_heads // plan.num_kv_heads
+    small = [q * group <= SMALL_ROWS for q in plan.q_lens if q]
+    if any(small) and not all(small):  # a mixed batch: its decode requests in a packed warp-specialized launch too
+        variants += [(f"{cfg.name}+merge_small", {"ws": cfg, "merge_small": True})
+                     for cfg in ws_launch.paged_configs(d) if ws_launch.heads_per_tile(cfg, group) > 1]
+    return variants
 
 
 def _merged_variants(head_dim: int) -> list[tuple[str, dict]]:

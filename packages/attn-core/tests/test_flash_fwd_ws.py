@@ -282,6 +282,25 @@ def test_paged(d, page_size, mask):
 
 @pytest.mark.gpu
 @hopper
+@pytest.mark.parametrize("mask", ["causal", "full", "causal-w100"])
+def test_paged_packed_merged(mask):
+    """``merge_small=True`` with the packing configs: decode requests of 1 and 3 tokens (4 and 12 rows of a tile),
+    an empty one and two prefill requests in one launch, G = 4."""
+    causal, wl, wr = MASKS[mask]
+    case = paged_spec.build_case([300, 1, 0, 3, 130], [3000, 1500, 0, 777, 130], 8, 2, 128, 64, torch.float16,
+                                 torch.float16, "cuda", seed=7, is_causal=causal, window_size_left=wl,
+                                 window_size_right=wr)
+    a = case.inputs
+    for cfg in (c for c in ws_launch.paged_configs(128) if c.pack_gqa):
+        plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, 128, is_causal=causal,
+                              window_size_left=wl, window_size_right=wr, ws=cfg, merge_small=True)
+        (ln,) = plan.launches
+        assert ln.ws == cfg and set(ln.ws_items[:, 0].tolist()) == {0, 1, 3, 4}
+        _plan_case(paged_spec.SPEC, case, plan)
+
+
+@pytest.mark.gpu
+@hopper
 @pytest.mark.parametrize("d", [128, 256])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
@@ -458,6 +477,57 @@ def test_fp8_launch_binds_scales_and_a_16_bit_v(monkeypatch):
     q_desc, k_desc, v_desc = args[:3]
     assert q_desc.base.dtype == k_desc.base.dtype == torch.float8_e4m3fn
     assert v_desc.base.dtype == torch.bfloat16 and bool((v_desc.base == 1).all())  # raw e4m3 values, cast exactly
+
+
+def test_packed_gqa_binds_a_3d_q_and_fewer_tiles(monkeypatch):
+    """Runs everywhere: a ``pack_gqa`` config launches ``PACK`` = G over q as ``[tokens, H, D]`` in ``[64 / G, G, D]``
+    boxes, blocks of 128 / G tokens and H / G tiles per block; without the flag, with G = 1, with G not dividing 64
+    or with heads that are not contiguous rows, one query head per tile."""
+    rec = _Recorder()
+    monkeypatch.setattr(ws_launch, "gqa_fwd_ws_kernel", rec)
+    cfg = ws_launch.WsConfig(64, 3, True, persistent=False, pack_gqa=True)
+    q = torch.zeros(2, 300, 8, 128, dtype=torch.float16)
+    k = torch.zeros(2, 500, 2, 128, dtype=torch.float16)
+    ws_launch.launch(fwd.Problem(q, k, k, torch.empty_like(q), varlen=False, batch=2, max_q=300, max_kv=500), cfg)
+    grid, args, kwargs = rec.calls[-1]
+    assert kwargs["PACK"] == 4 and kwargs["n_m_blocks"] == 10  # 300 tokens in blocks of 32
+    assert grid == (10 * 2 * 8 // 4,)
+    assert list(args[0].shape) == [600, 8, 128] and list(args[0].block_shape) == [16, 4, 128]
+    plain = dataclasses.replace(cfg, pack_gqa=False)
+    ws_launch.launch(fwd.Problem(q, k, k, torch.empty_like(q), varlen=False, batch=2, max_q=300, max_kv=500), plain)
+    assert rec.calls[-1][2]["PACK"] == 1 and rec.calls[-1][2]["n_m_blocks"] == 3
+    assert [ws_launch.heads_per_tile(cfg, g) for g in (1, 2, 8, 64, 71, 128)] == [1, 2, 8, 64, 1, 1]
+    assert ws_launch.heads_per_tile(plain, 8) == 1
+    wide = torch.zeros(2, 300, 8, 256, dtype=torch.float16)[..., :128]  # heads 256 elements apart
+    assert ws_launch.pack(cfg, wide, k) == 1 and ws_launch.pack(cfg, q, k) == 4
+
+
+def test_packed_gqa_paged_plan_counts_packed_blocks():
+    """Runs everywhere: with a ``pack_gqa`` config the plan's ws items are blocks of 128 / G query tokens."""
+    cfg = ws_launch.WsConfig(64, 3, True, pack_gqa=True)
+    assert cfg in ws_launch.paged_configs(128)
+    plan = paged_plan.plan_paged_attention([300, 1, 130], [3000, 1500, 130], num_heads=8, num_kv_heads=2,
+                                           head_dim=128, ws=cfg, device="cpu")
+    (large,) = [ln for ln in plan.launches if ln.kind == "large"]
+    items = large.ws_items.tolist()
+    assert sorted(items) == [[0, m] for m in range(10)] + [[2, m] for m in range(5)]  # 300 / 32, 130 / 32 blocks
+
+
+def test_packed_merged_plan_takes_decode_requests():
+    """Runs everywhere: ``merge_small=True`` with a packing config puts the decode requests among the ws items (one
+    launch, its Triton fallback over the same requests); an unpacked config keeps them in the small launch."""
+    packed = ws_launch.WsConfig(64, 3, True, pack_gqa=True)
+    lengths = ([1, 300, 0, 4], [900, 1000, 0, 100])
+    plan = paged_plan.plan_paged_attention(*lengths, num_heads=8, num_kv_heads=2, head_dim=128, ws=packed,
+                                           merge_small=True, device="cpu")
+    (ln,) = plan.launches
+    assert ln.ws == packed and sorted(ln.ws_items[:, 0].tolist()) == [0] + [1] * 10 + [3]
+    assert set(ln.items[:, 0].tolist()) == {0, 1, 3}
+    plain = paged_plan.plan_paged_attention(*lengths, num_heads=8, num_kv_heads=2, head_dim=128,
+                                            ws=dataclasses.replace(packed, pack_gqa=False), merge_small=True,
+                                            device="cpu")
+    kinds = {ln.kind: ln for ln in plain.launches}
+    assert sorted(kinds) == ["large", "small"] and set(kinds["large"].ws_items[:, 0].tolist()) == {1}
 
 
 def test_plan_refuses_a_config_the_paged_layout_does_not_run():

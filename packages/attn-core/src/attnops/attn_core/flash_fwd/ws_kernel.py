@@ -33,9 +33,10 @@ query tokens with ``KV_PLUS_Q``).
 Masks: keys ``P − WL <= j <= P + WR`` (bottom-right positions P; causal is WR = 0;
 ``attention_fns.window_bounds``). Keys past a request's end (the next request's rows, the rest of its last
 page, or TMA zero fill past the tensor) are masked; query rows past it are not stored. One query head per
-program. D in {64, 128, 256}, fp16 / bf16, softcap (``SOFTCAP``), attention sinks (``HAS_SINK``); fp8 e4m3 q / k
-(dense / varlen, ``FP8``: Q·Kᵀ on fp8 tensor cores, P·V in 16 bits over V cast on the host: fp8 wgmma reads B
-K-major only, and V's rows are keys); no RoPE / splits / lse (the Triton kernels serve those calls).
+work tile, or with ``PACK`` the G heads of a KV head (rows (token, head), 128 / G tokens a tile). D in {64, 128,
+256}, fp16 / bf16, softcap (``SOFTCAP``), attention sinks (``HAS_SINK``); fp8 e4m3 q / k
+(dense / varlen, ``FP8``: Q·Kᵀ on fp8 tensor cores, P·V in 16 bits over V widened by a cast kernel first: fp8
+wgmma reads B K-major only, and V's rows are keys); no RoPE / splits / lse (the Triton kernels serve those calls).
 """
 
 from triton.experimental import gluon
@@ -57,17 +58,18 @@ PAGED = gl.constexpr(2)
 
 
 @gluon.jit
-def _tile(tile, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, BLOCK_M: gl.constexpr,
+def _tile(tile, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_units, n_work, n_m_blocks, BLOCK_M: gl.constexpr,
           LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr):
-    """Work tile -> (request b, head, first query row m0, q_start, q_len, kv_start, kv_len). Head fastest; then
+    """Work tile -> (request b, head unit, first query token m0, q_start, q_len, kv_start, kv_len); ``BLOCK_M``:
+    query tokens per block, ``n_units``: head units per block (a query head, or a packed group). Unit fastest; then
     paged: the plan's items in order (``items[i] = (b, query block)``); dense / varlen with ``BLOCK_MAJOR`` (every
     request as long as the longest): query block from the last (the heaviest under a causal mask) to the first,
     each over every request, so a round of one tile per program holds blocks of one weight; else request by
     request, within one its blocks from the last (requests of unequal lengths: the block index alone does not
     order the work) — with ``SORT_B``, the requests in ``order_ptr``'s order (most keys first, ``_sort_requests``).
     ``kv_ptr``: varlen cu_seqlens_kv, paged the per-request key counts."""
-    head = tile % n_heads
-    rest = tile // n_heads
+    unit = tile % n_units
+    rest = tile // n_units
     if LAYOUT == PAGED:
         b = gl.load(items_ptr + 2 * rest)
         m0 = gl.load(items_ptr + 2 * rest + 1) * BLOCK_M
@@ -97,7 +99,7 @@ def _tile(tile, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_heads, n_wo
             kv_len = gl.load(kv_ptr + b)
             if KV_PLUS_Q:
                 kv_len += q_len
-    return b, head, m0, q_start, q_len, kv_start, kv_len
+    return b, unit, m0, q_start, q_len, kv_start, kv_len
 
 
 @gluon.jit
@@ -114,18 +116,20 @@ def _round_tile(r, pid, n_prog, SNAKE: gl.constexpr):
 @gluon.jit
 def _round_work(r, pid, n_prog, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl,
                 wr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr,
-                BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr):
+                BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr, PACK: gl.constexpr):
     """Program ``pid``'s work tile of round ``r``, the same for the loader and both consumers: (live, b, head,
-    m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi). Not live: the round has no tile for this program (the
-    index is clamped so every read stays inside) or the query block is past its request's end."""
-    n_total = n_work * n_heads
+    m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi); ``head``: the tile's (first) query head, ``m0``: its first
+    query token (``PACK`` heads share a tile: BLOCK_M / PACK tokens). Not live: the round has no tile for this
+    program (the index is clamped so every read stays inside) or the query block is past its request's end."""
+    TOKENS: gl.constexpr = BLOCK_M // PACK
+    n_total = n_work * (n_heads // PACK)
     tile = _round_tile(r, pid, n_prog, (LAYOUT == PAGED) or (SORT_B > 0))
-    b, head, m0, q_start, q_len, kv_start, kv_len = _tile(gl.minimum(tile, n_total - 1), cu_q_ptr, kv_ptr, items_ptr,
-                                                          order_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, BLOCK_M,
-                                                          LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B)
+    b, unit, m0, q_start, q_len, kv_start, kv_len = _tile(gl.minimum(tile, n_total - 1), cu_q_ptr, kv_ptr, items_ptr,
+                                                          order_ptr, s_q, s_kv, n_heads // PACK, n_work, n_m_blocks,
+                                                          TOKENS, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B)
     live = (tile < n_total) & (m0 < q_len)
-    n_lo, n_hi = _block_keys(m0, q_len, kv_len, wl, wr, BLOCK_M, BLOCK_N)  # (not live: unused)
-    return live, b, head, m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi
+    n_lo, n_hi = _block_keys(m0, q_len, kv_len, wl, wr, TOKENS, BLOCK_N)  # (not live: unused)
+    return live, b, unit * PACK, m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi
 
 
 @gluon.jit
@@ -242,8 +246,10 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
               WG: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
               PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr, BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr,
-              HAS_SINK: gl.constexpr, SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr):
-    """Rows [m0 + 64·WG, +64) of each of the program's work tiles: every key tile of the block's range, then
+              HAS_SINK: gl.constexpr, SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr,
+              PACK: gl.constexpr):
+    """Rows [64·WG, +64) of each of the program's work tiles (``PACK`` > 1: row r is query token r // PACK of the
+    warpgroup's tokens, head ``head + r % PACK``): every key tile of the block's range, then
     the store. ``OVERLAP`` (FA3's intra-warpgroup pipelining): S of tile j + 1 and P·V of tile j are in flight
     while the softmax of tile j + 1 runs (as issued: ptxas waits for P·V before the softmax, see the loop); else
     each tile's two wgmmas are waited for in turn. Paged layouts (overlap configs only) take the last key tile's V
@@ -267,15 +273,18 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     ring = pid * 0  # key tiles through the K/V ring so far (slot and phase of the next)
     turn = pid * 0  # rounds of wgmma issues so far (PINGPONG)
     n_prog = gl.num_programs(0)
-    for r in range(gl.cdiv(n_work * n_heads, n_prog)):
+    for r in range(gl.cdiv(n_work * (n_heads // PACK), n_prog)):
         live, b, head, m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi = _round_work(
             r, pid, n_prog, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr,
-            BLOCK_M, BLOCK_N, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B)
+            BLOCK_M, BLOCK_N, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B, PACK)
         if live:
-            r0 = m0 + WG * R
-            p0 = kv_len - q_len + r0  # key position of this warpgroup's first row (bottom-right)
-            _, _, full_lo, full_hi = _key_range(p0, p0 + R - 1, kv_len, wl, wr, BLOCK_N)
-            q_pos = p0 + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout))
+            r0 = m0 + WG * (R // PACK)  # this warpgroup's first query token
+            p0 = kv_len - q_len + r0  # its key position (bottom-right)
+            _, _, full_lo, full_hi = _key_range(p0, p0 + R // PACK - 1, kv_len, wl, wr, BLOCK_N)
+            if PACK > 1:
+                q_pos = p0 + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout)) // PACK
+            else:
+                q_pos = p0 + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout))
             tile_qk_scale = qk_scale
             tile_cap_scale = cap_scale
             if FP8:  # (b, KV head) dequant multipliers, kernel.py's fp8 rule
@@ -349,7 +358,11 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                 mbarrier.arrive(q_free.index(q_buf), count=1)
 
             if HAS_SINK:  # attention_fns.add_sink: 2^sink2 joins each row's denominator (no value vector)
-                sink2 = gl.load(sink_ptr + head) * 1.4426950408889634
+                if PACK > 1:  # each row's own head
+                    row_heads = head + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout)) % PACK
+                    sink2 = gl.load(sink_ptr + row_heads) * 1.4426950408889634
+                else:
+                    sink2 = gl.load(sink_ptr + head) * 1.4426950408889634
                 m_sink = gl.maximum(m_i, sink2)
                 m_safe = gl.where(m_sink == float("-inf"), 0.0, m_sink)
                 rescale = gl.exp2(m_i - m_safe)
@@ -359,10 +372,16 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
             out = acc / gl.where(l_o == 0.0, 1.0, l_o)[:, None]  # rows that saw no key: 0
             if FP8:
                 out = out * gl.load(v_scale_ptr + sc)
-            o_rows = r0 + gl.arange(0, R, layout=gl.SliceLayout(1, o_layout))
             o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-            ptrs = (o_ptr + (q_start + o_rows).to(gl.int64)[:, None] * stride_ot + head * stride_oh
-                    + o_cols[None, :])
+            if PACK > 1:
+                rows = gl.arange(0, R, layout=gl.SliceLayout(1, o_layout))
+                o_rows = r0 + rows // PACK  # query tokens
+                ptrs = (o_ptr + (q_start + o_rows).to(gl.int64)[:, None] * stride_ot
+                        + (head + rows % PACK)[:, None] * stride_oh + o_cols[None, :])
+            else:
+                o_rows = r0 + gl.arange(0, R, layout=gl.SliceLayout(1, o_layout))
+                ptrs = (o_ptr + (q_start + o_rows).to(gl.int64)[:, None] * stride_ot + head * stride_oh
+                        + o_cols[None, :])
             gl.store(ptrs, out.to(o_ptr.dtype.element_ty), mask=(o_rows < q_len)[:, None])
             done += 1
             ring += n_tiles
@@ -374,27 +393,34 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_r
             group, wl, wr,
             LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr,
             BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, Q_BUFS: gl.constexpr,
-            BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr):
+            BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr, PACK: gl.constexpr):
     """TMA producer: per work tile both Q tiles, then K / V of every key tile of the block's range (paged: the
-    tile's page from the table, read only for tiles inside the request's keys)."""
+    tile's page from the table, read only for tiles inside the request's keys). ``PACK`` > 1: a Q tile is
+    [64 / PACK tokens, PACK heads, D] of a 3-D descriptor ``[tokens, H, D]``, landing as 64 rows of (token, head)."""
     R: gl.constexpr = ROWS_PER_CONSUMER
     pid = gl.program_id(0)
     done = pid * 0
     ring = pid * 0
     n_prog = gl.num_programs(0)
-    for r in range(gl.cdiv(n_work * n_heads, n_prog)):
+    for r in range(gl.cdiv(n_work * (n_heads // PACK), n_prog)):
         live, b, head, m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi = _round_work(
             r, pid, n_prog, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr,
-            BLOCK_M, BLOCK_N, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B)
+            BLOCK_M, BLOCK_N, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B, PACK)
         if live:
             q_buf = done % Q_BUFS
             # a fresh barrier passes parity 1: each buffer's first tile finds it free
             mbarrier.wait(q_free.index(q_buf), ((done // Q_BUFS) & 1) ^ 1)
             ready = q_ready.index(q_buf)
             mbarrier.expect(ready, 2 * q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [q_start + m0, head * HEAD_DIM], ready, q_smem.index(2 * q_buf))
-            tma.async_copy_global_to_shared(q_desc, [q_start + m0 + R, head * HEAD_DIM], ready,
-                                            q_smem.index(2 * q_buf + 1))
+            if PACK > 1:
+                for w in gl.static_range(2):
+                    box = q_smem.index(2 * q_buf + w).reshape([R // PACK, PACK, HEAD_DIM])
+                    tma.async_copy_global_to_shared(q_desc, [q_start + m0 + w * (R // PACK), head, 0], ready, box)
+            else:
+                tma.async_copy_global_to_shared(q_desc, [q_start + m0, head * HEAD_DIM], ready,
+                                                q_smem.index(2 * q_buf))
+                tma.async_copy_global_to_shared(q_desc, [q_start + m0 + R, head * HEAD_DIM], ready,
+                                                q_smem.index(2 * q_buf + 1))
             n_tiles = gl.cdiv(n_hi - n_lo, BLOCK_N)
             kv_col = (head // group) * HEAD_DIM
             for j in range(n_tiles):
@@ -472,17 +498,19 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                       PAGE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr,
                       BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr,
-                      SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr):
-    """Grid: (programs,), at most n_work · n_heads work tiles (n_work: dense / varlen n_m_blocks · batch, paged
+                      SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr, PACK: gl.constexpr):
+    """Grid: (programs,), at most n_work · n_heads / PACK work tiles (n_work: dense / varlen n_m_blocks · batch, paged
     the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
     loader: 1 warp). ``TAIL_IN_PLACE`` (paged): the last V tile's rows past the keys are zeroed in the ring slot
     instead of in two per-consumer buffers (configs whose ring leaves no room for them). ``FP8`` (dense / varlen):
     q / k descriptors over raw e4m3 rows, v over the same values in 16 bits, scales ``[B, H_kv]`` f32 (see
-    ``_consumer``)."""
+    ``_consumer``). ``PACK`` (a power of two dividing 64): the G query heads of a KV head share each work tile,
+    rows (token, head), ``q_desc`` 3-D (``_loader``); 1: one query head per tile."""
     gl.static_assert(BLOCK_M == 2 * ROWS_PER_CONSUMER)
     gl.static_assert(not FP8 or LAYOUT != PAGED, "fp8 runs the dense / varlen layouts")
-    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2 * Q_BUFS, ROWS_PER_CONSUMER, HEAD_DIM],
-                                       q_desc.layout)  # [buf, WG]
+    # [buf, WG]; packed Q tiles take K's layout (a [rows, D] tile of the same dtype), q_desc's is their 3-D view
+    q_layout: gl.constexpr = k_desc.layout if PACK > 1 else q_desc.layout
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2 * Q_BUFS, ROWS_PER_CONSUMER, HEAD_DIM], q_layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     if LAYOUT == PAGED and not TAIL_IN_PLACE:  # each consumer's copy of its last V tile, rows past the keys zeroed
@@ -512,16 +540,16 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                      cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q,
                      s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot,
                      stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
-                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8)),
+                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, PACK)),
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
                      cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q,
                      s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot,
                      stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
-                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8)),
+                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, PACK)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
                    cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work,
                    n_m_blocks, group, wl, wr, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, Q_BUFS,
-                   BLOCK_MAJOR, SORT_B)),
+                   BLOCK_MAJOR, SORT_B, PACK)),
     ], [4, 1], [240, 24])  # FA3's split: 240 + 240 + 24 registers x 128 threads = 168 x 384
     for i in gl.static_range(Q_BUFS):
         mbarrier.invalidate(q_ready.index(i))

@@ -41,11 +41,15 @@ class WsConfig:
     # varlen requests of unequal lengths: most keys first (sorted in the kernel, ws_kernel._sort_requests), rounds
     # in alternate directions (up to MAX_SORTED_REQUESTS requests; more keep the index order)
     lpt: bool = False
+    # the G query heads of a KV head in one work tile (rows = (token, head), ``pack``), where G divides 64: a decode
+    # request's G rows share one tile instead of filling G tiles with one row each (untimed, attn-core 0.3.18)
+    pack_gqa: bool = False
 
     @property
     def name(self) -> str:
         return (f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}{'' if self.persistent else '-np'}"
-                f"{'-pp' if self.pingpong else ''}{'-bm' if self.block_major else ''}{'-lpt' if self.lpt else ''}")
+                f"{'-pp' if self.pingpong else ''}{'-bm' if self.block_major else ''}{'-lpt' if self.lpt else ''}"
+                f"{'-pk' if self.pack_gqa else ''}")
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
@@ -65,7 +69,9 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
           WsConfig(64, 4, True, pingpong=True), WsConfig(64, 3, True, block_major=True),
           WsConfig(64, 3, True, lpt=True),
           # the default's order knobs with 4 slots (not yet timed; 4 slots alone won the long-window rows at 03:30)
-          WsConfig(64, 4, True, block_major=True, lpt=True)),
+          WsConfig(64, 4, True, block_major=True, lpt=True),
+          # the G heads of a KV head in one tile (``pack_gqa``; untimed): the paged default's and the 16-bit default's
+          WsConfig(64, 3, True, pack_gqa=True), WsConfig(64, 3, True, block_major=True, lpt=True, pack_gqa=True)),
     # D = 256 (one Q buffer; written 2026-12-02 without device time: candidates for the prefill op's D 256 rows)
     256: (WsConfig(32, 3, True), WsConfig(32, 4, True), WsConfig(64, 2, True), WsConfig(64, 2),
           WsConfig(32, 3, True, pingpong=True)),
@@ -176,8 +182,11 @@ def paged_applies(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: 
                   page_size: int, plain: bool) -> bool:
     """Whether ``launch_paged`` can serve a paged call with ``cfg``: one of ``paged_configs``, ``_tensors_ok`` on
     the pools, ``plain`` (no RoPE of queries or cached keys, no fp8 scales), and key tiles that split into
-    page-aligned copies of at least ``MIN_KV_BOX`` rows (whole 1 KB swizzle atoms)."""
+    page-aligned copies of at least ``MIN_KV_BOX`` rows (whole 1 KB swizzle atoms); packed configs: each token's
+    heads contiguous (the plan counted packed blocks)."""
     if not (plain and math.gcd(page_size, cfg.block_n) >= MIN_KV_BOX and cfg in paged_configs(q.shape[-1])):
+        return False
+    if pack(cfg, q, k_pool) != heads_per_tile(cfg, q.shape[-2] // k_pool.shape[-2]):
         return False
     return _tensors_ok(q, k_pool, v_pool, o)
 
@@ -227,6 +236,31 @@ def _desc(t: torch.Tensor, tile_rows: int, box_rows: int | None = None):
                             smem_layout([tile_rows, d], t.dtype))
 
 
+def heads_per_tile(cfg: WsConfig, group: int) -> int:
+    """Query heads per work tile: G with ``cfg.pack_gqa`` where G > 1 divides 64 (a consumer's rows hold whole
+    tokens), else 1."""
+    return group if cfg.pack_gqa and group > 1 and ROWS_PER_CONSUMER.value % group == 0 else 1
+
+
+def pack(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor) -> int:
+    """``heads_per_tile`` of the call, 1 where a token's heads are not contiguous rows of D (the 3-D Q descriptor;
+    ``paged_applies`` refuses such paged calls, whose plan counted packed blocks)."""
+    return heads_per_tile(cfg, q.shape[-2] // k.shape[-2]) if q.stride(-2) == q.shape[-1] else 1
+
+
+def block_tokens(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor) -> int:
+    """Query tokens per work tile's block: ``BLOCK_M`` rows of ``pack`` heads each."""
+    return BLOCK_M // pack(cfg, q, k)
+
+
+def _packed_q_desc(q: torch.Tensor, heads_per_tile: int):
+    """q as ``[tokens, H, D]`` in ``[64 / G, G, D]`` boxes: 64 rows of (token, head) per consumer tile."""
+    rows, stride = token_rows(q)
+    h, d = q.shape[-2], q.shape[-1]
+    box = [ROWS_PER_CONSUMER.value // heads_per_tile, heads_per_tile, d]
+    return TensorDescriptor(q, [rows, h, d], [stride, d, 1], box, smem_layout(box, q.dtype))
+
+
 def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, n_work: int,
          sm_scale: float, wl: int, wr: int, softcap: float, sinks: torch.Tensor | None, kv_box: int | None = None,
          scales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, **layout) -> None:
@@ -235,10 +269,12 @@ def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
     q / k (e4m3) with v in 16 bits, their contiguous ``[B, H_kv]`` multipliers; ``layout``: the kernel's layout
     arguments (pointers, sizes, strides, LAYOUT / KV_PLUS_Q / PAGE_SIZE / BLOCK_MAJOR)."""
     h, d = q.shape[-2], q.shape[-1]
-    tiles = n_work * h
+    heads_per_tile = pack(cfg, q, k)
+    tiles = n_work * h // heads_per_tile
     q_scale, k_scale, v_scale = scales if scales is not None else (o, o, o)
+    q_desc = _packed_q_desc(q, heads_per_tile) if heads_per_tile > 1 else _desc(q, ROWS_PER_CONSUMER.value)
     gqa_fwd_ws_kernel[(min(tiles, runtime.num_sms()) if cfg.persistent else tiles,)](
-        _desc(q, ROWS_PER_CONSUMER.value), _desc(k, cfg.block_n, kv_box), _desc(v, cfg.block_n, kv_box),
+        q_desc, _desc(k, cfg.block_n, kv_box), _desc(v, cfg.block_n, kv_box),
         o, sink_ptr=sinks if sinks is not None else o, q_scale_ptr=q_scale, k_scale_ptr=k_scale,
         v_scale_ptr=v_scale, FP8=scales is not None, n_heads=h, n_work=n_work, group=h // k.shape[-2],
         wl=wl, wr=wr, qk_scale=sm_scale * LOG2E,
@@ -246,7 +282,7 @@ def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
         cap_scale=2 * LOG2E * sm_scale / softcap if softcap else 0.0, cap_log2=softcap * LOG2E,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
         PINGPONG=cfg.pingpong, Q_BUFS=q_buffers(d), SOFTCAP=bool(softcap), HAS_SINK=sinks is not None,
-        num_warps=4, **layout)
+        PACK=heads_per_tile, num_warps=4, **layout)
 
 
 def launch(p: Problem, cfg: WsConfig) -> None:
@@ -257,7 +293,7 @@ def launch(p: Problem, cfg: WsConfig) -> None:
     if k.numel() == 0:  # no keys anywhere (a TMA descriptor needs a non-empty tensor): every row is 0
         o.zero_()
         return
-    n_m_blocks = triton.cdiv(max(p.max_q, 1), BLOCK_M)
+    n_m_blocks = triton.cdiv(max(p.max_q, 1), block_tokens(cfg, q, k))
     dense = not p.varlen
     block_major = cfg.block_major and uniform_lengths(p)
     sort_b = (triton.next_power_of_2(p.batch) if cfg.lpt and p.varlen and not block_major
@@ -280,7 +316,7 @@ def launch_paged(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: t
                  cu_q: torch.Tensor, kv_lens: torch.Tensor, table: torch.Tensor, items: torch.Tensor, page_size: int,
                  sm_scale: float, wl: int, wr: int, kv_plus_q: bool, softcap: float = 0.0,
                  sinks: torch.Tensor | None = None) -> None:
-    """Run the (request, query block) ``items`` ([n, 2] int32, blocks of ``BLOCK_M`` query tokens) of a paged
+    """Run the (request, query block) ``items`` ([n, 2] int32, blocks of ``block_tokens`` query tokens) of a paged
     call (``paged_applies`` holds) over every query head. ``k_pool`` / ``v_pool``: pools whose rows are tokens
     (``[pages, page_size, H_kv, D]`` or ``[pages · page_size, H_kv, D]``, ``token_rows`` views); request b's keys
     are its first ``kv_lens[b]`` tokens (plus its query tokens with ``kv_plus_q``) through ``table[b]``."""
