@@ -41,7 +41,7 @@ if [ "$PHASE" = tests ]; then
 fi
 # (earlier sessions' sweeps and what they decided: docs/perf/attn-core.md and docs/dev/gpu-runs.md)
 # issue 4's red row: the packed ws configs, alone and with the decode requests in their launch (+merge_small)
-tune tune-ws-packed-noncausal 60 tune_attn_core_paged --ws --variants pk,ws=False --filter GQAPagedFwd/llama-8b-noncausal
+tune tune-ws-packed-noncausal 90 tune_attn_core_paged --ws --variants pk,ws=False --filter GQAPagedFwd/llama-8b-noncausal,GQAPagedFwd/gpt-oss-sink-mixed
 # the packed configs on GQA prefill rows (one K / V tile read serves the G heads in one tile)
 tune tune-ws-packed-prefill 90 tune_attn_core --ws --only pk --filter GQAVarlenFwd/llama-8b-uniform/bf16,GQAVarlenFwd/llama-70b-q-lt-kv/bf16
 # GQABwd's Gluon dK / dV kernel software-pipelined (attn-core 0.3.18; the serial form was 7-27 % slower than the

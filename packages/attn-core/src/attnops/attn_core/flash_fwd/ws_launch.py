@@ -62,7 +62,8 @@ class WsConfig:
 # (20261202-0129-tune-ws.json): no default.
 CONFIGS: dict[int, tuple[WsConfig, ...]] = {
     64: (WsConfig(128, 3), WsConfig(128, 3, persistent=False), WsConfig(128, 2), WsConfig(64, 4),
-         WsConfig(128, 3, True), WsConfig(128, 3, True, pingpong=True)),
+         WsConfig(128, 3, True), WsConfig(128, 3, True, pingpong=True),
+         WsConfig(128, 3, True, pack_gqa=True)),  # (the paged D = 64 default packed: gpt-oss's G = 8; untimed)
     128: (WsConfig(64, 3, True, block_major=True, lpt=True), WsConfig(64, 3, True), WsConfig(64, 4, True),
           WsConfig(64, 3, True, persistent=False), WsConfig(128, 2), WsConfig(128, 2, True), WsConfig(64, 3),
           WsConfig(64, 3, True, pingpong=True),
