@@ -26,6 +26,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from attnops.kernel_utils.gluon_fns import invalidate_ring, ring_barriers, wgmma_acc_layout, wgmma_lhs_layout
 
+from .ws_kernel import lse_delta_rows
+
 ROWS = gl.constexpr(64)  # query rows per consumer (one warpgroup's wgmma M)
 BLOCK_N = gl.constexpr(64)  # keys per tile
 
@@ -55,10 +57,7 @@ def _consumer(q_tile, do_tile, k_smem, v_smem, qd_ready, ready, free, lse_ptr, d
     dtype: gl.constexpr = q_tile.dtype
     b, head, m0, n_tiles = _block(S_q, S_kv, H, IS_CAUSAL)
     rows = m0 + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
-    row_ok = rows < S_q
-    lse = gl.load(lse_ptr + b.to(gl.int64) * stride_lb + head.to(gl.int64) * stride_lh + rows, mask=row_ok,
-                  other=float("inf"))  # rows past S_q: P = 0
-    delta = gl.load(delta_ptr + (b * H + head).to(gl.int64) * S_q + rows, mask=row_ok, other=0.0)
+    lse, delta = lse_delta_rows(lse_ptr, delta_ptr, b, head, H, rows, S_q, stride_lb, stride_lh)
     zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
     dq = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=acc_layout)
     mbarrier.wait(qd_ready.index(0), 0)

@@ -51,15 +51,23 @@ def _block(S_q, S_kv, H_kv, G, BLOCK_M: gl.constexpr, IS_CAUSAL: gl.constexpr):
 
 
 @gluon.jit
-def _pair_rows(t, b, kvh, m_lo, n_m, lse_ptr, delta_ptr, S_q, H_kv, G, stride_lb, stride_lh, s_layout: gl.constexpr,
-               BLOCK_M: gl.constexpr):
-    """Pair t's query rows, their lse (+inf past S_q: P = 0) and Δ (0 past S_q)."""
-    head = kvh * G + t // n_m
-    rows = m_lo + (t % n_m) * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+def lse_delta_rows(lse_ptr, delta_ptr, b, head, n_heads, rows, S_q, stride_lb, stride_lh):
+    """Query ``rows`` of (b, head): the forward's base-2 lse (+inf past S_q: P = 0) and Δ (``[B, H, S_q]``; 0 past
+    S_q). Both Gluon backward kernels (dK / dV here, ``ws_dq_kernel``) load them so."""
     row_ok = rows < S_q
     lse = gl.load(lse_ptr + b.to(gl.int64) * stride_lb + head.to(gl.int64) * stride_lh + rows, mask=row_ok,
                   other=float("inf"))
-    delta = gl.load(delta_ptr + (b * (H_kv * G) + head).to(gl.int64) * S_q + rows, mask=row_ok, other=0.0)
+    delta = gl.load(delta_ptr + (b * n_heads + head).to(gl.int64) * S_q + rows, mask=row_ok, other=0.0)
+    return lse, delta
+
+
+@gluon.jit
+def _pair_rows(t, b, kvh, m_lo, n_m, lse_ptr, delta_ptr, S_q, H_kv, G, stride_lb, stride_lh, s_layout: gl.constexpr,
+               BLOCK_M: gl.constexpr):
+    """Pair t's query rows, their lse and Δ (``lse_delta_rows``)."""
+    head = kvh * G + t // n_m
+    rows = m_lo + (t % n_m) * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+    lse, delta = lse_delta_rows(lse_ptr, delta_ptr, b, head, H_kv * G, rows, S_q, stride_lb, stride_lh)
     return rows, lse, delta
 
 
