@@ -2,8 +2,9 @@
 (``deterministic=False``, names ending ``-atomic``), and the warp-specialized dK / dV configs (``ws-dkdv-s*``,
 deterministic, at the head dims they serve), and the chosen config over every head-subgroup count
 (``-<n>-splits``, ``-fused``: the partials added in the kernel): every variant's dq/dk/dv are checked against the
-reference, then timed like the benchmark (device time, cold L2). Prints, per seed row, the config
-``launch.choose`` picks and its time (deterministic), and the best variant found; writes JSON.
+reference, then timed like the benchmark (device time, cold L2). Prints, per seed row, the default
+(``launch.ws_default`` or the config ``launch.choose`` picks) and its time (deterministic), and the best variant
+found; writes JSON.
 
     python -m benchmarks.tune_gqa_bwd --out /tmp/tune-gqa-bwd.json
     python -m benchmarks.tune_gqa_bwd --filter llama-70b-short --iters 20
@@ -44,14 +45,19 @@ def main():
                      for s in range(1, G + 1) if G % s == 0 for fused in ((False, True) if s > 1 else (False,))]
         if D in bwd_ws.HEAD_DIMS:
             variants += [(cfg.name, SPEC.fn, functools.partial(bwd.forced, cfg)) for cfg in bwd_ws.WS_CONFIGS]
+        # the call's default: the Gluon kernels (launch.ws_default: long rows) or the Triton tile ``chosen``
+        shapes = bwd.Problem(a["q"], a["k"], a["v"], a["o"], a["do"], a["lse"], a["q"], a["k"], a["v"],
+                             a["is_causal"], 1.0)
+        ws_default = bwd.ws_default(shapes, runtime.num_sms())
+        default_name = ws_default.name if ws_default else chosen.name
         timed, failed = check_and_time(SPEC, case, expected, variants, args.iters, flush)
         fn()
         default_ms = statistics.median(profile_iterations(fn, args.iters, flush))
         best = min(timed, key=timed.get) if timed else None
-        rec = {"id": w.id, "chosen": chosen.name, "default_ms": default_ms, "best": best,
+        rec = {"id": w.id, "chosen": chosen.name, "default": default_name, "default_ms": default_ms, "best": best,
                "best_ms": timed.get(best), "all": timed, "failed": failed}
         record(args.out, results, rec)
-        print(f"{w.id:40s} chosen {chosen.name} {default_ms * 1e3:8.1f} us   best {best} "
+        print(f"{w.id:40s} default {default_name} {default_ms * 1e3:8.1f} us   best {best} "
               f"{(timed.get(best) or float('nan')) * 1e3:8.1f} us   "
               + "  ".join(f"{k} {v * 1e3:.1f}" for k, v in timed.items()), flush=True)
         for key, why in failed.items():

@@ -622,6 +622,29 @@ def test_paged_plan_default_per_head_dim(monkeypatch):
     assert all(ln.ws is None for ln in few.launches + off.launches)
 
 
+def test_packed_merge_default(monkeypatch):
+    """Runs everywhere: on 132 SMs a D = 128 mixed batch whose prefill gives the unpacked config too few tiles
+    (llama-8b-noncausal: 64) runs packed with its decode requests in the one ws launch (120 tiles); too few decode
+    requests to reach 7 / 8 of the SMs, key spans the Triton plan would split, ``merge_small=False``, D = 64, and
+    batches the unpacked rule already takes keep their earlier plans."""
+    monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 132)
+
+    def plan(q_lens, kv_lens, heads=(32, 8, 128), **kw):
+        return paged_plan.plan_paged_attention(q_lens, kv_lens, num_heads=heads[0], num_kv_heads=heads[1],
+                                               head_dim=heads[2], is_causal=False, device="cpu", **kw)
+
+    (ln,) = plan([256] + [1] * 7, [512] * 8).launches
+    assert ln.ws == paged_plan.PACKED_MERGE_DEFAULTS[128]
+    assert sorted(ln.ws_items[:, 0].tolist()) == [0] * 8 + list(range(1, 8))  # 256 / 32 blocks, one per decode
+    assert set(ln.items[:, 0].tolist()) == set(range(8))  # (the Triton fallback: the same requests, one launch)
+    assert all(ln.ws is None for ln in plan([256] + [1] * 3, [512] * 4).launches)  # 88 tiles
+    assert all(ln.ws is None for ln in plan([256] + [1] * 7, [2048] * 8).launches)  # keys the Triton plan splits
+    assert all(ln.ws is None for ln in plan([256] + [1] * 7, [512] * 8, merge_small=False).launches)
+    assert all(ln.ws is None for ln in plan([256] + [1] * 7, [512] * 8, heads=(32, 8, 64)).launches)
+    mixed = plan([1024] + [1] * 7, [4096] * 8).launches  # serving-step-like: the unpacked default, two launches
+    assert [ln.ws for ln in mixed] == [ws_launch.PAGED_DEFAULTS[128], None]
+
+
 def test_last_v_zeroed_in_place_only_where_its_buffers_do_not_fit():
     """Runs everywhere: every paged config fits in shared memory with its way of zeroing the last V tile's rows
     past the keys; the defaults keep the per-consumer buffers (the path the H200 benchmarks ran); the 64-key D = 256

@@ -321,17 +321,37 @@ def test_head_splits_fuzz(seed):
 
 
 def test_head_split_rule():
-    """``head_splits`` on 132 SMs: llama-70b-short (128 programs of up to 128 query steps against an even share of
-    ~31) splits its 8 heads into 2 (256 programs: one wave of 2 x 132 slots); every other seed row keeps one
-    subgroup (MHA rows always)."""
+    """``head_splits`` on 132 SMs: llama-70b-short and llama-70b-long (128 programs each: SMs left idle) split their 8
+    heads into 2; every other seed row keeps one subgroup (llama-8b-short's 256 programs included; MHA rows
+    always)."""
     for w in SPEC.workloads:
         B, S, H, D = w.shape("q")
         H_kv = w.shape("k")[2]
         cfg = bwd.choose(D, B, S, S, H, H_kv, True, 132)
         got = bwd.head_splits(cfg, B, S, S, H, H_kv, True, 132)
-        assert got == (2 if w.name == "llama-70b-short" else 1), (w.id, got)
-    # one KV head, 8 key blocks: 32 subgroups (256 programs), the largest divisor of 64 that fits 264 slots
+        assert got == (2 if w.name in ("llama-70b-short", "llama-70b-long") else 1), (w.id, got)
+    # one KV head, 8 key blocks: 32 subgroups (256 programs), the fewest that give each of 132 SMs a program
     assert bwd.head_splits(bwd.SHORT_CONFIGS[128], 1, 512, 512, 64, 1, True, 132) == 32
+    # 2 x 8 programs, G = 3: no divisor fills 132 SMs, so every head is its own subgroup
+    assert bwd.head_splits(bwd.SHORT_CONFIGS[128], 1, 512, 512, 6, 2, True, 132) == 3
+
+
+def test_ws_default_rule(monkeypatch):
+    """Runs everywhere (the kernels' own refusal stubbed to accept): on 132 SMs the long seed rows take the Gluon
+    kernels, except llama-70b-long (128 dK / dV programs: SMs idle); the 512-key rows and any call the kernels
+    refuse keep the Triton kernel."""
+    monkeypatch.setattr(bwd.ws_launch, "refusal", lambda p: None)
+    for w in SPEC.workloads:
+        B, S, H, D = w.shape("q")
+        H_kv = w.shape("k")[2]
+        q, k = torch.empty(B, S, H, D), torch.empty(B, S, H_kv, D)
+        lse = torch.empty(B, H, S)
+        p = bwd.Problem(q, k, k, q, q, lse, q, k, k, True, 1.0)
+        want = bwd.WS_DEFAULT if w.name.endswith(("-long", "-long-mha")) and w.name != "llama-70b-long" else None
+        assert bwd.ws_default(p, 132) == want, w.id
+    monkeypatch.setattr(bwd.ws_launch, "refusal", lambda p: "refused")
+    q, k = torch.empty(2, 2048, 32, 128), torch.empty(2, 2048, 8, 128)
+    assert bwd.ws_default(bwd.Problem(q, k, k, q, q, torch.empty(2, 32, 2048), q, k, k, True, 1.0), 132) is None
 
 
 @pytest.mark.gpu

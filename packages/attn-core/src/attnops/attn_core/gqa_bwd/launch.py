@@ -59,9 +59,6 @@ SHORT_CONFIGS: dict[int, BwdConfig] = {128: BwdConfig(32, 64, 64, 32, 4, 2)}
 MAX_HEAD_DIM = 256
 PREPROCESS_ROWS = 64
 HEAD_SUM_ROWS = 32  # key rows per program of gqa_bwd_head_sum_kernel
-# Head splits (``head_splits``): split a dK/dV program's G heads when its longest program is over SPLIT_OVER x an
-# even share of all programs' query steps, into as many subgroups as one wave of program slots holds.
-SPLIT_OVER = 3.0
 # Head splits' partial sums added by the last subgroup program of each key block (``FUSED_SUM`` in the kernel:
 # no head-sum launch) instead of gqa_bwd_head_sum_kernel. H200, 2026-12-03 (benchmarks/results/h200/
 # 20261203-1819-tune-bwd-splits.json), llama-70b-short bf16: 2 subgroups 123.6 us with the head-sum launch, 118.9
@@ -104,25 +101,20 @@ def choose(head_dim: int, batch: int, s_q: int, s_kv: int, heads: int, kv_heads:
 def head_splits(cfg: BwdConfig, batch: int, s_q: int, s_kv: int, heads: int, kv_heads: int, is_causal: bool,
                 sms: int) -> int:
     """Subgroups of the G query heads a dK/dV program sums over (a divisor of G; 1: all of them, dK / dV stored
-    directly). Why: each program walks G x (query blocks) steps, so with few (batch, KV head) pairs and a large G
-    the grid is a few long programs: llama-70b-short (B 2, H_kv 8, G 8) runs 128 programs of up to 128 steps
-    where an even share of its 2 x 132 program slots is ~31 (H200: 0.74x cuDNN, while its MHA twin, 1024 short
-    programs, runs 0.86x). The model: steps = G·q_blocks·programs (half under the causal mask), slots = SMs x
-    programs per SM (two 4-warp or one 8-warp), split when the longest program is over ``SPLIT_OVER`` x the share,
-    into the most subgroups s whose s·programs still fit the slots (one wave: a second wave of split programs
-    costs more than the shorter programs gain, and the partial sums, 8·s·programs·BLOCK_N1·D bytes, grow with s).
-    Since longest / share = 2·slots / programs under the causal mask, a split happens only with fewer programs than
-    2/3 of the slots. H200, 2026-12-03 (``FUSED_SUM_DEFAULT``'s sweep): llama-70b-short 2 subgroups 118.9 us, 4
-    124.3, unsplit 180.6 (the rule before this one chose 4: it modelled the longest program, not the wave); no
-    other seed row splits."""
-    g = heads // kv_heads
-    q_blocks = triton.cdiv(s_q, cfg.block_m1)
+    directly). Why: each program walks G x (query blocks) steps, so with few (batch, KV head) pairs the grid is a
+    few long programs and leaves SMs idle. With fewer programs than SMs: the fewest subgroups that give every SM a
+    program (more add partial sums, 8·s·programs·BLOCK_N1·D bytes, and shorten programs no further than the
+    wave). H200, 2026-12-03: llama-70b-short (B 2, H_kv 8, G 8: 128 programs of 64 keys) 2 subgroups 118.9 us, 4
+    124.3, unsplit 180.6 (20261203-1819-tune-bwd-splits.json); llama-70b-long (128 programs of 128 keys) 2
+    subgroups 601.1, 4 624.2, unsplit 684.6 (20261203-2300-tune-bwd-ws-pipelined.json). With a program per SM or
+    more none: llama-8b-short (256 programs) 115.2 unsplit against 127.4 with 2 subgroups, llama-8b-long 591.6
+    against 629.6 (20261203-2310-tune-bwd-ws-rest.json). ``s_q`` and ``is_causal`` do not enter (kept for the
+    callers' one signature with ``choose``)."""
     programs = batch * kv_heads * triton.cdiv(s_kv, cfg.block_n1)
-    slots = sms * (2 if cfg.num_warps == 4 else 1)
-    share = g * q_blocks * programs * (0.5 if is_causal else 1.0) / slots
-    if g * q_blocks <= SPLIT_OVER * share:
+    if programs >= sms:
         return 1
-    return max(d for d in range(1, g + 1) if g % d == 0 and d * programs <= slots)
+    g = heads // kv_heads
+    return min((d for d in range(1, g + 1) if g % d == 0 and d * programs >= sms), default=g)
 
 
 _FORCED: dict[str, BwdConfig | ws_launch.WsBwdConfig | int] = {}
@@ -157,6 +149,26 @@ class Problem:
     deterministic: bool = True  # False: dQ by fp32 atomics from the dK/dV programs (kernel.py)
 
 
+# The default for long sequences (``ws_default``): the Gluon dK / dV and dQ kernels with 3 stages. H200, 2026-12-03,
+# every variant checked, against the Triton kernel's chosen tile (benchmarks/results/h200/20261203-2300-tune-bwd-ws-
+# pipelined.json, 20261203-2310-tune-bwd-ws-rest.json): llama-8b-long 522.9 against 590.7 us, llama-8b-long-mha 587.6
+# / 685.2, llama-70b-long-mha 587.1 / 690.5. Not where it loses: the rows of at most ``SHORT_KEYS`` keys
+# (llama-8b-short 136.4 / 115.5, short-mha 144.4 / 139.8: the Triton 4-warp tile, two programs per SM) and
+# llama-70b-long, whose 128 programs leave SMs idle (721.0 against the Triton kernel's 601.1 with 2 head subgroups,
+# ``head_splits``).
+WS_DEFAULT = ws_launch.WsBwdConfig(3, gluon_dq=True)
+
+
+def ws_default(p: Problem, sms: int) -> ws_launch.WsBwdConfig | None:
+    """``WS_DEFAULT`` for a call the Gluon kernels serve (``ws_launch.refusal``) with more than ``SHORT_KEYS`` keys and
+    a dK / dV grid (one program per 128 keys of each (batch, KV head)) of at least one program per SM; else None (the
+    Triton kernel)."""
+    b, s_kv, h_kv = p.k.shape[0], p.k.shape[1], p.k.shape[2]
+    if s_kv <= SHORT_KEYS or b * h_kv * triton.cdiv(s_kv, ws_launch.BLOCK_KEYS) < sms:
+        return None
+    return WS_DEFAULT if ws_launch.refusal(p) is None else None
+
+
 def _bsh(t: torch.Tensor) -> tuple[int, int, int]:
     return t.stride(0), t.stride(1), t.stride(2)
 
@@ -170,6 +182,8 @@ def launch(p: Problem) -> None:
     refused = ws_launch.refusal(p) if ws else None
     if refused:
         raise ValueError(f"config {ws.name}: the warp-specialized dK / dV kernel cannot serve this call: {refused}")
+    if "config" not in _FORCED and "splits" not in _FORCED:
+        ws = ws_default(p, runtime.num_sms())
     G = H // p.k.shape[2]
     if G % (_FORCED.get("splits") or 1):
         raise ValueError(f"GQABwd: splits must divide the group size {G}, got {_FORCED['splits']}")

@@ -1,8 +1,7 @@
 """Host side of GQABwd's warp-specialized kernels (``ws_kernel.py``: dK / dV, ``ws_dq_kernel.py``: dQ): their
 configs, which calls they serve, TMA descriptors, the launches. ``launch.forced(config=WsBwdConfig(...))`` runs
 the dK / dV kernel with the Triton kernel's dQ role beside it, or with ``gluon_dq`` the Gluon dQ kernel (tests and
-sweeps); the default stays the Triton kernel until an H200 run has checked and timed these (written 2026-12-02
-without device time)."""
+sweeps); ``launch.ws_default`` says which calls take them by default."""
 
 from __future__ import annotations
 
@@ -26,6 +25,7 @@ from .ws_kernel import KEYS_PER_CONSUMER, gqa_bwd_dkdv_ws_kernel
 if TYPE_CHECKING:
     from .launch import Problem
 
+BLOCK_KEYS = 2 * KEYS_PER_CONSUMER.value  # keys per dK / dV program: two consumer warpgroups
 HEAD_DIMS = (64, 128)  # [64, D] fp32 dK and dV per consumer thread: 2 x D / 2 registers
 
 
@@ -81,7 +81,7 @@ def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor) -> None:
     ``gluon_dq`` dQ too."""
     b, s_q, h, d = p.q.shape
     s_kv, h_kv = p.k.shape[1], p.k.shape[2]
-    grid = (triton.cdiv(s_kv, 2 * KEYS_PER_CONSUMER.value) * b * h_kv,)
+    grid = (triton.cdiv(s_kv, BLOCK_KEYS) * b * h_kv,)
     rows = pair_rows(d)
     gqa_bwd_dkdv_ws_kernel[grid](
         _desc(p.q, rows), _desc(p.do, rows), _desc(p.k, KEYS_PER_CONSUMER.value),

@@ -114,6 +114,14 @@ MERGED_CONFIGS: dict[tuple[str, int], TileConfig] = {("large", 64): TileConfig(1
 # add up to ~256 keys to the prefill launch. The four measured rows add 0-50 (gpt-oss-120b-window: 50, 25.8 ->
 # 22.2 µs merged); long decodes beside a prefill add thousands and keep two launches.
 MERGE_LAUNCH_KEYS = 256
+# Mixed batches whose prefill requests give the unpacked ws config too few tiles (``_packed_merge``): the G query
+# heads of a KV head packed into one ws tile, decode requests in the same launch. H200, 2026-12-03, every variant
+# checked (benchmarks/results/h200/20261203-2300-tune-ws-packed-noncausal.json, 20261203-2310-tune-ws-packed-mixed
+# .json): llama-8b-noncausal 22.6 -> 16.0 µs (FA3 published 16.4; packed without the decode requests: 27.9). D = 64
+# has none: gpt-oss-sink-mixed (G = 8, 128-key window) ran 18.2 packed and merged against the Triton tile's 13.8.
+# Where the unpacked config already runs, packing did not pay: serving-step 247.2 against 251.6 (within 2 %),
+# qwen3-ragged-odd 196.9 / 182.0, llama-8b (no decode requests, packed alone) 495.4 / 480.3.
+PACKED_MERGE_DEFAULTS: dict[int, ws_launch.WsConfig] = {128: ws_launch.WsConfig(64, 3, True, pack_gqa=True)}
 
 
 def config_key(kind: str, head_dim: int) -> tuple[str, int]:
@@ -251,15 +259,14 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     plan = PagedAttentionPlan(q_lens, kv_lens, num_heads, num_kv_heads, head_dim, (wl, wr), new_keys, device,
                               pow2_pages=POW2_PAGES_DEFAULT if pow2_pages is None else pow2_pages)
     sms = runtime.num_sms()
-    ws_cfg, ws_items = _ws_work(q_lens, kv_lens, num_heads, head_dim, wl, wr, new_keys, group, ws, device,
-                                with_small=merge_small is True)
+    ws_cfg, ws_items, ws_merged = _ws_work(q_lens, kv_lens, num_heads, head_dim, wl, wr, new_keys, group, ws,
+                                           device, merge_small)
     small = [q * group <= SMALL_ROWS for q in q_lens]
     large_key = config_key("large", head_dim)
     merged_cfg = MERGED_CONFIGS.get(large_key) if large_key not in (configs or {}) else None
     merged_cfg = merged_cfg or table[large_key]
     shape = (q_lens, kv_lens, group, wl, wr, new_keys)
-    # (a packed ws launch that took the decode requests: the Triton items of its fallback match)
-    merged = ws_cfg is not None and merge_small is True and ws_launch.heads_per_tile(ws_cfg, group) > 1
+    merged = ws_merged  # (a packed ws launch that took the decode requests: the Triton items of its fallback match)
     if merge_small is not False and ws_cfg is None:
         large_blocks = _class_blocks(*shape, [not x for x in small], merged_cfg.block_m, True)
         small_blocks = _class_blocks(*shape, small, merged_cfg.block_m, True)
@@ -356,41 +363,75 @@ def _merge_pays(large_blocks, small_blocks, num_kv_heads: int, sms: int, cfg: Ti
 
 
 def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, new_keys: bool, group: int, ws,
-             device, with_small: bool = False) -> tuple[ws_launch.WsConfig | None, torch.Tensor | None]:
-    """The large class's work for the warp-specialized kernel: (config, items heaviest first), or (None, None)
-    when ``ws`` (see ``plan_paged_attention``) or its default rule says no. ``with_small``: the small class's
-    requests are items too, where the config packs a KV head's query heads into one tile (one launch for a mixed
-    batch; without packing a decode item filled a 128-row tile per query head: 33.6 against 23.1 µs on
+             device, merge_small: bool | None = None
+             ) -> tuple[ws_launch.WsConfig | None, torch.Tensor | None, bool]:
+    """The large class's work for the warp-specialized kernel: (config, items heaviest first, whether the small
+    class's requests are items too), or (None, None, False) when ``ws`` (see ``plan_paged_attention``) or its
+    default rule says no. The small class's requests join where the config packs a KV head's query heads into one
+    tile and ``merge_small`` is True, or by default where ``_packed_merge`` takes the batch (one launch for a
+    mixed batch; without packing a decode item filled a 128-row tile per query head: 33.6 against 23.1 µs on
     llama-8b-noncausal, H200 2026-12-03)."""
     if ws is None:
         ws = WS_DEFAULT
     if ws is False or head_dim not in ws_launch.CONFIGS or (ws is True and head_dim not in ws_launch.PAGED_DEFAULTS):
-        return None, None
+        return None, None, False
     large = [(b, q, c + q if new_keys else c) for b, (q, c) in enumerate(zip(q_lens, kv_lens))
              if q and q * group > SMALL_ROWS]
     if not large:
-        return None, None
+        return None, None, False
     small = [(b, q, c + q if new_keys else c) for b, (q, c) in enumerate(zip(q_lens, kv_lens))
              if q and q * group <= SMALL_ROWS]
+    with_small = merge_small is True
     if isinstance(ws, ws_launch.WsConfig):
         if ws not in ws_launch.paged_configs(head_dim):
             raise ValueError(f"ws: {ws.name} is not a paged config at head dim {head_dim} "
                              f"(ws_launch.paged_configs: {[c.name for c in ws_launch.paged_configs(head_dim)]})")
         cfg = ws
-    else:
-        bm = ws_launch.BLOCK_M
-        block_keys = max(_key_span(q, total, max(q - bm, 0), q - 1, wl, wr) for _, q, total in large)
-        blocks = sum(math.ceil(q / bm) for _, q, _ in large)
-        if not ws_launch.worth_it(min(q for _, q, _ in large), block_keys, blocks * num_heads):
-            return None, None
+    elif _ws_worth_it(large, [], num_heads, 1, wl, wr):
         cfg = ws_launch.PAGED_DEFAULTS[head_dim]
-    bm = ws_launch.BLOCK_M // ws_launch.heads_per_tile(cfg, group)  # query tokens per block
-    if with_small and ws_launch.heads_per_tile(cfg, group) > 1:
+    else:
+        cfg = _packed_merge(large, small, num_heads, head_dim, group, wl, wr, merge_small)
+        if cfg is None:
+            return None, None, False
+        with_small = True
+    heads_per_tile = ws_launch.heads_per_tile(cfg, group)
+    with_small = with_small and heads_per_tile > 1 and bool(small)
+    if with_small:
         large = sorted(large + small)
+    bm = ws_launch.BLOCK_M // heads_per_tile  # query tokens per block
     blocks = []  # (cost, b, query block)
     for b, q, total in large:
         for m in range(math.ceil(q / bm)):
             rows = min(bm, q - m * bm)
             blocks.append((_key_span(q, total, m * bm, m * bm + rows - 1, wl, wr) * rows, b, m))
     blocks.sort(key=lambda x: -x[0])
-    return cfg, torch.tensor([(b, m) for _, b, m in blocks], dtype=torch.int32).reshape(-1, 2).to(device)
+    items = torch.tensor([(b, m) for _, b, m in blocks], dtype=torch.int32).reshape(-1, 2).to(device)
+    return cfg, items, with_small
+
+
+def _ws_worth_it(large, small, num_heads: int, heads_per_tile: int, wl: int, wr: int) -> bool:
+    """``ws_launch.worth_it`` on the blocks of 128 / ``heads_per_tile`` query tokens of the ``large`` requests
+    (their query counts and last blocks' key spans) and, counted as tiles only, of the ``small`` ones."""
+    bm = ws_launch.BLOCK_M // heads_per_tile
+    block_keys = max(_key_span(q, total, max(q - bm, 0), q - 1, wl, wr) for _, q, total in large)
+    blocks = sum(math.ceil(q / bm) for _, q, _ in large + small)
+    return ws_launch.worth_it(min(q for _, q, _ in large), block_keys, blocks * num_heads // heads_per_tile)
+
+
+def _packed_merge(large, small, num_heads: int, head_dim: int, group: int, wl: int, wr: int,
+                  merge_small: bool | None) -> ws_launch.WsConfig | None:
+    """The default for a mixed batch the unpacked config leaves on the Triton tile (too few tiles): the head dim's
+    ``PACKED_MERGE_DEFAULTS`` config with the decode requests in its launch, where packing applies (G divides 64),
+    merging is allowed (``merge_small`` not False, ``MERGE_SMALL_DEFAULT``) and the packed tiles, decode ones
+    included, pass ``ws_launch.worth_it``, and no query block visits as many keys as the Triton plan would split
+    (2 x ``MIN_SPLIT_KEYS["large"]``): the ws kernel has no KV splits, so a long decode request would be one long
+    tile where the Triton launches spread its keys over many programs."""
+    cfg = PACKED_MERGE_DEFAULTS.get(head_dim)
+    if (cfg is None or not small or merge_small is False or not (merge_small or MERGE_SMALL_DEFAULT)
+            or ws_launch.heads_per_tile(cfg, group) == 1):
+        return None
+    bm = ws_launch.BLOCK_M // ws_launch.heads_per_tile(cfg, group)
+    longest = max(_key_span(q, total, max(q - bm, 0), q - 1, wl, wr) for _, q, total in large + small)
+    if longest >= 2 * MIN_SPLIT_KEYS["large"]:
+        return None
+    return cfg if _ws_worth_it(large, small, num_heads, ws_launch.heads_per_tile(cfg, group), wl, wr) else None
