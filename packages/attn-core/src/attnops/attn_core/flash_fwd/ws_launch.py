@@ -42,7 +42,8 @@ class WsConfig:
     # in alternate directions (up to MAX_SORTED_REQUESTS requests; more keep the index order)
     lpt: bool = False
     # the G query heads of a KV head in one work tile (rows = (token, head), ``pack``), where G divides 64: a decode
-    # request's G rows share one tile instead of filling G tiles with one row each (untimed, attn-core 0.3.18)
+    # request's G rows share one tile instead of filling G tiles with one row each (attn-core 0.3.18; the paged
+    # D = 128 mixed-batch default since 0.3.19: gqa_paged_fwd.plan.PACKED_MERGE_DEFAULTS)
     pack_gqa: bool = False
 
     @property
