@@ -33,13 +33,13 @@ def _desc_type(dtype: torch.dtype, d: int, rows: int) -> str:
     return mangle_type(TensorDescriptor.from_tensor(torch.empty(256, 8 * d, dtype=dtype), box, layout))
 
 
-def compile_dkdv(d: int, stages: int, causal: bool, dtype=torch.bfloat16):
+def compile_dkdv(d: int, stages: int, causal: bool, dtype=torch.bfloat16, partial: bool = False):
     pair, keys = _desc_type(dtype, d, ws_launch.pair_rows(d)), _desc_type(dtype, d, 64)
     out = "*fp16" if dtype == torch.float16 else "*bf16"
     types = {"q_desc": pair, "do_desc": pair, "k_desc": keys, "v_desc": keys, "lse_ptr": "*fp32",
-             "delta_ptr": "*fp32", "dk_ptr": out, "dv_ptr": out}
+             "delta_ptr": "*fp32", "dk_ptr": out, "dv_ptr": out, "part_ptr": "*fp32"}
     consts = {"HEAD_DIM": d, "BLOCK_M": ws_launch.pair_rows(d), "STAGES": stages, "IS_CAUSAL": causal,
-              "_float_args": ("qk_scale", "sm_scale")}
+              "PARTIAL": partial, "_float_args": ("qk_scale", "sm_scale")}
     return compile_sm90(gqa_bwd_dkdv_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
 
@@ -52,7 +52,8 @@ def compile_dq(d: int, stages: int, causal: bool, dtype=torch.bfloat16):
 
 
 def variants():
-    """(label, build) per kernel the configs use: dK / dV at every slot count, dQ at those of ``gluon_dq``."""
+    """(label, build) per kernel the configs use: dK / dV at every slot count (and with head-subgroup partials), dQ
+    at those of ``gluon_dq``."""
     kernels = [("dkdv", compile_dkdv, s) for s in sorted({c.stages for c in ws_launch.WS_CONFIGS})]
     kernels += [("dq", compile_dq, s) for s in sorted({c.stages for c in ws_launch.WS_CONFIGS if c.gluon_dq})]
     for d in ws_launch.HEAD_DIMS:
@@ -61,6 +62,10 @@ def variants():
                 for dtype in (torch.bfloat16, torch.float16):
                     label = f"{kernel:4s} D{d} s{stages} {'causal' if causal else 'full':6s} {str(dtype)[6:]:8s}"
                     yield label, lambda build=build, d=d, s=stages, c=causal, t=dtype: build(d, s, c, t)
+        # head-subgroup partial sums (``launch.forced(cfg, splits=s)``): the dK / dV kernel's other epilogue
+        for stages in sorted({c.stages for c in ws_launch.WS_CONFIGS}):
+            yield (f"dkdv D{d} s{stages} causal bf16 partial",
+                   lambda d=d, s=stages: compile_dkdv(d, s, True, torch.bfloat16, partial=True))
 
 
 def main() -> int:

@@ -45,6 +45,10 @@ def main():
                      for s in range(1, G + 1) if G % s == 0 for fused in ((False, True) if s > 1 else (False,))]
         if D in bwd_ws.HEAD_DIMS:
             variants += [(cfg.name, SPEC.fn, functools.partial(bwd.forced, cfg)) for cfg in bwd_ws.WS_CONFIGS]
+            # the Gluon default over head subgroups (partials added by the head-sum launch)
+            variants += [(f"{bwd.WS_DEFAULT.name}-{s}-splits", SPEC.fn,
+                          functools.partial(bwd.forced, bwd.WS_DEFAULT, splits=s))
+                         for s in range(2, G + 1) if G % s == 0]
         # the call's default: the Gluon kernels (launch.ws_default: long rows) or the Triton tile ``chosen``
         shapes = bwd.Problem(a["q"], a["k"], a["v"], a["o"], a["do"], a["lse"], a["q"], a["k"], a["v"],
                              a["is_causal"], 1.0)

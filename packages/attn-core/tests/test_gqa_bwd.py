@@ -328,12 +328,12 @@ def test_head_split_rule():
         B, S, H, D = w.shape("q")
         H_kv = w.shape("k")[2]
         cfg = bwd.choose(D, B, S, S, H, H_kv, True, 132)
-        got = bwd.head_splits(cfg, B, S, S, H, H_kv, True, 132)
+        got = bwd.head_splits(cfg.block_n1, B, S, H, H_kv, 132)
         assert got == (2 if w.name in ("llama-70b-short", "llama-70b-long") else 1), (w.id, got)
     # one KV head, 8 key blocks: 32 subgroups (256 programs), the fewest that give each of 132 SMs a program
-    assert bwd.head_splits(bwd.SHORT_CONFIGS[128], 1, 512, 512, 64, 1, True, 132) == 32
+    assert bwd.head_splits(bwd.SHORT_CONFIGS[128].block_n1, 1, 512, 64, 1, 132) == 32
     # 2 x 8 programs, G = 3: no divisor fills 132 SMs, so every head is its own subgroup
-    assert bwd.head_splits(bwd.SHORT_CONFIGS[128], 1, 512, 512, 6, 2, True, 132) == 3
+    assert bwd.head_splits(bwd.SHORT_CONFIGS[128].block_n1, 1, 512, 6, 2, 132) == 3
 
 
 def test_ws_default_rule(monkeypatch):

@@ -41,6 +41,31 @@ def test_seed_rows(row, cfg):
 
 @pytest.mark.gpu
 @hopper
+@pytest.mark.parametrize("splits", [2, 4, 8])
+@pytest.mark.parametrize("cfg", [ws_launch.WS_CONFIGS[0], bwd.WS_DEFAULT], ids=lambda c: c.name)
+@pytest.mark.parametrize("head_dim", ws_launch.HEAD_DIMS)
+@pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 300, 300), (False, 77, 200), (True, 100, 333)],
+                         ids=["causal", "full-ragged", "causal-q-lt-kv"])
+def test_head_splits(is_causal, s_q, s_kv, head_dim, cfg, splits):
+    """Head subgroups on the Gluon dK / dV kernel (``forced(cfg, splits=s)``): each program sums G / s of the 8 query
+    heads of a KV head into fp32 partials, the head-sum launch adds them; ragged key and query blocks."""
+    w = ROWS["llama-8b-short/f16" if (s_q + s_kv) % 2 else "llama-8b-short/bf16"]
+    case = make_case(w, DEV, seed=s_q + splits, batch=2, s_q=s_q, s_kv=s_kv, heads=(16, 2), head_dim=head_dim,
+                     is_causal=is_causal)
+    with bwd.forced(cfg, splits=splits):
+        SPEC.check(case)
+
+
+@pytest.mark.gpu
+@hopper
+def test_head_splits_seed_row():
+    """llama-70b-long (128 programs unsplit) on the default Gluon config with 2 subgroups, at the benchmark's shape."""
+    with bwd.forced(bwd.WS_DEFAULT, splits=2):
+        SPEC.check(make_case(ROWS["llama-70b-long/bf16"], DEV, shrink=False, seed=5))
+
+
+@pytest.mark.gpu
+@hopper
 @pytest.mark.parametrize("cfg", EDGE_CONFIGS, ids=lambda c: c.name)
 @pytest.mark.parametrize("head_dim", ws_launch.HEAD_DIMS)
 @pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 300, 300), (True, 100, 333), (False, 77, 200),
@@ -76,12 +101,12 @@ def test_fused_qkv_views(cfg):
 def test_compiles_for_sm90():
     """Both kernels at both head dims, every slot count the configs use, causal and not, both dtypes through
     Gluon's sm_90 pipeline and ptxas: no compile error, no spill, shared memory under the limit (the tool exits 1
-    otherwise)."""
+    otherwise); and the dK / dV kernel's head-subgroup epilogue (causal bf16) at every slot count."""
     listing = run_offline_compile(__file__, "sm90_compile_bwd_ws")
     lines = [ln for ln in listing.splitlines() if " regs " in ln]
-    kernels = (len({c.stages for c in ws_launch.WS_CONFIGS})
-               + len({c.stages for c in ws_launch.WS_CONFIGS if c.gluon_dq}))
-    assert len(lines) == 4 * len(ws_launch.HEAD_DIMS) * kernels, listing
+    dkdv_stages = len({c.stages for c in ws_launch.WS_CONFIGS})
+    kernels = dkdv_stages + len({c.stages for c in ws_launch.WS_CONFIGS if c.gluon_dq})
+    assert len(lines) == (4 * kernels + dkdv_stages) * len(ws_launch.HEAD_DIMS), listing
 
 
 class _Launches:
@@ -109,8 +134,14 @@ def test_launches_bind_every_kernel_argument(monkeypatch):
         k = torch.zeros(2, 260, 2, d, dtype=torch.float16)
         p = bwd.Problem(q, k, k, q, q, torch.zeros(2, 8, 300), q, k, k, is_causal=True, sm_scale=0.1)
         ws_launch.run(cfg, p, torch.zeros(2, 8, 300))
+    part = torch.zeros(2, 2, 2 * 2, 260, 128)  # 2 head subgroups of the 4 query heads per KV head
+    ws_launch.run(ws_launch.WS_CONFIGS[0], p, torch.zeros(2, 8, 300), part)
+    split = calls.pop()
+    assert split[1] == (3 * 2 * 2 * 2,) and split[2]["GS"] == 2 and split[2]["PARTIAL"] is True
+    assert split[2]["part_ptr"] is part
     assert [(kernel, grid) for kernel, grid, _ in calls] == [(dkdv, (3 * 2 * 2,)), (dkdv, (3 * 2 * 2,)),
                                                              (dq, (3 * 2 * 8,))]
+    assert [bound["PARTIAL"] for _, _, bound in calls[:2]] == [False, False]
     for kernel, _, bound in calls:
         assert set(bound) - {"num_warps"} == set(kernel.arg_names)
     assert [bound["BLOCK_M"] for _, _, bound in calls[:2]] == [64, 32] and calls[0][2]["G"] == 4

@@ -98,8 +98,7 @@ def choose(head_dim: int, batch: int, s_q: int, s_kv: int, heads: int, kv_heads:
     return max(cs, key=programs)
 
 
-def head_splits(cfg: BwdConfig, batch: int, s_q: int, s_kv: int, heads: int, kv_heads: int, is_causal: bool,
-                sms: int) -> int:
+def head_splits(block_n: int, batch: int, s_kv: int, heads: int, kv_heads: int, sms: int) -> int:
     """Subgroups of the G query heads a dK/dV program sums over (a divisor of G; 1: all of them, dK / dV stored
     directly). Why: each program walks G x (query blocks) steps, so with few (batch, KV head) pairs the grid is a
     few long programs and leaves SMs idle. With fewer programs than SMs: the fewest subgroups that give every SM a
@@ -108,9 +107,9 @@ def head_splits(cfg: BwdConfig, batch: int, s_q: int, s_kv: int, heads: int, kv_
     124.3, unsplit 180.6 (20261203-1819-tune-bwd-splits.json); llama-70b-long (128 programs of 128 keys) 2
     subgroups 601.1, 4 624.2, unsplit 684.6 (20261203-2300-tune-bwd-ws-pipelined.json). With a program per SM or
     more none: llama-8b-short (256 programs) 115.2 unsplit against 127.4 with 2 subgroups, llama-8b-long 591.6
-    against 629.6 (20261203-2310-tune-bwd-ws-rest.json). ``s_q`` and ``is_causal`` do not enter (kept for the
-    callers' one signature with ``choose``)."""
-    programs = batch * kv_heads * triton.cdiv(s_kv, cfg.block_n1)
+    against 629.6 (20261203-2310-tune-bwd-ws-rest.json). ``block_n``: keys per dK/dV program (the Triton tile's
+    ``block_n1``, or the Gluon kernel's ``ws_launch.BLOCK_KEYS``)."""
+    programs = batch * kv_heads * triton.cdiv(s_kv, block_n)
     if programs >= sms:
         return 1
     g = heads // kv_heads
@@ -126,7 +125,9 @@ def forced(config: BwdConfig | ws_launch.WsBwdConfig | None = None, splits: int 
     """Pin the tile config (and / or ``splits``, the head subgroups of ``head_splits``, and ``fused_sum``, who adds
     their partial sums: ``FUSED_SUM_DEFAULT``) of every backward launch inside the block (tests, sweeps). A
     ``WsBwdConfig`` runs the warp-specialized dK / dV kernel with the Triton kernel's dQ role (``choose``'s tile)
-    beside it, or with ``gluon_dq`` the Gluon dQ kernel."""
+    beside it, or with ``gluon_dq`` the Gluon dQ kernel; with ``splits`` its programs sum over G / splits heads each,
+    their partials added by the head-sum launch (``fused_sum`` is the Triton kernel's only). ``splits`` alone keeps
+    the Triton kernel."""
     return runtime.pinned(_FORCED, config=config, splits=splits, fused_sum=fused_sum)
 
 
@@ -197,7 +198,13 @@ def launch(p: Problem) -> None:
         HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=PREPROCESS_ROWS, ZERO_DQ=not p.deterministic, num_warps=4,
     )
     if ws:
-        ws_launch.run(ws, p, delta)
+        splits = _FORCED.get("splits") or head_splits(ws_launch.BLOCK_KEYS, B, S_kv, H, p.k.shape[2],
+                                                      runtime.num_sms())
+        part = (testing.kernel_buffer((2, splits, B * p.k.shape[2], S_kv, D), torch.float32, p.q.device)
+                if splits > 1 else None)
+        ws_launch.run(ws, p, delta, part)
+        if part is not None:
+            _head_sum(p, part, splits)
     if not (ws and ws.gluon_dq):
         _launch_any(p, delta, dq_acc, dq_only=ws is not None)
     if not p.deterministic:
@@ -231,7 +238,7 @@ def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfi
     S_kv, H_kv = p.k.shape[1], p.k.shape[2]
     G = H // H_kv
     bh_kv = B * H_kv
-    splits = 1 if dq_only else _FORCED.get("splits") or head_splits(cfg, B, S_q, S_kv, H, H_kv, p.is_causal,
+    splits = 1 if dq_only else _FORCED.get("splits") or head_splits(cfg.block_n1, B, S_kv, H, H_kv,
                                                                       runtime.num_sms())
     part = (testing.kernel_buffer((2, splits, bh_kv, S_kv, D), torch.float32, p.q.device) if splits > 1
             else delta)  # (never read with one subgroup)
@@ -256,7 +263,13 @@ def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfi
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if splits > 1 and not fused_sum:
-        gqa_bwd_head_sum_kernel[(triton.cdiv(S_kv, HEAD_SUM_ROWS), bh_kv)](
-            part, p.dk, p.dv, S_kv, H_kv, bh_kv, splits, p.sm_scale, *_bsh(p.dk), *_bsh(p.dv),
-            HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D), BLOCK_R=HEAD_SUM_ROWS, num_warps=4,
-        )
+        _head_sum(p, part, splits)
+
+
+def _head_sum(p: Problem, part: torch.Tensor, splits: int) -> None:
+    """dK, dV from the ``splits`` head subgroups' fp32 partial sums ``part`` (``[2, splits, B·H_kv, S_kv, D]``)."""
+    B, S_kv, H_kv, D = p.k.shape
+    gqa_bwd_head_sum_kernel[(triton.cdiv(S_kv, HEAD_SUM_ROWS), B * H_kv)](
+        part, p.dk, p.dv, S_kv, H_kv, B * H_kv, splits, p.sm_scale, *_bsh(p.dk), *_bsh(p.dv),
+        HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D), BLOCK_R=HEAD_SUM_ROWS, num_warps=4,
+    )

@@ -34,20 +34,26 @@ KEYS_PER_CONSUMER = gl.constexpr(64)  # one warpgroup's wgmma M
 
 
 @gluon.jit
-def _block(S_q, S_kv, H_kv, G, BLOCK_M: gl.constexpr, IS_CAUSAL: gl.constexpr):
-    """This program's (b, KV head, first key n0, first visible query block m_lo, query blocks it visits):
-    key blocks of 128 from the first (under the causal mask they see the most queries: the heaviest first)."""
+def _block(S_q, S_kv, H_kv, G, GS, BLOCK_M: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """This program's (b, KV head, first key n0, first visible query block m_lo, query blocks it visits, first
+    query head h0, head subgroup sg): key blocks of 128 from the first (under the causal mask they see the most
+    queries: the heaviest first), then (batch, KV head), then the subgroup of ``GS`` of the G query heads (the
+    subgroups of one key block side by side: they read the same K / V)."""
     pid = gl.program_id(0)
     n_blocks = gl.cdiv(S_kv, 2 * KEYS_PER_CONSUMER)
-    bkv = pid % (gl.num_programs(0) // n_blocks)
-    n0 = (pid // (gl.num_programs(0) // n_blocks)) * (2 * KEYS_PER_CONSUMER)
+    per_block = gl.num_programs(0) // n_blocks
+    splits = G // GS
+    bkv = (pid % per_block) // splits
+    sg = pid % splits
+    n0 = (pid // per_block) * (2 * KEYS_PER_CONSUMER)
     if IS_CAUSAL:  # query row i (position S_kv − S_q + i) sees key j iff j <= its position
         first = gl.maximum(n0 - (S_kv - S_q), 0)
     else:
         first = n0 * 0
     m_lo = (first // BLOCK_M) * BLOCK_M
     n_m = gl.cdiv(gl.maximum(S_q - m_lo, 0), BLOCK_M)
-    return bkv // H_kv, bkv % H_kv, n0, m_lo, n_m
+    kvh = bkv % H_kv
+    return bkv // H_kv, kvh, n0, m_lo, n_m, kvh * G + sg * GS, sg
 
 
 @gluon.jit
@@ -62,12 +68,11 @@ def lse_delta_rows(lse_ptr, delta_ptr, b, head, n_heads, rows, S_q, stride_lb, s
 
 
 @gluon.jit
-def _pair_rows(t, b, kvh, m_lo, n_m, lse_ptr, delta_ptr, S_q, H_kv, G, stride_lb, stride_lh, s_layout: gl.constexpr,
+def _pair_rows(t, b, h0, m_lo, n_m, lse_ptr, delta_ptr, S_q, H, stride_lb, stride_lh, s_layout: gl.constexpr,
                BLOCK_M: gl.constexpr):
     """Pair t's query rows, their lse and Δ (``lse_delta_rows``)."""
-    head = kvh * G + t // n_m
     rows = m_lo + (t % n_m) * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-    lse, delta = lse_delta_rows(lse_ptr, delta_ptr, b, head, H_kv * G, rows, S_q, stride_lb, stride_lh)
+    lse, delta = lse_delta_rows(lse_ptr, delta_ptr, b, h0 + t // n_m, H, rows, S_q, stride_lb, stride_lh)
     return rows, lse, delta
 
 
@@ -96,10 +101,10 @@ def _dv_ds(p_t, delta, dv, v_tile, do_tile, zero_s, dtype: gl.constexpr, op_layo
 
 
 @gluon.jit
-def _consumer(k_tile, v_tile, q_smem, do_smem, kv_ready, ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, S_q, S_kv,
-              H_kv, G, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb,
-              stride_dvt, stride_dvh, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+def _consumer(k_tile, v_tile, q_smem, do_smem, kv_ready, ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr,
+              S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh,
+              stride_dvb, stride_dvt, stride_dvh, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr):
     """Keys [n0 + 64·WG, +64) of the program's block over every pair, then their dK / dV. Software-pipelined
     (attn-core 0.3.18): Sᵀ of pair t + 1 is issued before dK of pair t and waited for with dK still in flight, so
     the next pair's exponentials run beside dK's product; the serial form before it (each product waited for in
@@ -109,14 +114,14 @@ def _consumer(k_tile, v_tile, q_smem, do_smem, kv_ready, ready, free, lse_ptr, d
     acc_layout: gl.constexpr = wgmma_acc_layout(HEAD_DIM)
     op_layout: gl.constexpr = wgmma_lhs_layout(HEAD_DIM)
     dtype: gl.constexpr = q_smem.dtype
-    b, kvh, n0, m_lo, n_m = _block(S_q, S_kv, H_kv, G, BLOCK_M, IS_CAUSAL)
+    b, kvh, n0, m_lo, n_m, h0, sg = _block(S_q, S_kv, H_kv, G, GS, BLOCK_M, IS_CAUSAL)
     keys = n0 + WG * R + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout))
     zero_s = gl.zeros([R, BLOCK_M], gl.float32, layout=s_layout)
     dk = gl.zeros([R, HEAD_DIM], gl.float32, layout=acc_layout)
     dv = gl.zeros([R, HEAD_DIM], gl.float32, layout=acc_layout)
-    n = G * n_m
+    n = GS * n_m
     p_t = zero_s
-    rows, lse, delta = _pair_rows(0, b, kvh, m_lo, n_m, lse_ptr, delta_ptr, S_q, H_kv, G, stride_lb, stride_lh,
+    rows, lse, delta = _pair_rows(0, b, h0, m_lo, n_m, lse_ptr, delta_ptr, S_q, H_kv * G, stride_lb, stride_lh,
                                   s_layout, BLOCK_M)
     mbarrier.wait(kv_ready.index(0), 0)
     if n > 0:
@@ -131,7 +136,7 @@ def _consumer(k_tile, v_tile, q_smem, do_smem, kv_ready, ready, free, lse_ptr, d
         mbarrier.wait(ready.index(nxt), ((t + 1) // STAGES) & 1)
         s_t = warpgroup_mma(k_tile, q_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         dk = warpgroup_mma(ds_op, q_smem.index(slot), dk, is_async=True)
-        rows, lse, delta = _pair_rows(t + 1, b, kvh, m_lo, n_m, lse_ptr, delta_ptr, S_q, H_kv, G, stride_lb,
+        rows, lse, delta = _pair_rows(t + 1, b, h0, m_lo, n_m, lse_ptr, delta_ptr, S_q, H_kv * G, stride_lb,
                                       stride_lh, s_layout, BLOCK_M)
         s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_t, ))  # Sᵀ of t + 1 (issued first); dK may run
         p_t = _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL)
@@ -148,17 +153,25 @@ def _consumer(k_tile, v_tile, q_smem, do_smem, kv_ready, ready, free, lse_ptr, d
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
     ok = (out_keys < S_kv)[:, None]
     t64 = out_keys.to(gl.int64)[:, None]
-    gl.store(dk_ptr + b.to(gl.int64) * stride_dkb + kvh * stride_dkh + t64 * stride_dkt + cols[None, :],
-             (dk * sm_scale).to(dtype), mask=ok)
-    gl.store(dv_ptr + b.to(gl.int64) * stride_dvb + kvh * stride_dvh + t64 * stride_dvt + cols[None, :],
-             dv.to(dtype), mask=ok)
+    if PARTIAL:  # unscaled fp32 sums of this subgroup's heads: [2, G / GS, B·H_kv, S_kv, D] (the head-sum kernel)
+        subgroup_rows = gl.num_programs(0) // gl.cdiv(S_kv, 2 * R)  # (G / GS)·B·H_kv: one of dK's / dV's halves
+        row = sg * (subgroup_rows // (G // GS)) + b * H_kv + kvh
+        part = part_ptr + (row.to(gl.int64) * S_kv + t64) * HEAD_DIM + cols[None, :]
+        gl.store(part, dk, mask=ok)
+        gl.store(part + subgroup_rows.to(gl.int64) * S_kv * HEAD_DIM, dv, mask=ok)
+    else:
+        gl.store(dk_ptr + b.to(gl.int64) * stride_dkb + kvh * stride_dkh + t64 * stride_dkt + cols[None, :],
+                 (dk * sm_scale).to(dtype), mask=ok)
+        gl.store(dv_ptr + b.to(gl.int64) * stride_dvb + kvh * stride_dvh + t64 * stride_dvt + cols[None, :],
+                 dv.to(dtype), mask=ok)
 
 
 @gluon.jit
 def _loader(q_desc, do_desc, k_desc, v_desc, k_tiles, v_tiles, q_smem, do_smem, kv_ready, ready, free, S_q, S_kv,
-            H_kv, G, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+            H_kv, G, GS, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+            IS_CAUSAL: gl.constexpr):
     """TMA producer: the block's K / V once, then Q_i and dO_i of every pair."""
-    b, kvh, n0, m_lo, n_m = _block(S_q, S_kv, H_kv, G, BLOCK_M, IS_CAUSAL)
+    b, kvh, n0, m_lo, n_m, h0, _ = _block(S_q, S_kv, H_kv, G, GS, BLOCK_M, IS_CAUSAL)
     kv_row = b * S_kv + n0
     kv_bar = kv_ready.index(0)
     mbarrier.expect(kv_bar, 4 * k_desc.block_type.nbytes)
@@ -167,10 +180,10 @@ def _loader(q_desc, do_desc, k_desc, v_desc, k_tiles, v_tiles, q_smem, do_smem, 
                                         k_tiles.index(w))
         tma.async_copy_global_to_shared(v_desc, [kv_row + w * KEYS_PER_CONSUMER, kvh * HEAD_DIM], kv_bar,
                                         v_tiles.index(w))
-    for t in range(G * n_m):
+    for t in range(GS * n_m):
         slot = t % STAGES
         mbarrier.wait(free.index(slot), ((t // STAGES) & 1) ^ 1)  # a fresh barrier passes parity 1
-        head = kvh * G + t // n_m
+        head = h0 + t // n_m
         q_row = b * S_q + m_lo + (t % n_m) * BLOCK_M
         bar = ready.index(slot)
         mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
@@ -179,13 +192,15 @@ def _loader(q_desc, do_desc, k_desc, v_desc, k_tiles, v_tiles, q_smem, do_smem, 
 
 
 @gluon.jit
-def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, dk_ptr, dv_ptr, S_q, S_kv, H_kv, G,
-                           qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb,
-                           stride_dvt, stride_dvh, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                           STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
-    """Grid: (cdiv(S_kv, 128) · B · H_kv,), key block slowest. num_warps = 4 (consumer 0), plus the worker
+def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, S_q, S_kv,
+                           H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh,
+                           stride_dvb, stride_dvt, stride_dvh, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                           STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr):
+    """Grid: (cdiv(S_kv, 128) · B · H_kv · G / GS,), key block slowest. num_warps = 4 (consumer 0), plus the worker
     partitions (consumer 1: 4 warps, loader: 1 warp). ``qk_scale`` = sm_scale · log2 e; dK is scaled by
-    ``sm_scale`` once at the end. ``BLOCK_M``: query rows per pair (the descriptors' box rows for q / dO)."""
+    ``sm_scale`` once at the end. ``BLOCK_M``: query rows per pair (the descriptors' box rows for q / dO). Each
+    program sums over ``GS`` of the G query heads: with ``PARTIAL`` (GS < G, ``launch.head_splits``) it stores
+    unscaled fp32 sums to ``part_ptr`` for ``gqa_bwd_head_sum_kernel``; else dK and dV themselves."""
     dtype: gl.constexpr = q_desc.dtype
     k_tiles = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, HEAD_DIM], k_desc.layout)  # [consumer]
     v_tiles = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, HEAD_DIM], v_desc.layout)
@@ -197,15 +212,15 @@ def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, 
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
     gl.warp_specialize([
         (_consumer, (k_tiles.index(0), v_tiles.index(0), q_smem, do_smem, kv_ready, ready, free, lse_ptr, delta_ptr,
-                     dk_ptr, dv_ptr, S_q, S_kv, H_kv, G, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb,
-                     stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, 0, HEAD_DIM, BLOCK_M, STAGES,
-                     IS_CAUSAL)),
+                     dk_ptr, dv_ptr, part_ptr, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh,
+                     stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, 0, HEAD_DIM, BLOCK_M,
+                     STAGES, IS_CAUSAL, PARTIAL)),
         (_consumer, (k_tiles.index(1), v_tiles.index(1), q_smem, do_smem, kv_ready, ready, free, lse_ptr, delta_ptr,
-                     dk_ptr, dv_ptr, S_q, S_kv, H_kv, G, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb,
-                     stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, 1, HEAD_DIM, BLOCK_M, STAGES,
-                     IS_CAUSAL)),
+                     dk_ptr, dv_ptr, part_ptr, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh,
+                     stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, 1, HEAD_DIM, BLOCK_M,
+                     STAGES, IS_CAUSAL, PARTIAL)),
         (_loader, (q_desc, do_desc, k_desc, v_desc, k_tiles, v_tiles, q_smem, do_smem, kv_ready, ready, free, S_q,
-                   S_kv, H_kv, G, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL)),
+                   S_kv, H_kv, G, GS, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL)),
     ], [4, 1], [240, 24])
     mbarrier.invalidate(kv_ready.index(0))
     invalidate_ring(ready, free, STAGES)

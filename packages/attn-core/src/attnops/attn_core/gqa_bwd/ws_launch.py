@@ -76,19 +76,21 @@ def _desc(t: torch.Tensor, rows_per_box: int) -> TensorDescriptor:
                             gl.NVMMASharedLayout.get_default_for(box, dtype))
 
 
-def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor) -> None:
+def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor, part: torch.Tensor | None = None) -> None:
     """dK and dV of a ``refusal``-checked call (``delta``: the preprocess's ``[B, H, S_q]`` rows), and with
-    ``gluon_dq`` dQ too."""
+    ``gluon_dq`` dQ too. ``part`` (``[2, s, B·H_kv, S_kv, D]`` fp32, s > 1 dividing G): each program sums over G / s
+    query heads and stores its unscaled partial sums there instead (the caller adds them: ``launch._head_sum``)."""
     b, s_q, h, d = p.q.shape
     s_kv, h_kv = p.k.shape[1], p.k.shape[2]
-    grid = (triton.cdiv(s_kv, BLOCK_KEYS) * b * h_kv,)
+    splits = 1 if part is None else part.shape[1]
+    grid = (triton.cdiv(s_kv, BLOCK_KEYS) * b * h_kv * splits,)
     rows = pair_rows(d)
     gqa_bwd_dkdv_ws_kernel[grid](
         _desc(p.q, rows), _desc(p.do, rows), _desc(p.k, KEYS_PER_CONSUMER.value),
-        _desc(p.v, KEYS_PER_CONSUMER.value), p.lse, delta, p.dk, p.dv, s_q, s_kv, h_kv, h // h_kv,
-        p.sm_scale * LOG2E, p.sm_scale, p.lse.stride(0), p.lse.stride(1), p.dk.stride(0), p.dk.stride(1),
-        p.dk.stride(2), p.dv.stride(0), p.dv.stride(1), p.dv.stride(2),
-        HEAD_DIM=d, BLOCK_M=rows, STAGES=cfg.stages, IS_CAUSAL=p.is_causal, num_warps=4)
+        _desc(p.v, KEYS_PER_CONSUMER.value), p.lse, delta, p.dk, p.dv, delta if part is None else part, s_q, s_kv,
+        h_kv, h // h_kv, h // h_kv // splits, p.sm_scale * LOG2E, p.sm_scale, p.lse.stride(0), p.lse.stride(1),
+        p.dk.stride(0), p.dk.stride(1), p.dk.stride(2), p.dv.stride(0), p.dv.stride(1), p.dv.stride(2),
+        HEAD_DIM=d, BLOCK_M=rows, STAGES=cfg.stages, IS_CAUSAL=p.is_causal, PARTIAL=splits > 1, num_warps=4)
     if cfg.gluon_dq:
         gqa_bwd_dq_ws_kernel[(triton.cdiv(s_q, 2 * DQ_ROWS.value) * b * h,)](
             _desc(p.q, DQ_ROWS.value), _desc(p.do, DQ_ROWS.value), _desc(p.k, DQ_KEYS.value),
