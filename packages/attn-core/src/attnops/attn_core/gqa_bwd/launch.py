@@ -150,24 +150,21 @@ class Problem:
     deterministic: bool = True  # False: dQ by fp32 atomics from the dK/dV programs (kernel.py)
 
 
-# The default for long sequences (``ws_default``): the Gluon dK / dV and dQ kernels with 3 stages. H200, 2026-12-03,
-# every variant checked, against the Triton kernel's chosen tile (benchmarks/results/h200/20261203-2300-tune-bwd-ws-
-# pipelined.json, 20261203-2310-tune-bwd-ws-rest.json): llama-8b-long 522.9 against 590.7 us, llama-8b-long-mha 587.6
-# / 685.2, llama-70b-long-mha 587.1 / 690.5. Not where it loses: the rows of at most ``SHORT_KEYS`` keys
-# (llama-8b-short 136.4 / 115.5, short-mha 144.4 / 139.8: the Triton 4-warp tile, two programs per SM) and
-# llama-70b-long, whose 128 programs leave SMs idle (721.0 against the Triton kernel's 601.1 with 2 head subgroups,
-# ``head_splits``).
+# The default for long sequences (``ws_default``): the Gluon dK / dV and dQ kernels with 3 stages, its dK / dV
+# programs over head subgroups where ``head_splits`` says so. H200, 2026-12-03, every variant checked, against the
+# Triton kernel's default in the same run (benchmarks/results/h200/20261203-2300-tune-bwd-ws-pipelined.json,
+# 20261203-2310-tune-bwd-ws-rest.json, 20261203-2335-tune-bwd-ws-splits.json): llama-8b-long 522.9 against 590.7
+# us, llama-8b-long-mha 587.6 / 685.2, llama-70b-long-mha 587.1 / 690.5, llama-70b-long (128 programs: 2 head
+# subgroups) 540.3 / 594.0 (unsplit 541.6; an earlier run of the unsplit kernel had 721.0, its other ws variants
+# 25-40 % over this run's too: not explained). Not the rows of at most ``SHORT_KEYS`` keys: llama-8b-short 136.4
+# against the Triton 4-warp tile's 115.5, short-mha 144.4 / 139.8 (two 4-warp programs per SM).
 WS_DEFAULT = ws_launch.WsBwdConfig(3, gluon_dq=True)
 
 
-def ws_default(p: Problem, sms: int) -> ws_launch.WsBwdConfig | None:
-    """``WS_DEFAULT`` for a call the Gluon kernels serve (``ws_launch.refusal``) with more than ``SHORT_KEYS`` keys and
-    a dK / dV grid (one program per 128 keys of each (batch, KV head)) of at least one program per SM; else None (the
-    Triton kernel)."""
-    b, s_kv, h_kv = p.k.shape[0], p.k.shape[1], p.k.shape[2]
-    if s_kv <= SHORT_KEYS or b * h_kv * triton.cdiv(s_kv, ws_launch.BLOCK_KEYS) < sms:
-        return None
-    return WS_DEFAULT if ws_launch.refusal(p) is None else None
+def ws_default(p: Problem) -> ws_launch.WsBwdConfig | None:
+    """``WS_DEFAULT`` for a call the Gluon kernels serve (``ws_launch.refusal``) with more than ``SHORT_KEYS`` keys;
+    else None (the Triton kernel)."""
+    return WS_DEFAULT if p.k.shape[1] > SHORT_KEYS and ws_launch.refusal(p) is None else None
 
 
 def _bsh(t: torch.Tensor) -> tuple[int, int, int]:
@@ -184,7 +181,7 @@ def launch(p: Problem) -> None:
     if refused:
         raise ValueError(f"config {ws.name}: the warp-specialized dK / dV kernel cannot serve this call: {refused}")
     if "config" not in _FORCED and "splits" not in _FORCED:
-        ws = ws_default(p, runtime.num_sms())
+        ws = ws_default(p)
     G = H // p.k.shape[2]
     if G % (_FORCED.get("splits") or 1):
         raise ValueError(f"GQABwd: splits must divide the group size {G}, got {_FORCED['splits']}")
