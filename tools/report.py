@@ -242,9 +242,13 @@ def floor_gap(op: str, name: str) -> str:
     core, mla = "docs/perf/attn-core.md", "docs/perf/attn-mla.md"
     serial = "no working warp specialization in Triton 3.6 (FA3 overlaps softmax with the MMA)"
     if op == "GQABwd":
-        return (f"7 MMA products per tile pair issued serially, {serial}; atomic dQ measured slower; the "
-                f"warp-specialized Gluon dK / dV + dQ kernels (attn-core 0.3.7) measured level with the Triton ones "
-                f"on the long MHA rows and 20 % slower on GQA (H200 sweep 2026-12-02) ({core})")
+        if "long" in name:
+            return ("warp-specialized Gluon dK / dV + dQ kernels since attn-core 0.3.19: 7 MMA products per tile "
+                    "pair, the dQ kernel recomputing S and dP, where a dK / dV kernel with atomic dQ needs 5 "
+                    f"(hypothesis: that difference is the gap; the Triton atomic-dQ form measured slower) ({core})")
+        return (f"512-key rows on the Triton 4-warp tile: 7 MMA products per tile pair issued serially, {serial}; "
+                "the Gluon kernels measured slower there (144.4 against 139.8 µs on short-mha, H200 2026-12-03) "
+                f"({core})")
     if "sink-mixed" in name:
         if op == "GQAPagedFwd":
             return f"one merged launch on the D = 64 128x64 w4 tile since attn-core 0.3.12 (21.1 µs before) ({core})"
