@@ -107,8 +107,8 @@ def head_splits(block_n: int, batch: int, s_kv: int, heads: int, kv_heads: int, 
     124.3, unsplit 180.6 (20261203-1819-tune-bwd-splits.json); llama-70b-long (128 programs of 128 keys) 2
     subgroups 601.1, 4 624.2, unsplit 684.6 (20261203-2300-tune-bwd-ws-pipelined.json). With a program per SM or
     more none: llama-8b-short (256 programs) 115.2 unsplit against 127.4 with 2 subgroups, llama-8b-long 591.6
-    against 629.6 (20261203-2310-tune-bwd-ws-rest.json). ``block_n``: keys per dK/dV program (the Triton tile's
-    ``block_n1``, or the Gluon kernel's ``ws_launch.BLOCK_KEYS``)."""
+    against 629.6 (20261203-2310-tune-bwd-ws-rest.json). ``block_n``: keys per dK/dV program (the tile's
+    ``block_n1``)."""
     programs = batch * kv_heads * triton.cdiv(s_kv, block_n)
     if programs >= sms:
         return 1
@@ -197,8 +197,7 @@ def launch(p: Problem) -> None:
         # head subgroups on the Gluon kernel only when forced: its GPU tests of 2026-12-03 had unexplained failures
         # (docs/dev/gpu-runs.md), and unsplit it measured within 0.3 % of 2 subgroups on llama-70b-long
         splits = _FORCED.get("splits") or 1
-        part = (testing.kernel_buffer((2, splits, B * p.k.shape[2], S_kv, D), torch.float32, p.q.device)
-                if splits > 1 else None)
+        part = _partials(p, splits) if splits > 1 else None
         ws_launch.run(ws, p, delta, part)
         if part is not None:
             _head_sum(p, part, splits)
@@ -237,8 +236,7 @@ def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfi
     bh_kv = B * H_kv
     splits = 1 if dq_only else _FORCED.get("splits") or head_splits(cfg.block_n1, B, S_kv, H, H_kv,
                                                                       runtime.num_sms())
-    part = (testing.kernel_buffer((2, splits, bh_kv, S_kv, D), torch.float32, p.q.device) if splits > 1
-            else delta)  # (never read with one subgroup)
+    part = _partials(p, splits) if splits > 1 else delta  # (never read with one subgroup)
     fused_sum = splits > 1 and bool(_FORCED.get("fused_sum", FUSED_SUM_DEFAULT))
     key_blocks = triton.cdiv(S_kv, cfg.block_n1)
     counters = runtime.arrival_counters(p.q.device, key_blocks * bh_kv) if fused_sum else delta
@@ -261,6 +259,12 @@ def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfi
     )
     if splits > 1 and not fused_sum:
         _head_sum(p, part, splits)
+
+
+def _partials(p: Problem, splits: int) -> torch.Tensor:
+    """The fp32 partial sums of ``splits`` head subgroups, ``[2 (dK, dV), splits, B·H_kv, S_kv, D]``."""
+    B, S_kv, H_kv, D = p.k.shape
+    return testing.kernel_buffer((2, splits, B * H_kv, S_kv, D), torch.float32, p.q.device)
 
 
 def _head_sum(p: Problem, part: torch.Tensor, splits: int) -> None:

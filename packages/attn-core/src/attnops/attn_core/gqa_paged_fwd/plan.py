@@ -430,8 +430,9 @@ def _packed_merge(large, small, num_heads: int, head_dim: int, group: int, wl: i
     if (cfg is None or not small or merge_small is False or not (merge_small or MERGE_SMALL_DEFAULT)
             or ws_launch.heads_per_tile(cfg, group) == 1):
         return None
-    bm = ws_launch.BLOCK_M // ws_launch.heads_per_tile(cfg, group)
+    heads_per_tile = ws_launch.heads_per_tile(cfg, group)
+    bm = ws_launch.BLOCK_M // heads_per_tile
     longest = max(_key_span(q, total, max(q - bm, 0), q - 1, wl, wr) for _, q, total in large + small)
     if longest >= 2 * MIN_SPLIT_KEYS["large"]:
         return None
-    return cfg if _ws_worth_it(large, small, num_heads, ws_launch.heads_per_tile(cfg, group), wl, wr) else None
+    return cfg if _ws_worth_it(large, small, num_heads, heads_per_tile, wl, wr) else None
