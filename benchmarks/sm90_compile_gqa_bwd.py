@@ -91,13 +91,16 @@ def main() -> int:
     args = p.parse_args()
     dtypes = ("fp16", "bf16") if args.all else ("fp16",)
     variants = list(itertools.product((True, False), (True, False))) if args.all else [(True, True)]
+    # with --partial: one (batch, KV head), as Triton passes an int argument equal to 1: a constexpr (the head-split
+    # code once called .to() on it and failed to compile on the GPU only)
+    one_pair = {"BH_kv": 1} if args.partial else {}
     bad = 0
     for dt, (causal, even), d in itertools.product(dtypes, variants, args.dims):
         for cfg in bwd.configs_for(d):
             cx = dict(HEAD_DIM=d, BLOCK_D=triton.next_power_of_2(d), BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1,
                       BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, IS_CAUSAL=causal, EVEN_M1=even, EVEN_N1=even,
                       EVEN_N2=even, ATOMIC_DQ=args.atomic_dq, PARTIAL=args.partial,
-                      FUSED_SUM=args.fused_sum, EXACT_DOT=False)
+                      FUSED_SUM=args.fused_sum, EXACT_DOT=False, **one_pair)
             tag = f"{dt} D{d:<3d} {'causal' if causal else 'full  '} {'even ' if even else 'ragged'} {cfg.name:26s}"
             try:
                 r = compile_sm90(gqa_bwd_kernel, dt, cx, cfg.num_warps, cfg.num_stages)
@@ -117,10 +120,11 @@ def main() -> int:
                   f"{r['spill'][1]:4d} B  wgmma {r['wgmma']:2d}  cp.async {r['async']:2d}  "
                   f"{' '.join(f'{k} x{n}' for k, n in r['red'].items())}  {' '.join(flags)}",
                   flush=True)
-    r = compile_sm90(gqa_bwd_preprocess_kernel, "fp16", dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=bwd.PREPROCESS_ROWS,
+    r = compile_sm90(gqa_bwd_preprocess_kernel, "fp16", dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_R=bwd.PREPROCESS_ROWS,
                                                              ZERO_DQ=args.atomic_dq), 4, 3)
     print(f"preprocess D128: smem {r['smem']} B regs {r['regs']} spill {r['spill']}")
-    r = compile_sm90(gqa_bwd_head_sum_kernel, "fp16", dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_R=bwd.HEAD_SUM_ROWS), 4, 1)
+    r = compile_sm90(gqa_bwd_head_sum_kernel, "fp16", dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_R=bwd.HEAD_SUM_ROWS,
+                                                                          **one_pair), 4, 1)
     print(f"head sum D128: smem {r['smem']} B regs {r['regs']} spill {r['spill']}")
     return 1 if bad else 0
 

@@ -150,13 +150,14 @@ class Problem:
     deterministic: bool = True  # False: dQ by fp32 atomics from the dK/dV programs (kernel.py)
 
 
-# The default for long sequences (``ws_default``): the Gluon dK / dV and dQ kernels with 3 stages, unsplit. H200,
-# 2026-12-03, every variant checked, against the Triton kernel's default in the same run (benchmarks/results/h200/
-# 20261203-2300-tune-bwd-ws-pipelined.json, 20261203-2310-tune-bwd-ws-rest.json, 20261203-2335-tune-bwd-ws-splits
-# .json): llama-8b-long 522.9 against 590.7 us, llama-8b-long-mha 587.6 / 685.2, llama-70b-long-mha 587.1 / 690.5,
-# llama-70b-long 541.6 / 594.0 (an earlier run of it had 721.0, its other ws variants 25-40 % over this run's too:
-# not explained). Not the rows of at most ``SHORT_KEYS`` keys: llama-8b-short 136.4 against the Triton 4-warp
-# tile's 115.5, short-mha 144.4 / 139.8 (two 4-warp programs per SM).
+# The default for long sequences (``ws_default``): the Gluon dK / dV and dQ kernels with 3 stages, over the head
+# subgroups ``head_splits`` gives. H200, 2026-12-03, every variant checked, against the Triton kernel's default in
+# the same run (benchmarks/results/h200/20261203-2300-tune-bwd-ws-pipelined.json, -2310-tune-bwd-ws-rest.json,
+# -2335-tune-bwd-ws-splits.json): llama-8b-long 522.9 against 590.7 us, llama-8b-long-mha 587.6 / 685.2,
+# llama-70b-long-mha 587.1 / 690.5, llama-70b-long (128 programs: 2 subgroups) 541.6 / 594.0. Unsplit that row ran
+# 722-734 (20261204-0430-probe-bwd.json: the dK / dV kernel 500 us against 308 with 2 subgroups). Not the rows of
+# at most ``SHORT_KEYS`` keys: llama-8b-short 136.4 against the Triton 4-warp tile's 115.5, short-mha 144.4 / 139.8
+# (two 4-warp programs per SM).
 WS_DEFAULT = ws_launch.WsBwdConfig(3, gluon_dq=True)
 
 
@@ -189,14 +190,13 @@ def launch(p: Problem) -> None:
     block_d = triton.next_power_of_2(D)
     delta = torch.empty((B, H, S_q), dtype=torch.float32, device=p.q.device)
     dq_acc = delta if p.deterministic else torch.empty((B, S_q, H, D), dtype=torch.float32, device=p.q.device)
-    gqa_bwd_preprocess_kernel[(triton.cdiv(S_q, PREPROCESS_ROWS), B * H)](
-        p.o, p.do, delta, dq_acc, S_q, H, *_bsh(p.o), *_bsh(p.do),
-        HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=PREPROCESS_ROWS, ZERO_DQ=not p.deterministic, num_warps=4,
+    gqa_bwd_preprocess_kernel[(triton.cdiv(B * S_q * H, PREPROCESS_ROWS),)](
+        p.o, p.do, delta, dq_acc, S_q, H, B * S_q * H, *_bsh(p.o), *_bsh(p.do),
+        HEAD_DIM=D, BLOCK_D=block_d, BLOCK_R=PREPROCESS_ROWS, ZERO_DQ=not p.deterministic, num_warps=4,
     )
     if ws:
-        # head subgroups on the Gluon kernel only when forced: its GPU tests of 2026-12-03 had unexplained failures
-        # (docs/dev/gpu-runs.md), and unsplit it measured within 0.3 % of 2 subgroups on llama-70b-long
-        splits = _FORCED.get("splits") or 1
+        splits = _FORCED.get("splits") or head_splits(ws_launch.BLOCK_KEYS, B, S_kv, H, p.k.shape[2],
+                                                      runtime.num_sms())
         part = _partials(p, splits) if splits > 1 else None
         ws_launch.run(ws, p, delta, part)
         if part is not None:
