@@ -66,6 +66,34 @@ def test_head_splits_seed_row():
 
 @pytest.mark.gpu
 @hopper
+def test_dq_stream_joins_the_callers_stream():
+    """``launch.CONCURRENT_DQ`` runs the Gluon dQ kernel on a side stream: a call on a user's stream whose next
+    work reads the gradients, and a call captured in a CUDA graph and replayed, give the reference's gradients
+    (the caller's stream waits for the side stream; capture sees the fork and the join). 4 head subgroups."""
+    case = make_case(ROWS["llama-8b-short/bf16"], DEV, seed=11, batch=1, s_q=1000, s_kv=1000, heads=(8, 2),
+                     head_dim=128)
+    expected = case.fresh().run(SPEC.reference)
+    assert bwd.CONCURRENT_DQ
+    with bwd.forced(bwd.WS_DEFAULT):
+        user = torch.cuda.Stream()
+        with torch.cuda.stream(user):
+            ours = case.fresh().run(SPEC.fn)
+            read_next = {name: t.clone() for name, t in ours.items()}  # ordered after the call on ``user`` only
+        user.synchronize()
+        SPEC.compare(read_next, expected, case)
+        static = case.fresh()
+        static.run(SPEC.fn)  # compiled before the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = static.run(SPEC.fn)
+        graph.replay()
+        torch.cuda.synchronize()
+        SPEC.compare(captured, expected, case)
+
+
+@pytest.mark.gpu
+@hopper
 @pytest.mark.parametrize("cfg", EDGE_CONFIGS, ids=lambda c: c.name)
 @pytest.mark.parametrize("head_dim", ws_launch.HEAD_DIMS)
 @pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 300, 300), (True, 100, 333), (False, 77, 200),

@@ -167,6 +167,20 @@ def ws_default(p: Problem) -> ws_launch.WsBwdConfig | None:
     return WS_DEFAULT if p.k.shape[1] > SHORT_KEYS and ws_launch.refusal(p) is None else None
 
 
+# The Gluon dQ kernel on a second stream, beside the dK / dV kernel (both read only the inputs and the preprocess's
+# Δ): its programs take the SMs the dK / dV kernel's last, shortest programs (causal, heaviest first) leave idle.
+CONCURRENT_DQ = True
+_DQ_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def _dq_stream(dev: torch.device) -> torch.cuda.Stream:
+    """The side stream of ``CONCURRENT_DQ`` (one per device; the caller's stream joins it before returning, so
+    CUDA-graph capture sees a fork and a join)."""
+    if dev not in _DQ_STREAMS:
+        _DQ_STREAMS[dev] = torch.cuda.Stream(device=dev)
+    return _DQ_STREAMS[dev]
+
+
 def _bsh(t: torch.Tensor) -> tuple[int, int, int]:
     return t.stride(0), t.stride(1), t.stride(2)
 
@@ -198,9 +212,12 @@ def launch(p: Problem) -> None:
         splits = _FORCED.get("splits") or head_splits(ws_launch.BLOCK_KEYS, B, S_kv, H, p.k.shape[2],
                                                       runtime.num_sms())
         part = _partials(p, splits) if splits > 1 else None
-        ws_launch.run(ws, p, delta, part)
+        side = _dq_stream(p.q.device) if ws.gluon_dq and CONCURRENT_DQ else None
+        ws_launch.run(ws, p, delta, part, side)
         if part is not None:
             _head_sum(p, part, splits)
+        if side is not None:  # dQ done before anything after the call on the caller's stream
+            torch.cuda.current_stream(p.q.device).wait_stream(side)
     if not (ws and ws.gluon_dq):
         _launch_any(p, delta, dq_acc, dq_only=ws is not None)
     if not p.deterministic:

@@ -5,6 +5,7 @@ sweeps); ``launch.ws_default`` says which calls take them by default."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -76,10 +77,14 @@ def _desc(t: torch.Tensor, rows_per_box: int) -> TensorDescriptor:
                             gl.NVMMASharedLayout.get_default_for(box, dtype))
 
 
-def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor, part: torch.Tensor | None = None) -> None:
+def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor, part: torch.Tensor | None = None,
+        dq_stream: torch.cuda.Stream | None = None) -> None:
     """dK and dV of a ``refusal``-checked call (``delta``: the preprocess's ``[B, H, S_q]`` rows), and with
     ``gluon_dq`` dQ too. ``part`` (``[2, s, B·H_kv, S_kv, D]`` fp32, s > 1 dividing G): each program sums over G / s
-    query heads and stores its unscaled partial sums there instead (the caller adds them: ``launch._head_sum``)."""
+    query heads and stores its unscaled partial sums there instead (the caller adds them: ``launch._head_sum``).
+    ``dq_stream``: the dQ kernel runs there, after what the caller's stream launched so far (the caller joins it)."""
+    if dq_stream is not None:
+        dq_stream.wait_stream(torch.cuda.current_stream(p.q.device))
     b, s_q, h, d = p.q.shape
     s_kv, h_kv = p.k.shape[1], p.k.shape[2]
     splits = 1 if part is None else part.shape[1]
@@ -92,8 +97,16 @@ def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor, part: torch.Tensor | 
         p.dk.stride(0), p.dk.stride(1), p.dk.stride(2), p.dv.stride(0), p.dv.stride(1), p.dv.stride(2),
         HEAD_DIM=d, BLOCK_M=rows, STAGES=cfg.stages, IS_CAUSAL=p.is_causal, PARTIAL=splits > 1, num_warps=4)
     if cfg.gluon_dq:
-        gqa_bwd_dq_ws_kernel[(triton.cdiv(s_q, 2 * DQ_ROWS.value) * b * h,)](
-            _desc(p.q, DQ_ROWS.value), _desc(p.do, DQ_ROWS.value), _desc(p.k, DQ_KEYS.value),
-            _desc(p.v, DQ_KEYS.value), p.lse, delta, p.dq, s_q, s_kv, h, h // h_kv, p.sm_scale * LOG2E, p.sm_scale,
-            p.lse.stride(0), p.lse.stride(1), p.dq.stride(0), p.dq.stride(1), p.dq.stride(2),
-            HEAD_DIM=d, STAGES=cfg.stages, IS_CAUSAL=p.is_causal, num_warps=4)
+        with torch.cuda.stream(dq_stream) if dq_stream is not None else contextlib.nullcontext():
+            _run_dq(p, delta, cfg.stages)
+
+
+def _run_dq(p: Problem, delta: torch.Tensor, stages: int) -> None:
+    """The Gluon dQ kernel on the current stream."""
+    b, s_q, h, d = p.q.shape
+    s_kv, h_kv = p.k.shape[1], p.k.shape[2]
+    gqa_bwd_dq_ws_kernel[(triton.cdiv(s_q, 2 * DQ_ROWS.value) * b * h,)](
+        _desc(p.q, DQ_ROWS.value), _desc(p.do, DQ_ROWS.value), _desc(p.k, DQ_KEYS.value),
+        _desc(p.v, DQ_KEYS.value), p.lse, delta, p.dq, s_q, s_kv, h, h // h_kv, p.sm_scale * LOG2E, p.sm_scale,
+        p.lse.stride(0), p.lse.stride(1), p.dq.stride(0), p.dq.stride(1), p.dq.stride(2),
+        HEAD_DIM=d, STAGES=stages, IS_CAUSAL=p.is_causal, num_warps=4)
