@@ -51,10 +51,10 @@ def gqa_bwd_preprocess_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr, ZERO_DQ: tl.constexpr,
 ):
     """Grid ``(cdiv(B·S_q·H, BLOCK_R),)`` over the (token, head) rows in memory order (r = (b·S_q + i)·H + h):
-    ``delta[b, h, i] = Σ_d o[b, i, h, d]·do[b, i, h, d]`` (fp32, ``[B, H, S_q]`` contiguous). Why this order: on
-    ``[B, S, H, D]`` tensors a program's rows are one contiguous span (one head's rows are H·D apart; a grid over
-    heads read 2·D-byte pieces and ran at a third of the copy rate on the H200). ``ZERO_DQ``: also zero the same
-    rows of the atomic dQ accumulator (fp32 ``[B, S_q, H, HEAD_DIM]`` contiguous), saving a memset launch."""
+    ``delta[b, h, i] = Σ_d o[b, i, h, d]·do[b, i, h, d]`` (fp32, ``[B, H, S_q]`` contiguous). On ``[B, S, H, D]``
+    tensors a program's rows are one contiguous span. H200, 2026-12-04: 24.5 us for a long row's 67 MB (2.7 TB/s),
+    the same as the grid over (query block, head) it replaced. ``ZERO_DQ``: also zero the same rows of the atomic
+    dQ accumulator (fp32 ``[B, S_q, H, HEAD_DIM]`` contiguous), saving a memset launch."""
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = r < n_rows
     r64 = r.to(tl.int64)

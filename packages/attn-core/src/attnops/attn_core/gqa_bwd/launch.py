@@ -155,7 +155,7 @@ class Problem:
 # the same run (benchmarks/results/h200/20261203-2300-tune-bwd-ws-pipelined.json, -2310-tune-bwd-ws-rest.json,
 # -2335-tune-bwd-ws-splits.json): llama-8b-long 522.9 against 590.7 us, llama-8b-long-mha 587.6 / 685.2,
 # llama-70b-long-mha 587.1 / 690.5, llama-70b-long (128 programs: 2 subgroups) 541.6 / 594.0. Unsplit that row ran
-# 722-734 (20261204-0430-probe-bwd.json: the dK / dV kernel 500 us against 308 with 2 subgroups). Not the rows of
+# 722-734 (20261204-0423-probe-bwd.json: the dK / dV kernel 500 us against 308 with 2 subgroups). Not the rows of
 # at most ``SHORT_KEYS`` keys: llama-8b-short 136.4 against the Triton 4-warp tile's 115.5, short-mha 144.4 / 139.8
 # (two 4-warp programs per SM).
 WS_DEFAULT = ws_launch.WsBwdConfig(3, gluon_dq=True)
@@ -169,6 +169,8 @@ def ws_default(p: Problem) -> ws_launch.WsBwdConfig | None:
 
 # The Gluon dQ kernel on a second stream, beside the dK / dV kernel (both read only the inputs and the preprocess's
 # Δ): its programs take the SMs the dK / dV kernel's last, shortest programs (causal, heaviest first) leave idle.
+# H200, 2026-12-04, same process (benchmarks/results/h200/20261204-0441-probe-bwd-concurrent-dq.json): llama-8b-long
+# 519-523 -> 485-488 us, llama-70b-long 539-541 -> 500-502, llama-8b / 70b-long-mha 583-586 -> 573-575.
 CONCURRENT_DQ = True
 _DQ_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
 
