@@ -33,13 +33,14 @@ def _desc_type(dtype: torch.dtype, d: int, rows: int) -> str:
     return mangle_type(TensorDescriptor.from_tensor(torch.empty(256, 8 * d, dtype=dtype), box, layout))
 
 
-def compile_dkdv(d: int, stages: int, causal: bool, dtype=torch.bfloat16, partial: bool = False):
+def compile_dkdv(d: int, stages: int, causal: bool, dtype=torch.bfloat16, partial: bool = False,
+                 persistent: bool = False):
     pair, keys = _desc_type(dtype, d, ws_launch.pair_rows(d)), _desc_type(dtype, d, 64)
     out = "*fp16" if dtype == torch.float16 else "*bf16"
     types = {"q_desc": pair, "do_desc": pair, "k_desc": keys, "v_desc": keys, "lse_ptr": "*fp32",
              "delta_ptr": "*fp32", "dk_ptr": out, "dv_ptr": out, "part_ptr": "*fp32"}
     consts = {"HEAD_DIM": d, "BLOCK_M": ws_launch.pair_rows(d), "STAGES": stages, "IS_CAUSAL": causal,
-              "PARTIAL": partial, "_float_args": ("qk_scale", "sm_scale")}
+              "PARTIAL": partial, "PERSISTENT": persistent, "_float_args": ("qk_scale", "sm_scale")}
     return compile_sm90(gqa_bwd_dkdv_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
 
@@ -66,6 +67,13 @@ def variants():
         for stages in sorted({c.stages for c in ws_launch.WS_CONFIGS}):
             yield (f"dkdv D{d} s{stages} causal bf16 partial",
                    lambda d=d, s=stages: compile_dkdv(d, s, True, torch.bfloat16, partial=True))
+        # the persistent dK / dV kernel (two K / V buffers, tiles walked per program), both epilogues
+        for stages in sorted({c.stages for c in ws_launch.WS_CONFIGS if c.persistent}):
+            for causal, partial in ((True, False), (False, False), (True, True)):
+                yield (f"dkdv D{d} s{stages} {'causal' if causal else 'full':6s} bf16 persistent"
+                       f"{' partial' if partial else ''}",
+                       lambda d=d, s=stages, c=causal, pt=partial: compile_dkdv(d, s, c, torch.bfloat16, partial=pt,
+                                                                                persistent=True))
 
 
 def main() -> int:

@@ -16,6 +16,7 @@ ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
 # the edge cases run one config of each kernel pairing and the Gluon dQ kernel's other slot counts (the seed rows
 # run every config)
 EDGE_CONFIGS = (ws_launch.WS_CONFIGS[0], *(c for c in ws_launch.WS_CONFIGS if c.gluon_dq))
+PERSISTENT = next(c for c in ws_launch.WS_CONFIGS if c.persistent)
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                             reason="needs a Hopper GPU")
 
@@ -42,7 +43,7 @@ def test_seed_rows(row, cfg):
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("splits", [2, 4, 8])
-@pytest.mark.parametrize("cfg", [ws_launch.WS_CONFIGS[0], bwd.WS_DEFAULT], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [ws_launch.WS_CONFIGS[0], bwd.WS_DEFAULT, PERSISTENT], ids=lambda c: c.name)
 @pytest.mark.parametrize("head_dim", ws_launch.HEAD_DIMS)
 @pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 300, 300), (False, 77, 200), (True, 100, 333)],
                          ids=["causal", "full-ragged", "causal-q-lt-kv"])
@@ -62,6 +63,23 @@ def test_head_splits_seed_row():
     """llama-70b-long (128 programs unsplit) on the default Gluon config with 2 subgroups, at the benchmark's shape."""
     with bwd.forced(bwd.WS_DEFAULT, splits=2):
         SPEC.check(make_case(ROWS["llama-70b-long/bf16"], DEV, shrink=False, seed=5))
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("splits", [1, 2])
+@pytest.mark.parametrize("head_dim", ws_launch.HEAD_DIMS)
+@pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 300, 300), (False, 77, 200), (True, 100, 333), (True, 1, 1)],
+                         ids=["causal", "full-ragged", "causal-q-lt-kv", "one-key"])
+def test_persistent_programs_walk_several_tiles(monkeypatch, is_causal, s_q, s_kv, head_dim, splits):
+    """The persistent dK / dV kernel with 3 programs (``num_sms`` pinned), so each walks several tiles of unequal
+    pair counts: the ring's slot and phase carried across tiles, K / V handed back and refilled per tile."""
+    monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 3)
+    w = ROWS["llama-8b-short/f16" if (s_q + s_kv) % 2 else "llama-8b-short/bf16"]
+    case = make_case(w, DEV, seed=s_q + splits, batch=2, s_q=s_q, s_kv=s_kv, heads=(8, 2), head_dim=head_dim,
+                     is_causal=is_causal)
+    with bwd.forced(PERSISTENT, splits=splits):
+        SPEC.check(case)
 
 
 @pytest.mark.gpu
@@ -129,12 +147,15 @@ def test_fused_qkv_views(cfg):
 def test_compiles_for_sm90():
     """Both kernels at both head dims, every slot count the configs use, causal and not, both dtypes through
     Gluon's sm_90 pipeline and ptxas: no compile error, no spill, shared memory under the limit (the tool exits 1
-    otherwise); and the dK / dV kernel's head-subgroup epilogue (causal bf16) at every slot count."""
+    otherwise); the dK / dV kernel's head-subgroup epilogue (causal bf16) at every slot count; its persistent form
+    (causal, full, causal with the head-subgroup epilogue)."""
     listing = run_offline_compile(__file__, "sm90_compile_bwd_ws")
     lines = [ln for ln in listing.splitlines() if " regs " in ln]
     dkdv_stages = len({c.stages for c in ws_launch.WS_CONFIGS})
     kernels = dkdv_stages + len({c.stages for c in ws_launch.WS_CONFIGS if c.gluon_dq})
-    assert len(lines) == (4 * kernels + dkdv_stages) * len(ws_launch.HEAD_DIMS), listing
+    persistent = 3 * len({c.stages for c in ws_launch.WS_CONFIGS if c.persistent})
+    assert len(lines) == (4 * kernels + dkdv_stages + persistent) * len(ws_launch.HEAD_DIMS), listing
+    assert sum(" persistent" in ln for ln in lines) == persistent * len(ws_launch.HEAD_DIMS), listing
 
 
 class _Launches:
@@ -184,6 +205,13 @@ def test_launches_bind_every_kernel_argument(monkeypatch):
     assert (calls[1][2]["stride_dkb"], calls[1][2]["stride_dkt"], calls[1][2]["stride_dkh"]) == (260 * 2 * 128,
                                                                                                 2 * 128, 128)
     assert (calls[2][2]["stride_dqb"], calls[2][2]["stride_dqt"], calls[2][2]["stride_dqh"]) == (d128, 8 * 128, 128)
+    assert [bound["n_tiles"] for _, _, bound in calls[:2]] == [3 * 2 * 2] * 2
+    assert [bound["PERSISTENT"] for _, _, bound in calls[:2]] == [False, False]
+    # the persistent dK / dV kernel: at most one program per SM, each walking the tiles
+    monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 5)
+    ws_launch.run(PERSISTENT, p, torch.zeros(2, 8, 300))
+    persistent = calls[3]
+    assert persistent[1] == (5,) and persistent[2]["n_tiles"] == 3 * 2 * 2 and persistent[2]["PERSISTENT"] is True
 
 
 def test_calls_it_does_not_serve_are_refused():

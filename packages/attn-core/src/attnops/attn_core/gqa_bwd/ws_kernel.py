@@ -34,14 +34,14 @@ KEYS_PER_CONSUMER = gl.constexpr(64)  # one warpgroup's wgmma M
 
 
 @gluon.jit
-def _block(S_q, S_kv, H_kv, G, GS, BLOCK_M: gl.constexpr, IS_CAUSAL: gl.constexpr):
-    """This program's (b, KV head, first key n0, first visible query block m_lo, query blocks it visits, first
-    query head h0, head subgroup sg): key blocks of 128 from the first (under the causal mask they see the most
-    queries: the heaviest first), then (batch, KV head), then the subgroup of ``GS`` of the G query heads (the
-    subgroups of one key block side by side: they read the same K / V)."""
-    pid = gl.program_id(0)
+def _block(tile, n_tiles, S_q, S_kv, H_kv, G, GS, BLOCK_M: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """Tile ``tile``'s (b, KV head, first key n0, first visible query block m_lo, query blocks it visits, first
+    query head h0, head subgroup sg) of ``n_tiles``: key blocks of 128 from the first (under the causal mask they
+    see the most queries: the heaviest first), then (batch, KV head), then the subgroup of ``GS`` of the G query
+    heads (the subgroups of one key block side by side: they read the same K / V)."""
+    pid = tile
     n_blocks = gl.cdiv(S_kv, 2 * KEYS_PER_CONSUMER)
-    per_block = gl.num_programs(0) // n_blocks
+    per_block = n_tiles // n_blocks
     splits = G // GS
     bkv = (pid % per_block) // splits
     sg = pid % splits
@@ -101,20 +101,51 @@ def _dv_ds(p_t, delta, dv, v_tile, do_tile, zero_s, dtype: gl.constexpr, op_layo
 
 
 @gluon.jit
-def _consumer(k_tile, v_tile, q_smem, do_smem, kv_ready, ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr,
-              S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh,
-              stride_dvb, stride_dvt, stride_dvh, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-              STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr):
-    """Keys [n0 + 64·WG, +64) of the program's block over every pair, then their dK / dV. Software-pipelined
-    (attn-core 0.3.18): Sᵀ of pair t + 1 is issued before dK of pair t and waited for with dK still in flight, so
-    the next pair's exponentials run beside dK's product; the serial form before it (each product waited for in
-    turn) was 7-27 % slower than the Triton dK / dV role (H200, 2026-12-02)."""
+def _consumer(k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+              part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb,
+              stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
+              BLOCK_M: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr,
+              PERSISTENT: gl.constexpr):
+    """Consumer ``WG``'s 64 keys of each tile the program owns: its own tile, or with ``PERSISTENT`` the tiles
+    ``program_id + i·num_programs`` (the ring's slots count on across tiles). There K / V are handed back
+    (``kv_free``) as soon as the tile's last product that reads them retires, so the loader refills them while the
+    tile's dK / dV are stored. (Two K / V buffers picked per tile made the K / V operands' addresses dynamic: 140 B
+    of spills in the sm_90 build.)"""
+    if PERSISTENT:
+        pairs_before = 0
+        for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+            kv_phase = ((tile - gl.program_id(0)) // gl.num_programs(0)) & 1  # tiles walked so far, mod 2
+            pairs_before += _consume_tile(
+                tile, n_tiles, pairs_before, kv_phase, k_tiles.index(WG), v_tiles.index(WG), q_smem, do_smem,
+                kv_ready.index(0), kv_free.index(0), ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, S_q,
+                S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh,
+                stride_dvb, stride_dvt, stride_dvh, WG, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, True)
+    else:
+        _consume_tile(gl.program_id(0), gl.num_programs(0), 0, 0, k_tiles.index(WG), v_tiles.index(WG), q_smem,
+                      do_smem, kv_ready.index(0), kv_free.index(0), ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+                      part_ptr, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb,
+                      stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, WG, HEAD_DIM, BLOCK_M, STAGES,
+                      IS_CAUSAL, PARTIAL, False)
+
+
+@gluon.jit
+def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tile, v_tile, q_smem, do_smem, kv_bar, kv_free_bar, ready,
+                  free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale,
+                  stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
+                  WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+                  IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr, RELEASE_KV: gl.constexpr):
+    """Keys [n0 + 64·WG, +64) of tile ``tile`` over every pair, then their dK / dV; returns the tile's pair count.
+    Its pairs are the ring's fills ``pairs_before`` on; ``RELEASE_KV``: arrive on ``kv_free_bar`` once K / V are no
+    longer read. Software-pipelined (attn-core 0.3.18): Sᵀ of pair t + 1 is
+    issued before dK of pair t and waited for with dK still in flight, so the next pair's exponentials run beside
+    dK's product; the serial form before it (each product waited for in turn) was 7-27 % slower than the Triton
+    dK / dV role (H200, 2026-12-02)."""
     R: gl.constexpr = KEYS_PER_CONSUMER
     s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_M)
     acc_layout: gl.constexpr = wgmma_acc_layout(HEAD_DIM)
     op_layout: gl.constexpr = wgmma_lhs_layout(HEAD_DIM)
     dtype: gl.constexpr = q_smem.dtype
-    b, kvh, n0, m_lo, n_m, h0, sg = _block(S_q, S_kv, H_kv, G, GS, BLOCK_M, IS_CAUSAL)
+    b, kvh, n0, m_lo, n_m, h0, sg = _block(tile, n_tiles, S_q, S_kv, H_kv, G, GS, BLOCK_M, IS_CAUSAL)
     keys = n0 + WG * R + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout))
     zero_s = gl.zeros([R, BLOCK_M], gl.float32, layout=s_layout)
     dk = gl.zeros([R, HEAD_DIM], gl.float32, layout=acc_layout)
@@ -123,17 +154,18 @@ def _consumer(k_tile, v_tile, q_smem, do_smem, kv_ready, ready, free, lse_ptr, d
     p_t = zero_s
     rows, lse, delta = _pair_rows(0, b, h0, m_lo, n_m, lse_ptr, delta_ptr, S_q, H_kv * G, stride_lb, stride_lh,
                                   s_layout, BLOCK_M)
-    mbarrier.wait(kv_ready.index(0), 0)
+    mbarrier.wait(kv_bar, kv_phase)
     if n > 0:
-        mbarrier.wait(ready.index(0), 0)
-        s_t = warpgroup_mma(k_tile, q_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        first = pairs_before % STAGES
+        mbarrier.wait(ready.index(first), (pairs_before // STAGES) & 1)
+        s_t = warpgroup_mma(k_tile, q_smem.index(first).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))
         p_t = _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL)
     for t in range(n - 1):
-        slot = t % STAGES
+        slot = (pairs_before + t) % STAGES
         dv, ds_op = _dv_ds(p_t, delta, dv, v_tile, do_smem.index(slot), zero_s, dtype, op_layout)
-        nxt = (t + 1) % STAGES
-        mbarrier.wait(ready.index(nxt), ((t + 1) // STAGES) & 1)
+        nxt = (pairs_before + t + 1) % STAGES
+        mbarrier.wait(ready.index(nxt), ((pairs_before + t + 1) // STAGES) & 1)
         s_t = warpgroup_mma(k_tile, q_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         dk = warpgroup_mma(ds_op, q_smem.index(slot), dk, is_async=True)
         rows, lse, delta = _pair_rows(t + 1, b, h0, m_lo, n_m, lse_ptr, delta_ptr, S_q, H_kv * G, stride_lb,
@@ -143,18 +175,20 @@ def _consumer(k_tile, v_tile, q_smem, do_smem, kv_ready, ready, free, lse_ptr, d
         dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk, ds_op))[0]
         mbarrier.arrive(free.index(slot), count=1)
     if n > 0:  # the last pair: nothing after it to overlap
-        slot = (n - 1) % STAGES
+        slot = (pairs_before + n - 1) % STAGES
         dv, ds_op = _dv_ds(p_t, delta, dv, v_tile, do_smem.index(slot), zero_s, dtype, op_layout)
         dk = warpgroup_mma(ds_op, q_smem.index(slot), dk, is_async=True)
         dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk, ds_op))[0]
         mbarrier.arrive(free.index(slot), count=1)
+    if RELEASE_KV:  # every product reading K / V has retired: they may be refilled while dK / dV are stored
+        mbarrier.arrive(kv_free_bar, count=1)
 
     out_keys = n0 + WG * R + gl.arange(0, R, layout=gl.SliceLayout(1, acc_layout))
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
     ok = (out_keys < S_kv)[:, None]
     t64 = out_keys.to(gl.int64)[:, None]
     if PARTIAL:  # unscaled fp32 sums of this subgroup's heads: [2, G / GS, B·H_kv, S_kv, D] (the head-sum kernel)
-        subgroup_rows = gl.num_programs(0) // gl.cdiv(S_kv, 2 * R)  # (G / GS)·B·H_kv: one of dK's / dV's halves
+        subgroup_rows = n_tiles // gl.cdiv(S_kv, 2 * R)  # (G / GS)·B·H_kv: one of dK's / dV's halves
         row = sg * (subgroup_rows // (G // GS)) + b * H_kv + kvh
         part = part_ptr + (row.to(gl.int64) * S_kv + t64) * HEAD_DIM + cols[None, :]
         gl.store(part, dk, mask=ok)
@@ -164,63 +198,98 @@ def _consumer(k_tile, v_tile, q_smem, do_smem, kv_ready, ready, free, lse_ptr, d
                  (dk * sm_scale).to(dtype), mask=ok)
         gl.store(dv_ptr + b.to(gl.int64) * stride_dvb + kvh * stride_dvh + t64 * stride_dvt + cols[None, :],
                  dv.to(dtype), mask=ok)
+    return n
 
 
 @gluon.jit
-def _loader(q_desc, do_desc, k_desc, v_desc, k_tiles, v_tiles, q_smem, do_smem, kv_ready, ready, free, S_q, S_kv,
-            H_kv, G, GS, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
-            IS_CAUSAL: gl.constexpr):
-    """TMA producer: the block's K / V once, then Q_i and dO_i of every pair."""
-    b, kvh, n0, m_lo, n_m, h0, _ = _block(S_q, S_kv, H_kv, G, GS, BLOCK_M, IS_CAUSAL)
+def _loader(q_desc, do_desc, k_desc, v_desc, k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free,
+            n_tiles, S_q, S_kv, H_kv, G, GS, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+            IS_CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr):
+    """TMA producer of the program's tiles (``_consumer``'s order): per tile its K / V once (with ``PERSISTENT``
+    after both consumers handed the last tile's back), then Q_i and dO_i of every pair."""
+    if PERSISTENT:
+        pairs_before = 0
+        i = 0
+        for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+            mbarrier.wait(kv_free.index(0), (i & 1) ^ 1)  # a fresh barrier passes parity 1
+            pairs_before += _load_tile(tile, n_tiles, pairs_before, q_desc, do_desc, k_desc, v_desc, k_tiles.index(0),
+                                       k_tiles.index(1), v_tiles.index(0), v_tiles.index(1), q_smem, do_smem,
+                                       kv_ready.index(0), ready, free, S_q, S_kv, H_kv, G, GS, HEAD_DIM, BLOCK_M,
+                                       STAGES, IS_CAUSAL)
+            i += 1
+    else:
+        _load_tile(gl.program_id(0), gl.num_programs(0), 0, q_desc, do_desc, k_desc, v_desc, k_tiles.index(0),
+                   k_tiles.index(1), v_tiles.index(0), v_tiles.index(1), q_smem, do_smem, kv_ready.index(0), ready,
+                   free, S_q, S_kv, H_kv, G, GS, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL)
+
+
+@gluon.jit
+def _load_tile(tile, n_tiles, pairs_before, q_desc, do_desc, k_desc, v_desc, k_lo, k_hi, v_lo, v_hi, q_smem, do_smem,
+               kv_bar, ready, free, S_q, S_kv, H_kv, G, GS, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+               STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """Tile ``tile``'s K / V (``k_lo`` / ``v_lo``: consumer 0's 64 keys, ``*_hi``: consumer 1's) and its pairs into
+    the ring's fills ``pairs_before`` on; returns the tile's pair count."""
+    b, kvh, n0, m_lo, n_m, h0, _ = _block(tile, n_tiles, S_q, S_kv, H_kv, G, GS, BLOCK_M, IS_CAUSAL)
     kv_row = b * S_kv + n0
-    kv_bar = kv_ready.index(0)
     mbarrier.expect(kv_bar, 4 * k_desc.block_type.nbytes)
-    for w in gl.static_range(2):
-        tma.async_copy_global_to_shared(k_desc, [kv_row + w * KEYS_PER_CONSUMER, kvh * HEAD_DIM], kv_bar,
-                                        k_tiles.index(w))
-        tma.async_copy_global_to_shared(v_desc, [kv_row + w * KEYS_PER_CONSUMER, kvh * HEAD_DIM], kv_bar,
-                                        v_tiles.index(w))
-    for t in range(GS * n_m):
-        slot = t % STAGES
-        mbarrier.wait(free.index(slot), ((t // STAGES) & 1) ^ 1)  # a fresh barrier passes parity 1
+    tma.async_copy_global_to_shared(k_desc, [kv_row, kvh * HEAD_DIM], kv_bar, k_lo)
+    tma.async_copy_global_to_shared(v_desc, [kv_row, kvh * HEAD_DIM], kv_bar, v_lo)
+    tma.async_copy_global_to_shared(k_desc, [kv_row + KEYS_PER_CONSUMER, kvh * HEAD_DIM], kv_bar, k_hi)
+    tma.async_copy_global_to_shared(v_desc, [kv_row + KEYS_PER_CONSUMER, kvh * HEAD_DIM], kv_bar, v_hi)
+    n = GS * n_m
+    for t in range(n):
+        fill = pairs_before + t
+        slot = fill % STAGES
+        mbarrier.wait(free.index(slot), ((fill // STAGES) & 1) ^ 1)  # a fresh barrier passes parity 1
         head = h0 + t // n_m
         q_row = b * S_q + m_lo + (t % n_m) * BLOCK_M
         bar = ready.index(slot)
         mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [q_row, head * HEAD_DIM], bar, q_smem.index(slot))
         tma.async_copy_global_to_shared(do_desc, [q_row, head * HEAD_DIM], bar, do_smem.index(slot))
+    return n
 
 
 @gluon.jit
-def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, S_q, S_kv,
-                           H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh,
-                           stride_dvb, stride_dvt, stride_dvh, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                           STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr):
-    """Grid: (cdiv(S_kv, 128) · B · H_kv · G / GS,), key block slowest. num_warps = 4 (consumer 0), plus the worker
-    partitions (consumer 1: 4 warps, loader: 1 warp). ``qk_scale`` = sm_scale · log2 e; dK is scaled by
-    ``sm_scale`` once at the end. ``BLOCK_M``: query rows per pair (the descriptors' box rows for q / dO). Each
-    program sums over ``GS`` of the G query heads: with ``PARTIAL`` (GS < G, ``launch.head_splits``) it stores
-    unscaled fp32 sums to ``part_ptr`` for ``gqa_bwd_head_sum_kernel``; else dK and dV themselves."""
+def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, n_tiles, S_q,
+                           S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt,
+                           stride_dkh, stride_dvb, stride_dvt, stride_dvh, HEAD_DIM: gl.constexpr,
+                           BLOCK_M: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                           PARTIAL: gl.constexpr, PERSISTENT: gl.constexpr):
+    """``n_tiles`` = cdiv(S_kv, 128) · B · H_kv · G / GS tiles, key block slowest; the grid is one program per tile,
+    or with ``PERSISTENT`` fewer (``ws_launch``: one per SM at most), each walking tiles ``program_id +
+    i·num_programs``, so a tile's K / V and first pairs load while the tile before it stores dK / dV. num_warps = 4
+    (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader: 1 warp). ``qk_scale`` = sm_scale · log2
+    e; dK is scaled by ``sm_scale`` once at the end. ``BLOCK_M``: query rows per pair (the descriptors' box rows for
+    q / dO). Each tile sums over ``GS`` of the G query heads: with ``PARTIAL`` (GS < G, ``launch.head_splits``) it
+    stores unscaled fp32 sums to ``part_ptr`` for ``gqa_bwd_head_sum_kernel``; else dK and dV themselves."""
     dtype: gl.constexpr = q_desc.dtype
     k_tiles = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, HEAD_DIM], k_desc.layout)  # [consumer]
     v_tiles = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, HEAD_DIM], v_desc.layout)
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
-    kv_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(kv_ready.index(0), count=1)
+    if PERSISTENT:  # K / V are ready after one TMA expect, free after both consumers' last product of the tile
+        kv_ready, kv_free = ring_barriers(1, 1, 2)
+    else:
+        kv_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(kv_ready.index(0), count=1)
+        kv_free = kv_ready  # (unused: one tile per program)
     ready, free = ring_barriers(STAGES, 1, 2)  # one TMA expect per fill; both consumers release a slot
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
     gl.warp_specialize([
-        (_consumer, (k_tiles.index(0), v_tiles.index(0), q_smem, do_smem, kv_ready, ready, free, lse_ptr, delta_ptr,
-                     dk_ptr, dv_ptr, part_ptr, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh,
+        (_consumer, (k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr,
+                     dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh,
                      stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, 0, HEAD_DIM, BLOCK_M,
-                     STAGES, IS_CAUSAL, PARTIAL)),
-        (_consumer, (k_tiles.index(1), v_tiles.index(1), q_smem, do_smem, kv_ready, ready, free, lse_ptr, delta_ptr,
-                     dk_ptr, dv_ptr, part_ptr, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh,
+                     STAGES, IS_CAUSAL, PARTIAL, PERSISTENT)),
+        (_consumer, (k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr,
+                     dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh,
                      stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, 1, HEAD_DIM, BLOCK_M,
-                     STAGES, IS_CAUSAL, PARTIAL)),
-        (_loader, (q_desc, do_desc, k_desc, v_desc, k_tiles, v_tiles, q_smem, do_smem, kv_ready, ready, free, S_q,
-                   S_kv, H_kv, G, GS, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL)),
+                     STAGES, IS_CAUSAL, PARTIAL, PERSISTENT)),
+        (_loader, (q_desc, do_desc, k_desc, v_desc, k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free,
+                   n_tiles, S_q, S_kv, H_kv, G, GS, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PERSISTENT)),
     ], [4, 1], [240, 24])
-    mbarrier.invalidate(kv_ready.index(0))
+    if PERSISTENT:
+        invalidate_ring(kv_ready, kv_free, 1)
+    else:
+        mbarrier.invalidate(kv_ready.index(0))
     invalidate_ring(ready, free, STAGES)

@@ -40,13 +40,18 @@ def pair_rows(head_dim: int) -> int:
 class WsBwdConfig:
     stages: int  # (Q_i, dO_i) pairs in flight in the dK / dV kernel, K / V tiles in the dQ kernel
     gluon_dq: bool = False  # dQ by the Gluon kernel (else the Triton kernel's dQ role)
+    persistent: bool = False  # dK / dV programs, at most one per SM, walk tiles with two K / V buffers
 
     @property
     def name(self) -> str:
-        return f"ws-{'' if self.gluon_dq else 'dkdv-'}s{self.stages}"
+        return f"ws-{'' if self.gluon_dq else 'dkdv-'}s{self.stages}{'-p' if self.persistent else ''}"
 
 
-WS_CONFIGS = (WsBwdConfig(2), WsBwdConfig(3), WsBwdConfig(4), WsBwdConfig(2, True), WsBwdConfig(3, True))
+# ``ws-s3-p`` (attn-core 0.3.19, forced only): the persistent dK / dV kernel, for calls of many short tiles (the
+# long MHA rows: 1024 one-head tiles, their dK / dV kernel 362 us against the GQA row's 305 for the same products,
+# H200 2026-12-04). Offline sm_90 only so far: not yet run on a GPU.
+WS_CONFIGS = (WsBwdConfig(2), WsBwdConfig(3), WsBwdConfig(4), WsBwdConfig(2, True), WsBwdConfig(3, True),
+              WsBwdConfig(3, True, persistent=True))
 
 
 def refusal(p: Problem) -> str | None:
@@ -88,14 +93,16 @@ def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor, part: torch.Tensor | 
     b, s_q, h, d = p.q.shape
     s_kv, h_kv = p.k.shape[1], p.k.shape[2]
     splits = 1 if part is None else part.shape[1]
-    grid = (triton.cdiv(s_kv, BLOCK_KEYS) * b * h_kv * splits,)
+    n_tiles = triton.cdiv(s_kv, BLOCK_KEYS) * b * h_kv * splits
+    grid = (min(n_tiles, runtime.num_sms()) if cfg.persistent else n_tiles,)
     rows = pair_rows(d)
     gqa_bwd_dkdv_ws_kernel[grid](
         _desc(p.q, rows), _desc(p.do, rows), _desc(p.k, KEYS_PER_CONSUMER.value),
-        _desc(p.v, KEYS_PER_CONSUMER.value), p.lse, delta, p.dk, p.dv, delta if part is None else part, s_q, s_kv,
-        h_kv, h // h_kv, h // h_kv // splits, p.sm_scale * LOG2E, p.sm_scale, p.lse.stride(0), p.lse.stride(1),
-        p.dk.stride(0), p.dk.stride(1), p.dk.stride(2), p.dv.stride(0), p.dv.stride(1), p.dv.stride(2),
-        HEAD_DIM=d, BLOCK_M=rows, STAGES=cfg.stages, IS_CAUSAL=p.is_causal, PARTIAL=splits > 1, num_warps=4)
+        _desc(p.v, KEYS_PER_CONSUMER.value), p.lse, delta, p.dk, p.dv, delta if part is None else part, n_tiles,
+        s_q, s_kv, h_kv, h // h_kv, h // h_kv // splits, p.sm_scale * LOG2E, p.sm_scale, p.lse.stride(0),
+        p.lse.stride(1), p.dk.stride(0), p.dk.stride(1), p.dk.stride(2), p.dv.stride(0), p.dv.stride(1),
+        p.dv.stride(2), HEAD_DIM=d, BLOCK_M=rows, STAGES=cfg.stages, IS_CAUSAL=p.is_causal, PARTIAL=splits > 1,
+        PERSISTENT=cfg.persistent, num_warps=4)
     if cfg.gluon_dq:
         with torch.cuda.stream(dq_stream) if dq_stream is not None else contextlib.nullcontext():
             _run_dq(p, delta, cfg.stages)
