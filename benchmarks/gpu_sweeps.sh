@@ -40,15 +40,9 @@ if [ "$PHASE" = tests ]; then
   (cd "$OUT" && tar czf tests-logs.tgz --remove-files ./*.log 2>/dev/null); exit 0
 fi
 # (earlier sessions' sweeps and what they decided: docs/perf/attn-core.md and docs/dev/gpu-runs.md)
-# issue 4's red row: the packed ws configs, alone and with the decode requests in their launch (+merge_small)
-tune tune-ws-packed-noncausal 90 tune_attn_core_paged --ws --variants pk,ws=False --filter GQAPagedFwd/llama-8b-noncausal,GQAPagedFwd/gpt-oss-sink-mixed
-# the packed configs on GQA prefill rows (one K / V tile read serves the G heads in one tile)
-tune tune-ws-packed-prefill 90 tune_attn_core --ws --only pk --filter GQAVarlenFwd/llama-8b-uniform/bf16,GQAVarlenFwd/llama-70b-q-lt-kv/bf16
-# GQABwd's Gluon dK / dV kernel software-pipelined (attn-core 0.3.18; the serial form was 7-27 % slower than the
-# Triton dK / dV role): the ws-* configs beside the Triton ones on the long rows (issue 5's reddest rows)
-tune tune-bwd-ws-pipelined 240 tune_gqa_bwd --filter GQABwd/llama-8b-long/bf16,GQABwd/llama-70b-long/bf16
-# issue 3's lowest measured row (qwen3-8b-chunked-b8, 0.81x FlashInfer on the ws default): every ws config and the
-# Triton tile on it
-tune tune-ws-chunked-b8 60 tune_attn_core --ws --filter GQADenseFwd/qwen3-8b-chunked-b8/bf16
+# GQABwd's persistent dK / dV kernel (ws-s3-p, attn-core 0.3.19, offline until this sweep) beside the other ws
+# configs on every bf16 row: the long MHA rows (0.77x cuDNN) are the ones it is for; the short rows run the Triton
+# tile by default, their ws numbers say whether persistence changes that
+tune tune-bwd-ws-persistent 240 tune_gqa_bwd --ws-only --filter bf16
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"

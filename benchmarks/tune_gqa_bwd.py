@@ -8,6 +8,7 @@ found; writes JSON.
 
     python -m benchmarks.tune_gqa_bwd --out /tmp/tune-gqa-bwd.json
     python -m benchmarks.tune_gqa_bwd --filter llama-70b-short --iters 20
+    python -m benchmarks.tune_gqa_bwd --ws-only --filter bf16
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ from .timing import L2Flusher, profile_iterations
 
 
 def main():
-    args = sweep_arguments(__doc__.splitlines()[0], "tune-gqa-bwd.json").parse_args()
+    parser = sweep_arguments(__doc__.splitlines()[0], "tune-gqa-bwd.json")
+    parser.add_argument("--ws-only", action="store_true",
+                        help="only the warp-specialized configs (ws-*, and the Gluon default's head subgroups)")
+    args = parser.parse_args()
     flush = L2Flusher()
     results = []
     for _, w, case, expected in seed_cases([SPEC], args.filter):
@@ -34,15 +38,17 @@ def main():
         B, S_q, H, D = a["q"].shape
         chosen = bwd.choose(D, B, S_q, a["k"].shape[1], H, a["k"].shape[2], a["is_causal"], runtime.num_sms())
         fn = lambda c=case: SPEC.fn(**c.inputs)  # noqa: E731
-        variants = [(cfg.name + ("" if det else "-atomic"), functools.partial(SPEC.fn, deterministic=det),
-                     functools.partial(bwd.forced, cfg))
-                    for cfg, det in itertools.product(bwd.configs_for(D), (True, False))]
         G = H // a["k"].shape[2]
-        # the head subgroups of launch.head_splits, their partials added by the head-sum launch or (-fused) by each
-        # key block's last subgroup
-        variants += [(f"{chosen.name}-{s}-splits{'-fused' if fused else ''}", SPEC.fn,
-                      functools.partial(bwd.forced, chosen, splits=s, fused_sum=fused))
-                     for s in range(1, G + 1) if G % s == 0 for fused in ((False, True) if s > 1 else (False,))]
+        variants = []
+        if not args.ws_only:
+            variants += [(cfg.name + ("" if det else "-atomic"), functools.partial(SPEC.fn, deterministic=det),
+                          functools.partial(bwd.forced, cfg))
+                         for cfg, det in itertools.product(bwd.configs_for(D), (True, False))]
+            # the head subgroups of launch.head_splits, their partials added by the head-sum launch or (-fused) by
+            # each key block's last subgroup
+            variants += [(f"{chosen.name}-{s}-splits{'-fused' if fused else ''}", SPEC.fn,
+                          functools.partial(bwd.forced, chosen, splits=s, fused_sum=fused))
+                         for s in range(1, G + 1) if G % s == 0 for fused in ((False, True) if s > 1 else (False,))]
         if D in bwd_ws.HEAD_DIMS:
             variants += [(cfg.name, SPEC.fn, functools.partial(bwd.forced, cfg)) for cfg in bwd_ws.WS_CONFIGS]
             # the Gluon default over head subgroups (partials added by the head-sum launch)
