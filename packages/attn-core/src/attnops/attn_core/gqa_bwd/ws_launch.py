@@ -40,7 +40,7 @@ def pair_rows(head_dim: int) -> int:
 class WsBwdConfig:
     stages: int  # (Q_i, dO_i) pairs in flight in the dK / dV kernel, K / V tiles in the dQ kernel
     gluon_dq: bool = False  # dQ by the Gluon kernel (else the Triton kernel's dQ role)
-    persistent: bool = False  # dK / dV programs, at most one per SM, walk tiles with two K / V buffers
+    persistent: bool = False  # dK / dV programs, at most one per SM, each walking tiles (kernel: PERSISTENT)
 
     @property
     def name(self) -> str:
