@@ -42,14 +42,18 @@ def test_seed_rows(row, cfg):
 
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize("splits", [2, 4, 8])
+@pytest.mark.parametrize("splits", [1, 2, 4, 8])
 @pytest.mark.parametrize("cfg", [ws_launch.WS_CONFIGS[0], bwd.WS_DEFAULT, PERSISTENT], ids=lambda c: c.name)
 @pytest.mark.parametrize("head_dim", ws_launch.HEAD_DIMS)
-@pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 300, 300), (False, 77, 200), (True, 100, 333)],
-                         ids=["causal", "full-ragged", "causal-q-lt-kv"])
-def test_head_splits(is_causal, s_q, s_kv, head_dim, cfg, splits):
-    """Head subgroups on the Gluon dK / dV kernel (``forced(cfg, splits=s)``): each program sums G / s of the 8 query
-    heads of a KV head into fp32 partials, the head-sum launch adds them; ragged key and query blocks."""
+@pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 300, 300), (False, 77, 200), (True, 100, 333), (True, 1, 1)],
+                         ids=["causal", "full-ragged", "causal-q-lt-kv", "one-key"])
+def test_head_splits(monkeypatch, is_causal, s_q, s_kv, head_dim, cfg, splits):
+    """Head subgroups on the Gluon dK / dV kernel (``forced(cfg, splits=s)``; 1: unsplit): each program sums G / s of
+    the 8 query heads of a KV head into fp32 partials, the head-sum launch adds them; ragged key and query blocks.
+    The persistent kernel runs on 3 programs (``num_sms`` pinned), so each walks several tiles of unequal pair
+    counts: the ring's slot and phase carried across tiles, K / V handed back and refilled per tile."""
+    if cfg.persistent:
+        monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 3)
     w = ROWS["llama-8b-short/f16" if (s_q + s_kv) % 2 else "llama-8b-short/bf16"]
     case = make_case(w, DEV, seed=s_q + splits, batch=2, s_q=s_q, s_kv=s_kv, heads=(16, 2), head_dim=head_dim,
                      is_causal=is_causal)
@@ -63,23 +67,6 @@ def test_head_splits_seed_row():
     """llama-70b-long (128 programs unsplit) on the default Gluon config with 2 subgroups, at the benchmark's shape."""
     with bwd.forced(bwd.WS_DEFAULT, splits=2):
         SPEC.check(make_case(ROWS["llama-70b-long/bf16"], DEV, shrink=False, seed=5))
-
-
-@pytest.mark.gpu
-@hopper
-@pytest.mark.parametrize("splits", [1, 2])
-@pytest.mark.parametrize("head_dim", ws_launch.HEAD_DIMS)
-@pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 300, 300), (False, 77, 200), (True, 100, 333), (True, 1, 1)],
-                         ids=["causal", "full-ragged", "causal-q-lt-kv", "one-key"])
-def test_persistent_programs_walk_several_tiles(monkeypatch, is_causal, s_q, s_kv, head_dim, splits):
-    """The persistent dK / dV kernel with 3 programs (``num_sms`` pinned), so each walks several tiles of unequal
-    pair counts: the ring's slot and phase carried across tiles, K / V handed back and refilled per tile."""
-    monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 3)
-    w = ROWS["llama-8b-short/f16" if (s_q + s_kv) % 2 else "llama-8b-short/bf16"]
-    case = make_case(w, DEV, seed=s_q + splits, batch=2, s_q=s_q, s_kv=s_kv, heads=(8, 2), head_dim=head_dim,
-                     is_causal=is_causal)
-    with bwd.forced(PERSISTENT, splits=splits):
-        SPEC.check(case)
 
 
 @pytest.mark.gpu
