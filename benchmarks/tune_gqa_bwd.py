@@ -58,7 +58,7 @@ def main():
         # the call's default: the Gluon kernels (launch.ws_default: long rows) or the Triton tile ``chosen``
         shapes = bwd.Problem(a["q"], a["k"], a["v"], a["o"], a["do"], a["lse"], a["q"], a["k"], a["v"],
                              a["is_causal"], 1.0)
-        ws_default = bwd.ws_default(shapes)
+        ws_default = bwd.ws_default(shapes, runtime.num_sms())
         default_name = ws_default.name if ws_default else chosen.name
         timed, failed = check_and_time(SPEC, case, expected, variants, args.iters, flush)
         fn()

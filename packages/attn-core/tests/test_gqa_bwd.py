@@ -338,21 +338,23 @@ def test_head_split_rule():
 
 def test_ws_default_rule(monkeypatch):
     """Runs everywhere (the kernels' own refusal stubbed to accept): the 2048-key seed rows take the Gluon kernels
-    (llama-70b-long with 2 head subgroups: ``head_splits`` of its 128 programs on 132 SMs), the 512-key rows and any
-    call the kernels refuse keep the Triton kernel."""
+    (llama-70b-long with 2 head subgroups: ``head_splits`` of its 128 programs on 132 SMs; the MHA rows' 1024
+    one-head programs the persistent dK / dV kernel), the 512-key rows and any call the kernels refuse keep the
+    Triton kernel."""
     monkeypatch.setattr(bwd.ws_launch, "refusal", lambda p: None)
     for w in SPEC.workloads:
         B, S, H, D = w.shape("q")
         H_kv = w.shape("k")[2]
         q, k = torch.empty(B, S, H, D), torch.empty(B, S, H_kv, D)
         p = bwd.Problem(q, k, k, q, q, torch.empty(B, H, S), q, k, k, True, 1.0)
-        assert bwd.ws_default(p) == (bwd.WS_DEFAULT if S > 512 else None), w.id
+        long_default = bwd.WS_PERSISTENT if H == H_kv else bwd.WS_DEFAULT
+        assert bwd.ws_default(p, 132) == (long_default if S > 512 else None), w.id
         if S > 512:
             splits = bwd.head_splits(bwd.ws_launch.BLOCK_KEYS, B, S, H, H_kv, 132)
             assert splits == (2 if w.name == "llama-70b-long" else 1), w.id
     monkeypatch.setattr(bwd.ws_launch, "refusal", lambda p: "refused")
     q, k = torch.empty(2, 2048, 32, 128), torch.empty(2, 2048, 8, 128)
-    assert bwd.ws_default(bwd.Problem(q, k, k, q, q, torch.empty(2, 32, 2048), q, k, k, True, 1.0)) is None
+    assert bwd.ws_default(bwd.Problem(q, k, k, q, q, torch.empty(2, 32, 2048), q, k, k, True, 1.0), 132) is None
 
 
 @pytest.mark.gpu

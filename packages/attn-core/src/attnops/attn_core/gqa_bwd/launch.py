@@ -159,12 +159,25 @@ class Problem:
 # at most ``SHORT_KEYS`` keys: llama-8b-short 136.4 against the Triton 4-warp tile's 115.5, short-mha 144.4 / 139.8
 # (two 4-warp programs per SM).
 WS_DEFAULT = ws_launch.WsBwdConfig(3, gluon_dq=True)
+# The same kernels with the persistent dK / dV kernel (at most one program per SM, each walking tiles in a serpentine
+# order) for grids of more than PERSISTENT_WAVES programs per SM: the many one-head tiles of MHA rows, where each
+# program's K / V loads and epilogue otherwise stall its SM. H200, 2026-12-04, every variant checked, one run
+# (benchmarks/results/h200/20261204-1530-tune-bwd-ws-persistent.json): llama-8b-long-mha (1024 programs on 132 SMs)
+# 539.1 against 568.8 us, llama-70b-long-mha 541.9 / 573.2; llama-8b-long (256 programs) 487.2 against 484.1.
+WS_PERSISTENT = ws_launch.WsBwdConfig(3, gluon_dq=True, persistent=True)
+PERSISTENT_WAVES = 4
 
 
-def ws_default(p: Problem) -> ws_launch.WsBwdConfig | None:
-    """``WS_DEFAULT`` for a call the Gluon kernels serve (``ws_launch.refusal``) with more than ``SHORT_KEYS`` keys;
-    else None (the Triton kernel)."""
-    return WS_DEFAULT if p.k.shape[1] > SHORT_KEYS and ws_launch.refusal(p) is None else None
+def ws_default(p: Problem, sms: int) -> ws_launch.WsBwdConfig | None:
+    """For a call the Gluon kernels serve (``ws_launch.refusal``) with more than ``SHORT_KEYS`` keys:
+    ``WS_PERSISTENT`` where the dK / dV grid (over ``head_splits``' subgroups) has more than ``PERSISTENT_WAVES``
+    programs per SM of ``sms``, else ``WS_DEFAULT``; None otherwise (the Triton kernel)."""
+    B, S_kv, H_kv, _ = p.k.shape
+    if S_kv <= SHORT_KEYS or ws_launch.refusal(p) is not None:
+        return None
+    programs = B * H_kv * triton.cdiv(S_kv, ws_launch.BLOCK_KEYS)
+    programs *= head_splits(ws_launch.BLOCK_KEYS, B, S_kv, p.q.shape[2], H_kv, sms)
+    return WS_PERSISTENT if programs > PERSISTENT_WAVES * sms else WS_DEFAULT
 
 
 # The Gluon dQ kernel on a second stream, beside the dK / dV kernel (both read only the inputs and the preprocess's
@@ -197,7 +210,7 @@ def launch(p: Problem) -> None:
     if refused:
         raise ValueError(f"config {ws.name}: the warp-specialized dK / dV kernel cannot serve this call: {refused}")
     if "config" not in _FORCED and "splits" not in _FORCED:
-        ws = ws_default(p)
+        ws = ws_default(p, runtime.num_sms())
     G = H // p.k.shape[2]
     if G % (_FORCED.get("splits") or 1):
         raise ValueError(f"GQABwd: splits must divide the group size {G}, got {_FORCED['splits']}")
