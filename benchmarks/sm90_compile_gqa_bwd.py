@@ -120,7 +120,7 @@ def main() -> int:
                   f"{r['spill'][1]:4d} B  wgmma {r['wgmma']:2d}  cp.async {r['async']:2d}  "
                   f"{' '.join(f'{k} x{n}' for k, n in r['red'].items())}  {' '.join(flags)}",
                   flush=True)
-    r = compile_sm90(gqa_bwd_preprocess_kernel, "fp16", dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_R=bwd.PREPROCESS_ROWS,
+    r = compile_sm90(gqa_bwd_preprocess_kernel, "fp16", dict(HEAD_DIM=128, BLOCK_D=128, TOKENS=2, HEADS=32,
                                                              ZERO_DQ=args.atomic_dq), 4, 3)
     print(f"preprocess D128: smem {r['smem']} B regs {r['regs']} spill {r['spill']}")
     r = compile_sm90(gqa_bwd_head_sum_kernel, "fp16", dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_R=bwd.HEAD_SUM_ROWS,

@@ -45,34 +45,35 @@ NO_WINDOW_C: tl.constexpr = tl.constexpr(NO_WINDOW)
 @triton.jit
 def gqa_bwd_preprocess_kernel(
     o_ptr, do_ptr, delta_ptr, dq_acc_ptr,
-    S_q, H, n_rows,
+    S_q, H,
     stride_ob, stride_ot, stride_oh,
     stride_dob, stride_dot, stride_doh,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr, ZERO_DQ: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, TOKENS: tl.constexpr, HEADS: tl.constexpr,
+    ZERO_DQ: tl.constexpr,
 ):
-    """Grid ``(cdiv(B·S_q·H, BLOCK_R),)`` over the (token, head) rows in memory order (r = (b·S_q + i)·H + h):
-    ``delta[b, h, i] = Σ_d o[b, i, h, d]·do[b, i, h, d]`` (fp32, ``[B, H, S_q]`` contiguous). On ``[B, S, H, D]``
-    tensors a program's rows are one contiguous span. H200, 2026-12-04: 24.5 us for a long row's 67 MB (2.7 TB/s),
-    the same as the grid over (query block, head) it replaced. ``ZERO_DQ``: also zero the same rows of the atomic
-    dQ accumulator (fp32 ``[B, S_q, H, HEAD_DIM]`` contiguous), saving a memset launch."""
-    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = r < n_rows
-    r64 = r.to(tl.int64)
-    h = r64 % H
-    t = r64 // H  # b·S_q + i
-    b = t // S_q
-    i = t % S_q
+    """Grid ``(B · cdiv(S_q, TOKENS), cdiv(H, HEADS))``: ``delta[b, h, i] = Σ_d o[b, i, h, d]·do[b, i, h, d]`` (fp32,
+    ``[B, H, S_q]`` contiguous) for TOKENS tokens x HEADS heads (HEADS a power of two: a program's rows come from
+    shifts, not the 64-bit divisions of a flat row index, 14.9 -> 13.0 us on a 512-token row, H200 2026-12-04; on
+    ``[B, S, H, D]`` tensors with HEADS >= H they are one contiguous span). ``ZERO_DQ``: also zero the same rows of
+    the atomic dQ accumulator (fp32 ``[B, S_q, H, HEAD_DIM]`` contiguous), saving a memset launch."""
+    n_tb = tl.cdiv(S_q, TOKENS)
+    b = tl.program_id(0) // n_tb
+    r = tl.arange(0, TOKENS * HEADS)
+    i = (tl.program_id(0) % n_tb) * TOKENS + r // HEADS
+    h = tl.program_id(1) * HEADS + r % HEADS
+    row_ok = (i < S_q) & (h < H)
     offs_d = tl.arange(0, BLOCK_D)
     mask = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
-    o = tl.load(o_ptr + (b * stride_ob + i * stride_ot + h * stride_oh)[:, None] + offs_d[None, :], mask=mask,
+    b64 = b.to(tl.int64)
+    o = tl.load(o_ptr + (b64 * stride_ob + i * stride_ot + h * stride_oh)[:, None] + offs_d[None, :], mask=mask,
                 other=0.0)
-    do = tl.load(do_ptr + (b * stride_dob + i * stride_dot + h * stride_doh)[:, None] + offs_d[None, :], mask=mask,
+    do = tl.load(do_ptr + (b64 * stride_dob + i * stride_dot + h * stride_doh)[:, None] + offs_d[None, :], mask=mask,
                  other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
-    tl.store(delta_ptr + (b * H + h) * S_q + i, delta, mask=row_ok)
+    tl.store(delta_ptr + (b64 * H + h) * S_q + i, delta, mask=row_ok)
     if ZERO_DQ:
-        tl.store(dq_acc_ptr + r64[:, None] * HEAD_DIM + offs_d[None, :], tl.zeros([BLOCK_R, BLOCK_D], tl.float32),
-                 mask=mask)
+        tl.store(dq_acc_ptr + ((b64 * S_q + i) * H + h)[:, None] * HEAD_DIM + offs_d[None, :],
+                 tl.zeros([TOKENS * HEADS, BLOCK_D], tl.float32), mask=mask)
 
 
 @triton.jit

@@ -8,7 +8,7 @@ to the next one and is skipped from then on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -211,6 +211,8 @@ def launch(p: Problem) -> None:
         raise ValueError(f"config {ws.name}: the warp-specialized dK / dV kernel cannot serve this call: {refused}")
     if "config" not in _FORCED and "splits" not in _FORCED:
         ws = ws_default(p, runtime.num_sms())
+    if ws:  # their dQ is deterministic; deterministic=False permits atomics, so it takes them too (and no dQ buffer)
+        p = replace(p, deterministic=True)
     G = H // p.k.shape[2]
     if G % (_FORCED.get("splits") or 1):
         raise ValueError(f"GQABwd: splits must divide the group size {G}, got {_FORCED['splits']}")
@@ -219,9 +221,11 @@ def launch(p: Problem) -> None:
     block_d = triton.next_power_of_2(D)
     delta = torch.empty((B, H, S_q), dtype=torch.float32, device=p.q.device)
     dq_acc = delta if p.deterministic else torch.empty((B, S_q, H, D), dtype=torch.float32, device=p.q.device)
-    gqa_bwd_preprocess_kernel[(triton.cdiv(B * S_q * H, PREPROCESS_ROWS),)](
-        p.o, p.do, delta, dq_acc, S_q, H, B * S_q * H, *_bsh(p.o), *_bsh(p.do),
-        HEAD_DIM=D, BLOCK_D=block_d, BLOCK_R=PREPROCESS_ROWS, ZERO_DQ=not p.deterministic, num_warps=4,
+    heads = min(triton.next_power_of_2(H), PREPROCESS_ROWS)
+    tokens = PREPROCESS_ROWS // heads
+    gqa_bwd_preprocess_kernel[(B * triton.cdiv(S_q, tokens), triton.cdiv(H, heads))](
+        p.o, p.do, delta, dq_acc, S_q, H, *_bsh(p.o), *_bsh(p.do),
+        HEAD_DIM=D, BLOCK_D=block_d, TOKENS=tokens, HEADS=heads, ZERO_DQ=not p.deterministic, num_warps=4,
     )
     if ws:
         splits = _FORCED.get("splits") or head_splits(ws_launch.BLOCK_KEYS, B, S_kv, H, p.k.shape[2],

@@ -90,8 +90,10 @@ def gqa_bwd(
             ``S_q <= S_kv``. The spec's rows have ``S_q = S_kv``.
         sm_scale: default ``1/sqrt(D)`` (the spec fixes this value; another must match the forward's).
         deterministic: True (default): no atomics, dK/dV and dQ are each written once and two calls give
-            the same bits. False: dQ is accumulated in fp32 with atomics by the dK/dV programs (5 matmuls
-            per tile pair instead of 7, plus a B·S_q·H·D fp32 buffer); its bits may differ between calls.
+            the same bits. False permits atomics: where the Triton kernel runs (at most 512 keys, head dims
+            other than 64 / 128, no Hopper GPU) dQ is accumulated in fp32 with atomics by the dK/dV programs
+            (5 matmuls per tile pair instead of 7, plus a B·S_q·H·D fp32 buffer) and its bits may differ
+            between calls; the Hopper kernels for longer rows stay deterministic, being faster so.
 
     Returns:
         ``dq [B, S_q, H, D]``, ``dk, dv [B, S_kv, H_kv, D]`` in q's dtype, contiguous; dk/dv are summed over

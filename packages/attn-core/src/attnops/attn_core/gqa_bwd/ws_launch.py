@@ -47,23 +47,21 @@ class WsBwdConfig:
         return f"ws-{'' if self.gluon_dq else 'dkdv-'}s{self.stages}{'-p' if self.persistent else ''}"
 
 
-# ``ws-s3-p`` (attn-core 0.3.19, forced only): the persistent dK / dV kernel, for calls of many short tiles (the
-# long MHA rows: 1024 one-head tiles, their dK / dV kernel 362 us against the GQA row's 305 for the same products,
-# H200 2026-12-04). Offline sm_90 only so far: not yet run on a GPU.
+# ``ws-s3-p`` (attn-core 0.3.19): the persistent dK / dV kernel, for calls of many short tiles (the long MHA rows'
+# default: ``launch.WS_PERSISTENT``).
 WS_CONFIGS = (WsBwdConfig(2), WsBwdConfig(3), WsBwdConfig(4), WsBwdConfig(2, True), WsBwdConfig(3, True),
               WsBwdConfig(3, True, persistent=True))
 
 
 def refusal(p: Problem) -> str | None:
-    """Why the kernels cannot serve a call, or None: D 64 / 128, 16-bit, the deterministic dQ (a separate dQ
-    launch, Triton or Gluon), q / dO / k / v readable as 2-D token rows, on a Hopper GPU."""
+    """Why the kernels cannot serve a call, or None: D 64 / 128, 16-bit, q / dO / k / v readable as 2-D token rows,
+    on a Hopper GPU. Their dQ is always the deterministic one (a separate dQ launch, Triton or Gluon): a call with
+    deterministic=False, which permits atomics without asking for them, gets it too (``launch``)."""
     d = p.q.shape[-1]
     if d not in HEAD_DIMS:
         return f"needs D in {HEAD_DIMS}, got {d}"
     if p.q.dtype not in (torch.float16, torch.bfloat16):
         return f"needs float16 / bfloat16, got {p.q.dtype}"
-    if not p.deterministic:
-        return "runs with the deterministic dQ role only (deterministic=False adds dQ from the dK / dV programs)"
     for name in ("q", "do", "k", "v"):
         t = getattr(p, name)
         if token_rows(t) is None or t.data_ptr() % 16:
