@@ -12,6 +12,13 @@ program owns a 128-key block of one KV head of one batch element, as the Triton 
   warpgroups are independent (different keys), so one's exponentials run while the other's products hold the
   tensor cores.
 
+With ``REDUCE_DQ`` (``deterministic=False``) each consumer also adds its keys' share of dQ_i: dQ_iᵀ = K_wᵀ·dSᵀ
+(dSᵀ staged in shared memory as the B operand: wgmma needs 64 rows of M, the pair has 32), staged as fp32
+[query rows, 64] tiles and added to a zeroed fp32 ``[B·S_q, H·D]`` buffer by the TMA unit's reduce-add (scaled and
+cast after): five products per pair in one kernel instead of four here and three in a dQ kernel that recomputes
+Sᵀ and dPᵀ. (The consumers' own reductions, 4- or 16-byte, ran the long rows 2x slower than the dQ kernel beside
+the dK / dV kernel: they wait for the L2. H200, 2026-12-04, docs/perf/attn-core.md.)
+
 Shapes: dense ``[B, S, H, D]`` q / dO read through ``[B·S_q, H·D]`` row views, k / v through ``[B·S_kv,
 H_kv·D]``; D 64 or 128, fp16 / bf16; causal (bottom-right) or not. Query rows past S_q in a block are other rows
 of the view (or TMA's zeros): their lse loads as +inf (P = 0) and Δ as 0, so they add nothing. Key rows past
@@ -28,7 +35,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from attnops.kernel_utils.gluon_fns import invalidate_ring, ring_barriers, wgmma_acc_layout, wgmma_lhs_layout
+from attnops.kernel_utils.gluon_fns import (
+    invalidate_ring,
+    ring_barriers,
+    tma_reduce_add,
+    wgmma_acc_layout,
+    wgmma_lhs_layout,
+)
 
 KEYS_PER_CONSUMER = gl.constexpr(64)  # one warpgroup's wgmma M
 
@@ -91,18 +104,22 @@ def _pair_rows(t, b, h0, m_lo, n_m, lse_ptr, delta_ptr, S_q, H, stride_lb, strid
 
 
 @gluon.jit
-def _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL: gl.constexpr):
+def _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL: gl.constexpr, REDUCE_DQ: gl.constexpr):
     """Pᵀ = 2^(Sᵀ·c − lse), pairs above the causal diagonal 0 (only blocks that cross it have any; the select is
-    cheap beside exp2)."""
+    cheap beside exp2). With ``REDUCE_DQ`` keys past S_kv too (non-causal: the causal mask drops them already):
+    their K rows are other rows of the view, which dK / dV never store but dQ would add."""
     p_t = gl.exp2(s_t * qk_scale - lse[None, :])
     if IS_CAUSAL:  # query row i (position S_kv − S_q + i) sees key j iff j <= its position
         p_t = gl.where(keys[:, None] <= (S_kv - S_q + rows)[None, :], p_t, 0.0)
+    elif REDUCE_DQ:
+        p_t = gl.where((keys < S_kv)[:, None], p_t, 0.0)
     return p_t
 
 
 @gluon.jit
 def _dv_ds(p_t, delta, dv, v_tile, do_tile, zero_s, dtype: gl.constexpr, op_layout: gl.constexpr):
-    """dV += Pᵀ·dO_i and dPᵀ = V_w·dO_iᵀ (both waited for), then dSᵀ = Pᵀ ⊙ (dPᵀ − Δ) as dK's register operand.
+    """dV += Pᵀ·dO_i and dPᵀ = V_w·dO_iᵀ (both waited for), then dSᵀ = Pᵀ ⊙ (dPᵀ − Δ) in 16 bits (the score
+    layout) and as dK's register operand.
     dV's product goes first: S's registers are free before dPᵀ's are taken (at D = 128, 64-row pairs, both score
     tiles in flight beside dK and dV spilled 268-696 B offline, this order 192-320 B: ws_launch gives D = 128
     32-row pairs)."""
@@ -111,15 +128,57 @@ def _dv_ds(p_t, delta, dv, v_tile, do_tile, zero_s, dtype: gl.constexpr, op_layo
     dp_t = warpgroup_mma(v_tile, do_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
     # the operands' registers are read asynchronously: live until the wait
     done = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dp_t, p_op))
-    return done[0], gl.convert_layout((p_t * (done[1] - delta[None, :])).to(dtype), op_layout)
+    ds_t = (p_t * (done[1] - delta[None, :])).to(dtype)
+    return done[0], ds_t, gl.convert_layout(ds_t, op_layout)
 
 
 @gluon.jit
-def _consumer(k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
-              part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb,
-              stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
-              BLOCK_M: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr,
-              PERSISTENT: gl.constexpr):
+def _dq_chunk(ds_buf, k_tile, chunk: gl.constexpr, BLOCK_M: gl.constexpr):
+    """Head-dim rows [64·chunk, +64) of dQ_iᵀ = K_wᵀ·dSᵀ, issued (not waited for)."""
+    zero = gl.zeros([KEYS_PER_CONSUMER, BLOCK_M], gl.float32, layout=wgmma_acc_layout(BLOCK_M))
+    return warpgroup_mma(k_tile.slice(chunk * KEYS_PER_CONSUMER, KEYS_PER_CONSUMER, 1).permute((1, 0)), ds_buf, zero,
+                         use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _issue_dq(ds_t, ds_buf, k_tile, BLOCK_M: gl.constexpr):
+    """dSᵀ into this warpgroup's buffer (the last products that read it have retired: each pair waits for its own
+    before staging), then dQ_iᵀ's first 64 head-dim rows issued (``_reduce_dq`` does the rest one chunk at a time: both
+    [64, rows] fp32 tiles live at once spilled at D = 128, offline sm_90)."""
+    ds_buf.store(ds_t)
+    fence_async_shared()  # this thread's stores visible to the async proxy (wgmma) ...
+    gl.thread_barrier()  # ... and every thread of the warpgroup done before the wgmma reads the buffer
+    return _dq_chunk(ds_buf, k_tile, 0, BLOCK_M)
+
+
+@gluon.jit
+def _reduce_dq(dq_0, ds_buf, k_tile, dq_stage, dq_desc, idx, row, col, WG: gl.constexpr, DQ_CHUNKS: gl.constexpr,
+               BLOCK_M: gl.constexpr):
+    """Pair ``idx``'s dQ_iᵀ ([64 head-dim rows, query rows] per chunk; ``dq_0``: the first, issued) waited for, stored
+    transposed to this warpgroup's staging buffer idx % 2 and handed to the TMA reduce-add at (``row``: the pair's
+    first token row of the ``[B·S_q, H·D]`` view, ``col``: its head's first column). Query rows past S_q carry
+    zeros (lse +inf there: P = dS = 0), so the box may cover other rows of the view or run past its end (clipped).
+    The buffer's last reductions (pair idx − 2) must have read it first: the groups of pair idx − 1 may still run."""
+    tma.store_wait(DQ_CHUNKS)
+    gl.thread_barrier()  # (only the issuing thread waited)
+    first = (WG * 2 + idx % 2) * DQ_CHUNKS
+    dq_0 = warpgroup_mma_wait(num_outstanding=0, deps=(dq_0, ))
+    dq_stage.index(first).store(gl.permute(dq_0, (1, 0)))
+    for c in gl.static_range(1, DQ_CHUNKS):
+        dq_c = warpgroup_mma_wait(num_outstanding=0, deps=(_dq_chunk(ds_buf, k_tile, c, BLOCK_M), ))
+        dq_stage.index(first + c).store(gl.permute(dq_c, (1, 0)))
+    fence_async_shared()  # this thread's stores visible to the async proxy (TMA) ...
+    gl.thread_barrier()  # ... and every thread's done before the reduce-add is issued
+    for c in gl.static_range(DQ_CHUNKS):
+        tma_reduce_add(dq_desc, [row, col + c * KEYS_PER_CONSUMER], dq_stage.index(first + c))
+
+
+@gluon.jit
+def _consumer(k_tiles, v_tiles, q_smem, do_smem, ds_smem, dq_stage, dq_desc, kv_ready, kv_free, ready, free,
+              lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale,
+              stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
+              WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+              IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr, PERSISTENT: gl.constexpr, REDUCE_DQ: gl.constexpr):
     """Consumer ``WG``'s 64 keys of each tile the program owns: its own tile, or with ``PERSISTENT`` one per round
     (``_walked_tile``; the ring's slots count on across tiles). There K / V are handed back
     (``kv_free``) as soon as the tile's last product that reads them retires, so the loader refills them while the
@@ -130,35 +189,41 @@ def _consumer(k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free,
         for v in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
             pairs_before += _consume_tile(
                 _walked_tile(v, n_tiles), n_tiles, pairs_before, (v // gl.num_programs(0)) & 1, k_tiles.index(WG),
-                v_tiles.index(WG), q_smem, do_smem,
-                kv_ready.index(0), kv_free.index(0), ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, S_q,
-                S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh,
-                stride_dvb, stride_dvt, stride_dvh, WG, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, True)
+                v_tiles.index(WG), q_smem, do_smem, ds_smem.index(WG), dq_stage, dq_desc, kv_ready.index(0),
+                kv_free.index(0), ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, S_q, S_kv, H_kv, G, GS,
+                qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb,
+                stride_dvt, stride_dvh, WG, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, True, REDUCE_DQ)
     else:
         _consume_tile(gl.program_id(0), gl.num_programs(0), 0, 0, k_tiles.index(WG), v_tiles.index(WG), q_smem,
-                      do_smem, kv_ready.index(0), kv_free.index(0), ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
-                      part_ptr, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb,
-                      stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, WG, HEAD_DIM, BLOCK_M, STAGES,
-                      IS_CAUSAL, PARTIAL, False)
+                      do_smem, ds_smem.index(WG), dq_stage, dq_desc, kv_ready.index(0), kv_free.index(0), ready,
+                      free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, S_q, S_kv, H_kv, G, GS, qk_scale,
+                      sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt,
+                      stride_dvh, WG, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, False, REDUCE_DQ)
+    if REDUCE_DQ:  # the staged tiles stay in place until the TMA unit has read them
+        tma.store_wait(0)
 
 
 @gluon.jit
-def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tile, v_tile, q_smem, do_smem, kv_bar, kv_free_bar, ready,
-                  free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale,
-                  stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
-                  WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
-                  IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr, RELEASE_KV: gl.constexpr):
+def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tile, v_tile, q_smem, do_smem, ds_buf, dq_stage, dq_desc,
+                  kv_bar, kv_free_bar, ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, S_q, S_kv, H_kv, G,
+                  GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb,
+                  stride_dvt, stride_dvh, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                  STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr, RELEASE_KV: gl.constexpr,
+                  REDUCE_DQ: gl.constexpr):
     """Keys [n0 + 64·WG, +64) of tile ``tile`` over every pair, then their dK / dV; returns the tile's pair count.
     Its pairs are the ring's fills ``pairs_before`` on; ``RELEASE_KV``: arrive on ``kv_free_bar`` once K / V are no
     longer read. Software-pipelined (attn-core 0.3.18): Sᵀ of pair t + 1 is
     issued before dK of pair t and waited for with dK still in flight, so the next pair's exponentials run beside
     dK's product; the serial form before it (each product waited for in turn) was 7-27 % slower than the Triton
-    dK / dV role (H200, 2026-12-02)."""
+    dK / dV role (H200, 2026-12-02). ``REDUCE_DQ``: pair t's first dQ product goes after its dK product, is
+    waited for after the slot is released, and its reduce-add is left to the TMA unit while pair t + 1 runs."""
     R: gl.constexpr = KEYS_PER_CONSUMER
     s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_M)
     acc_layout: gl.constexpr = wgmma_acc_layout(HEAD_DIM)
     op_layout: gl.constexpr = wgmma_lhs_layout(HEAD_DIM)
     dtype: gl.constexpr = q_smem.dtype
+    DQ_CHUNKS: gl.constexpr = HEAD_DIM // KEYS_PER_CONSUMER  # a pair's dQ products (_issue_dq, _reduce_dq)
+    DQ_GROUPS: gl.constexpr = 1 if REDUCE_DQ else 0  # wgmma groups in flight behind a pair's dK: its first dQ chunk
     b, kvh, n0, m_lo, n_m, h0, sg = _block(tile, n_tiles, S_q, S_kv, H_kv, G, GS, BLOCK_M, IS_CAUSAL)
     keys = n0 + WG * R + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout))
     zero_s = gl.zeros([R, BLOCK_M], gl.float32, layout=s_layout)
@@ -174,26 +239,38 @@ def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tile, v_tile, q_smem,
         mbarrier.wait(ready.index(first), (pairs_before // STAGES) & 1)
         s_t = warpgroup_mma(k_tile, q_smem.index(first).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))
-        p_t = _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL)
+        p_t = _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL, REDUCE_DQ)
     for t in range(n - 1):
         slot = (pairs_before + t) % STAGES
-        dv, ds_op = _dv_ds(p_t, delta, dv, v_tile, do_smem.index(slot), zero_s, dtype, op_layout)
+        dv, ds_t, ds_op = _dv_ds(p_t, delta, dv, v_tile, do_smem.index(slot), zero_s, dtype, op_layout)
         nxt = (pairs_before + t + 1) % STAGES
         mbarrier.wait(ready.index(nxt), ((pairs_before + t + 1) // STAGES) & 1)
         s_t = warpgroup_mma(k_tile, q_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         dk = warpgroup_mma(ds_op, q_smem.index(slot), dk, is_async=True)
+        if REDUCE_DQ:
+            dq_0 = _issue_dq(ds_t, ds_buf, k_tile, BLOCK_M)
         rows, lse, delta = _pair_rows(t + 1, b, h0, m_lo, n_m, lse_ptr, delta_ptr, S_q, H_kv * G, stride_lb,
                                       stride_lh, s_layout, BLOCK_M)
-        s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_t, ))  # Sᵀ of t + 1 (issued first); dK may run
-        p_t = _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL)
-        dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk, ds_op))[0]
+        # Sᵀ of t + 1 (issued first); dK (and dQ) may run
+        s_t = warpgroup_mma_wait(num_outstanding=1 + DQ_GROUPS, deps=(s_t, ))
+        p_t = _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL, REDUCE_DQ)
+        dk = warpgroup_mma_wait(num_outstanding=DQ_GROUPS, deps=(dk, ds_op))[0]
         mbarrier.arrive(free.index(slot), count=1)
+        if REDUCE_DQ:
+            _reduce_dq(dq_0, ds_buf, k_tile, dq_stage, dq_desc, pairs_before + t, b * S_q + m_lo + (t % n_m) * BLOCK_M,
+                       (h0 + t // n_m) * HEAD_DIM, WG, DQ_CHUNKS, BLOCK_M)
     if n > 0:  # the last pair: nothing after it to overlap
         slot = (pairs_before + n - 1) % STAGES
-        dv, ds_op = _dv_ds(p_t, delta, dv, v_tile, do_smem.index(slot), zero_s, dtype, op_layout)
+        dv, ds_t, ds_op = _dv_ds(p_t, delta, dv, v_tile, do_smem.index(slot), zero_s, dtype, op_layout)
         dk = warpgroup_mma(ds_op, q_smem.index(slot), dk, is_async=True)
-        dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk, ds_op))[0]
+        if REDUCE_DQ:
+            dq_0 = _issue_dq(ds_t, ds_buf, k_tile, BLOCK_M)
+        dk = warpgroup_mma_wait(num_outstanding=DQ_GROUPS, deps=(dk, ds_op))[0]
         mbarrier.arrive(free.index(slot), count=1)
+        if REDUCE_DQ:
+            _reduce_dq(dq_0, ds_buf, k_tile, dq_stage, dq_desc, pairs_before + n - 1,
+                       b * S_q + m_lo + ((n - 1) % n_m) * BLOCK_M, (h0 + (n - 1) // n_m) * HEAD_DIM, WG, DQ_CHUNKS,
+                       BLOCK_M)
     if RELEASE_KV:  # every product reading K / V has retired: they may be refilled while dK / dV are stored
         mbarrier.arrive(kv_free_bar, count=1)
 
@@ -263,23 +340,35 @@ def _load_tile(tile, n_tiles, pairs_before, q_desc, do_desc, k_desc, v_desc, k_l
 
 
 @gluon.jit
-def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, n_tiles, S_q,
-                           S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt,
-                           stride_dkh, stride_dvb, stride_dvt, stride_dvh, HEAD_DIM: gl.constexpr,
+def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, dq_desc, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr,
+                           n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb,
+                           stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, HEAD_DIM: gl.constexpr,
                            BLOCK_M: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                           PARTIAL: gl.constexpr, PERSISTENT: gl.constexpr):
+                           PARTIAL: gl.constexpr, PERSISTENT: gl.constexpr, REDUCE_DQ: gl.constexpr):
     """``n_tiles`` = cdiv(S_kv, 128) · B · H_kv · G / GS tiles, key block slowest; the grid is one program per tile,
     or with ``PERSISTENT`` fewer (``ws_launch``: one per SM at most), each walking one tile per round
     (``_walked_tile``), so a tile's K / V and first pairs load while the tile before it stores dK / dV. num_warps = 4
     (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader: 1 warp). ``qk_scale`` = sm_scale · log2
     e; dK is scaled by ``sm_scale`` once at the end. ``BLOCK_M``: query rows per pair (the descriptors' box rows for
     q / dO). Each tile sums over ``GS`` of the G query heads: with ``PARTIAL`` (GS < G, ``launch.head_splits``) it
-    stores unscaled fp32 sums to ``part_ptr`` for ``gqa_bwd_head_sum_kernel``; else dK and dV themselves."""
+    stores unscaled fp32 sums to ``part_ptr`` for ``gqa_bwd_head_sum_kernel``; else dK and dV themselves.
+    ``REDUCE_DQ``: unscaled dQ added through ``dq_desc`` (fp32 ``[B·S_q, H·D]``, zeroed; boxes of [BLOCK_M, 64]) as
+    well; without, ``dq_desc`` is not read."""
     dtype: gl.constexpr = q_desc.dtype
     k_tiles = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, HEAD_DIM], k_desc.layout)  # [consumer]
     v_tiles = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, HEAD_DIM], v_desc.layout)
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
+    # with REDUCE_DQ: [consumer] dSᵀ as dQ's B operand; [consumer, buffer, 64-column chunk] fp32 dQ tiles staged for
+    # the TMA reduce-add (dq_desc's box); without, placeholders
+    ds_rows: gl.constexpr = KEYS_PER_CONSUMER if REDUCE_DQ else 8
+    ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ds_rows, BLOCK_M], dtype)
+    ds_smem = gl.allocate_shared_memory(dtype, [2, ds_rows, BLOCK_M], ds_layout)
+    stage_tiles: gl.constexpr = 4 * (HEAD_DIM // KEYS_PER_CONSUMER) if REDUCE_DQ else 1
+    stage_rows: gl.constexpr = BLOCK_M if REDUCE_DQ else 1
+    stage_cols: gl.constexpr = KEYS_PER_CONSUMER if REDUCE_DQ else 1
+    stage_layout: gl.constexpr = dq_desc.layout if REDUCE_DQ else gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    dq_stage = gl.allocate_shared_memory(gl.float32, [stage_tiles, stage_rows, stage_cols], stage_layout)
     if PERSISTENT:  # K / V are ready after one TMA expect, free after both consumers' last product of the tile
         kv_ready, kv_free = ring_barriers(1, 1, 2)
     else:
@@ -289,14 +378,14 @@ def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, 
     ready, free = ring_barriers(STAGES, 1, 2)  # one TMA expect per fill; both consumers release a slot
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
     gl.warp_specialize([
-        (_consumer, (k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr,
-                     dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh,
-                     stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, 0, HEAD_DIM, BLOCK_M,
-                     STAGES, IS_CAUSAL, PARTIAL, PERSISTENT)),
-        (_consumer, (k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr,
-                     dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh,
-                     stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, 1, HEAD_DIM, BLOCK_M,
-                     STAGES, IS_CAUSAL, PARTIAL, PERSISTENT)),
+        (_consumer, (k_tiles, v_tiles, q_smem, do_smem, ds_smem, dq_stage, dq_desc, kv_ready, kv_free, ready, free,
+                     lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale,
+                     stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, 0,
+                     HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, PERSISTENT, REDUCE_DQ)),
+        (_consumer, (k_tiles, v_tiles, q_smem, do_smem, ds_smem, dq_stage, dq_desc, kv_ready, kv_free, ready, free,
+                     lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale,
+                     stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, 1,
+                     HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, PERSISTENT, REDUCE_DQ)),
         (_loader, (q_desc, do_desc, k_desc, v_desc, k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free,
                    n_tiles, S_q, S_kv, H_kv, G, GS, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PERSISTENT)),
     ], [4, 1], [240, 24])
