@@ -34,7 +34,7 @@ def _desc_type(dtype: torch.dtype, d: int, rows: int, layout=None) -> str:
 
 
 def compile_dkdv(d: int, stages: int, causal: bool, dtype=torch.bfloat16, partial: bool = False,
-                 persistent: bool = False, reduce_dq: bool = False):
+                 persistent: bool = False, reduce_dq: int = 0):
     pair, keys = _desc_type(dtype, d, ws_launch.pair_rows(d)), _desc_type(dtype, d, 64)
     dq = (_desc_type(torch.float32, ws_launch.DQ_COLS, ws_launch.pair_rows(d), ws_launch.dq_layout()) if reduce_dq
           else pair)
@@ -83,12 +83,12 @@ def variants():
         # dQ by the TMA reduce-add from the dK / dV kernel (deterministic=False), one-tile and persistent programs;
         # ptxas spills loop-invariant 32-bit scalars there (0-356 B, reloaded from L1 once a pair; 2026-12-04):
         # their budget stands until a GPU sweep says whether the configs stay
-        for cfg in (c for c in ws_launch.WS_CONFIGS if c.reduce_dq):
+        for cfg in (c for c in ws_launch.WS_CONFIGS if c.reduce_dq and (c.reduce_dq == 1 or d == 128)):
             for causal, dtype in ((True, torch.bfloat16), (False, torch.bfloat16), (True, torch.float16)):
-                yield (f"dkdv D{d} s{cfg.stages} {'causal' if causal else 'full':6s} {str(dtype)[6:]:8s} reduce-dq"
-                       f"{' persistent' if cfg.persistent else ''}",
+                yield (f"dkdv D{d} s{cfg.stages} {'causal' if causal else 'full':6s} {str(dtype)[6:]:8s} "
+                       f"reduce-dq{cfg.reduce_dq}{' persistent' if cfg.persistent else ''}",
                        lambda d=d, c=cfg, k=causal, t=dtype: compile_dkdv(d, c.stages, k, t, persistent=c.persistent,
-                                                                          reduce_dq=True), REDUCE_SPILL_BUDGET)
+                                                                          reduce_dq=c.reduce_dq), REDUCE_SPILL_BUDGET)
 
 
 def main() -> int:

@@ -208,6 +208,8 @@ def launch(p: Problem) -> None:
     ws = _FORCED.get("config") if isinstance(_FORCED.get("config"), ws_launch.WsBwdConfig) else None
     if ws and ws.reduce_dq and p.deterministic:
         raise ValueError(f"config {ws.name}: adds dQ by the TMA reduce-add, so it needs deterministic=False")
+    if ws and ws.reduce_dq == 2 and D != 128:
+        raise ValueError(f"config {ws.name}: splits dQ's 128 columns between its consumers, needs D = 128, got {D}")
     refused = ws_launch.refusal(p) if ws else None
     if refused:
         raise ValueError(f"config {ws.name}: the warp-specialized dK / dV kernel cannot serve this call: {refused}")

@@ -12,12 +12,14 @@ program owns a 128-key block of one KV head of one batch element, as the Triton 
   warpgroups are independent (different keys), so one's exponentials run while the other's products hold the
   tensor cores.
 
-With ``REDUCE_DQ`` (``deterministic=False``) each consumer also adds its keys' share of dQ_i: dQ_iᵀ = K_wᵀ·dSᵀ
-(dSᵀ staged in shared memory as the B operand: wgmma needs 64 rows of M, the pair has 32), staged as fp32
-[query rows, 64] tiles and added to a zeroed fp32 ``[B·S_q, H·D]`` buffer by the TMA unit's reduce-add (scaled and
-cast after): five products per pair in one kernel instead of four here and three in a dQ kernel that recomputes
-Sᵀ and dPᵀ. (The consumers' own reductions, 4- or 16-byte, ran the long rows 2x slower than the dQ kernel beside
-the dK / dV kernel: they wait for the L2. H200, 2026-12-04, docs/perf/attn-core.md.)
+With ``REDUCE_DQ`` (``deterministic=False``) the kernel also forms dQ_i and adds it to a zeroed fp32 ``[B·S_q,
+H·D]`` buffer by the TMA unit's reduce-add (scaled and cast after): five products per pair in one kernel instead of
+four here and three in a dQ kernel that recomputes Sᵀ and dPᵀ. dSᵀ goes through shared memory (dQ_iᵀ = Kᵀ·dSᵀ with
+dSᵀ as the B operand: wgmma needs 64 rows of M, the pair has 32), dQ_iᵀ through fp32 [query rows, 64] staging
+tiles. ``REDUCE_DQ`` = 1: each consumer adds its 64 keys' share of every column (two reductions per element and
+128 keys); 2 (D = 128): the consumers share their dSᵀ halves and each adds 64 columns over all 128 keys (one).
+(The consumers' own reductions, 4- or 16-byte, ran the long rows 2x slower than the dQ kernel beside the dK / dV
+kernel: they wait for the L2. H200, 2026-12-04, docs/perf/attn-core.md.)
 
 Shapes: dense ``[B, S, H, D]`` q / dO read through ``[B·S_q, H·D]`` row views, k / v through ``[B·S_kv,
 H_kv·D]``; D 64 or 128, fp16 / bf16; causal (bottom-right) or not. Query rows past S_q in a block are other rows
@@ -174,7 +176,68 @@ def _reduce_dq(dq_0, ds_buf, k_tile, dq_stage, dq_desc, idx, row, col, WG: gl.co
 
 
 @gluon.jit
-def _consumer(k_tiles, v_tiles, q_smem, do_smem, ds_smem, dq_stage, dq_desc, kv_ready, kv_free, ready, free,
+def _share_ds(ds_t, ds_smem, ds_full, ds_empty, idx, WG: gl.constexpr):
+    """(``REDUCE_DQ`` = 2) this consumer's half of pair ``idx``'s dSᵀ into the shared [128 keys, rows] buffer idx % 2,
+    once both consumers' products of pair idx − 2 have read it."""
+    par = idx % 2
+    mbarrier.wait(ds_empty.index(par), ((idx // 2) & 1) ^ 1)  # a fresh barrier passes parity 1
+    ds_smem.index(par).slice(WG * KEYS_PER_CONSUMER, KEYS_PER_CONSUMER).store(ds_t)
+    fence_async_shared()  # this thread's stores visible to the async proxy (wgmma) ...
+    gl.thread_barrier()  # ... and every thread's done before the partition's arrival
+    mbarrier.arrive(ds_full.index(par), count=1)
+
+
+@gluon.jit
+def _reduce_dq_split(k_tiles, ds_smem, ds_full, ds_empty, dq_stage, dq_desc, idx, row, col, WG: gl.constexpr,
+                     BLOCK_M: gl.constexpr):
+    """(``REDUCE_DQ`` = 2) head-dim columns [64·WG, +64) of pair ``idx``'s dQ_iᵀ over both consumers' keys (once both
+    dSᵀ halves are in), staged in this warpgroup's buffer idx % 2 and handed to the TMA reduce-add at (``row``,
+    ``col`` + 64·WG) (``_reduce_dq``'s coordinates)."""
+    par = idx % 2
+    mbarrier.wait(ds_full.index(par), (idx // 2) & 1)
+    ds = ds_smem.index(par)
+    zero = gl.zeros([KEYS_PER_CONSUMER, BLOCK_M], gl.float32, layout=wgmma_acc_layout(BLOCK_M))
+    dq = warpgroup_mma(k_tiles.index(0).slice(WG * KEYS_PER_CONSUMER, KEYS_PER_CONSUMER, 1).permute((1, 0)),
+                       ds.slice(0, KEYS_PER_CONSUMER), zero, use_acc=False, is_async=True)
+    dq = warpgroup_mma(k_tiles.index(1).slice(WG * KEYS_PER_CONSUMER, KEYS_PER_CONSUMER, 1).permute((1, 0)),
+                       ds.slice(KEYS_PER_CONSUMER, KEYS_PER_CONSUMER), dq, is_async=True)
+    tma.store_wait(1)  # this warpgroup's reduce-add of pair idx − 2 (the same staging buffer) has read it
+    gl.thread_barrier()  # (only the issuing thread waited)
+    dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ))
+    mbarrier.arrive(ds_empty.index(par), count=1)
+    stage = dq_stage.index(WG * 2 + par)
+    stage.store(gl.permute(dq, (1, 0)))
+    fence_async_shared()  # this thread's stores visible to the async proxy (TMA) ...
+    gl.thread_barrier()  # ... and every thread's done before the reduce-add is issued
+    tma_reduce_add(dq_desc, [row, col + WG * KEYS_PER_CONSUMER], stage)
+
+
+@gluon.jit
+def _dq_begin(ds_t, ds_smem, k_tile, ds_full, ds_empty, idx, WG: gl.constexpr, BLOCK_M: gl.constexpr,
+              REDUCE_DQ: gl.constexpr):
+    """Pair ``idx``'s dSᵀ handed on right after its dK product is issued: with ``REDUCE_DQ`` = 1 the first dQ chunk
+    issued (returned), with 2 this consumer's dSᵀ half shared (returns a placeholder)."""
+    if REDUCE_DQ == 1:
+        return _issue_dq(ds_t, ds_smem.index(WG), k_tile, BLOCK_M)
+    else:
+        _share_ds(ds_t, ds_smem, ds_full, ds_empty, idx, WG)
+        return gl.zeros([KEYS_PER_CONSUMER, BLOCK_M], gl.float32, layout=wgmma_acc_layout(BLOCK_M))
+
+
+@gluon.jit
+def _dq_end(dq_0, ds_smem, k_tile, k_tiles, ds_full, ds_empty, dq_stage, dq_desc, idx, row, col, WG: gl.constexpr,
+            HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, REDUCE_DQ: gl.constexpr):
+    """Pair ``idx``'s dQ finished (after its slot is released) and handed to the TMA reduce-add."""
+    if REDUCE_DQ == 1:
+        _reduce_dq(dq_0, ds_smem.index(WG), k_tile, dq_stage, dq_desc, idx, row, col, WG,
+                   HEAD_DIM // KEYS_PER_CONSUMER, BLOCK_M)
+    else:
+        _reduce_dq_split(k_tiles, ds_smem, ds_full, ds_empty, dq_stage, dq_desc, idx, row, col, WG, BLOCK_M)
+
+
+@gluon.jit
+def _consumer(k_tiles, v_tiles, q_smem, do_smem, ds_smem, ds_full, ds_empty, dq_stage, dq_desc, kv_ready, kv_free,
+              ready, free,
               lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale,
               stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
               WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
@@ -189,13 +252,15 @@ def _consumer(k_tiles, v_tiles, q_smem, do_smem, ds_smem, dq_stage, dq_desc, kv_
         for v in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
             pairs_before += _consume_tile(
                 _walked_tile(v, n_tiles), n_tiles, pairs_before, (v // gl.num_programs(0)) & 1, k_tiles.index(WG),
-                v_tiles.index(WG), q_smem, do_smem, ds_smem.index(WG), dq_stage, dq_desc, kv_ready.index(0),
+                v_tiles.index(WG), k_tiles, q_smem, do_smem, ds_smem, ds_full, ds_empty, dq_stage, dq_desc,
+                kv_ready.index(0),
                 kv_free.index(0), ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, S_q, S_kv, H_kv, G, GS,
                 qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb,
                 stride_dvt, stride_dvh, WG, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, True, REDUCE_DQ)
     else:
-        _consume_tile(gl.program_id(0), gl.num_programs(0), 0, 0, k_tiles.index(WG), v_tiles.index(WG), q_smem,
-                      do_smem, ds_smem.index(WG), dq_stage, dq_desc, kv_ready.index(0), kv_free.index(0), ready,
+        _consume_tile(gl.program_id(0), gl.num_programs(0), 0, 0, k_tiles.index(WG), v_tiles.index(WG), k_tiles,
+                      q_smem, do_smem, ds_smem, ds_full, ds_empty, dq_stage, dq_desc, kv_ready.index(0),
+                      kv_free.index(0), ready,
                       free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, S_q, S_kv, H_kv, G, GS, qk_scale,
                       sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt,
                       stride_dvh, WG, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, False, REDUCE_DQ)
@@ -204,12 +269,12 @@ def _consumer(k_tiles, v_tiles, q_smem, do_smem, ds_smem, dq_stage, dq_desc, kv_
 
 
 @gluon.jit
-def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tile, v_tile, q_smem, do_smem, ds_buf, dq_stage, dq_desc,
-                  kv_bar, kv_free_bar, ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, S_q, S_kv, H_kv, G,
-                  GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb,
-                  stride_dvt, stride_dvh, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                  STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr, RELEASE_KV: gl.constexpr,
-                  REDUCE_DQ: gl.constexpr):
+def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tile, v_tile, k_tiles, q_smem, do_smem, ds_smem, ds_full,
+                  ds_empty, dq_stage, dq_desc, kv_bar, kv_free_bar, ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+                  part_ptr, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt,
+                  stride_dkh, stride_dvb, stride_dvt, stride_dvh, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
+                  BLOCK_M: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr,
+                  RELEASE_KV: gl.constexpr, REDUCE_DQ: gl.constexpr):
     """Keys [n0 + 64·WG, +64) of tile ``tile`` over every pair, then their dK / dV; returns the tile's pair count.
     Its pairs are the ring's fills ``pairs_before`` on; ``RELEASE_KV``: arrive on ``kv_free_bar`` once K / V are no
     longer read. Software-pipelined (attn-core 0.3.18): Sᵀ of pair t + 1 is
@@ -222,8 +287,7 @@ def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tile, v_tile, q_smem,
     acc_layout: gl.constexpr = wgmma_acc_layout(HEAD_DIM)
     op_layout: gl.constexpr = wgmma_lhs_layout(HEAD_DIM)
     dtype: gl.constexpr = q_smem.dtype
-    DQ_CHUNKS: gl.constexpr = HEAD_DIM // KEYS_PER_CONSUMER  # a pair's dQ products (_issue_dq, _reduce_dq)
-    DQ_GROUPS: gl.constexpr = 1 if REDUCE_DQ else 0  # wgmma groups in flight behind a pair's dK: its first dQ chunk
+    DQ_GROUPS: gl.constexpr = 1 if REDUCE_DQ == 1 else 0  # wgmma groups behind a pair's dK: its first dQ chunk
     b, kvh, n0, m_lo, n_m, h0, sg = _block(tile, n_tiles, S_q, S_kv, H_kv, G, GS, BLOCK_M, IS_CAUSAL)
     keys = n0 + WG * R + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout))
     zero_s = gl.zeros([R, BLOCK_M], gl.float32, layout=s_layout)
@@ -248,7 +312,7 @@ def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tile, v_tile, q_smem,
         s_t = warpgroup_mma(k_tile, q_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         dk = warpgroup_mma(ds_op, q_smem.index(slot), dk, is_async=True)
         if REDUCE_DQ:
-            dq_0 = _issue_dq(ds_t, ds_buf, k_tile, BLOCK_M)
+            dq_0 = _dq_begin(ds_t, ds_smem, k_tile, ds_full, ds_empty, pairs_before + t, WG, BLOCK_M, REDUCE_DQ)
         rows, lse, delta = _pair_rows(t + 1, b, h0, m_lo, n_m, lse_ptr, delta_ptr, S_q, H_kv * G, stride_lb,
                                       stride_lh, s_layout, BLOCK_M)
         # Sᵀ of t + 1 (issued first); dK (and dQ) may run
@@ -257,20 +321,24 @@ def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tile, v_tile, q_smem,
         dk = warpgroup_mma_wait(num_outstanding=DQ_GROUPS, deps=(dk, ds_op))[0]
         mbarrier.arrive(free.index(slot), count=1)
         if REDUCE_DQ:
-            _reduce_dq(dq_0, ds_buf, k_tile, dq_stage, dq_desc, pairs_before + t, b * S_q + m_lo + (t % n_m) * BLOCK_M,
-                       (h0 + t // n_m) * HEAD_DIM, WG, DQ_CHUNKS, BLOCK_M)
+            _dq_end(dq_0, ds_smem, k_tile, k_tiles, ds_full, ds_empty, dq_stage, dq_desc, pairs_before + t,
+                    b * S_q + m_lo + (t % n_m) * BLOCK_M, (h0 + t // n_m) * HEAD_DIM, WG, HEAD_DIM, BLOCK_M,
+                    REDUCE_DQ)
     if n > 0:  # the last pair: nothing after it to overlap
         slot = (pairs_before + n - 1) % STAGES
         dv, ds_t, ds_op = _dv_ds(p_t, delta, dv, v_tile, do_smem.index(slot), zero_s, dtype, op_layout)
         dk = warpgroup_mma(ds_op, q_smem.index(slot), dk, is_async=True)
         if REDUCE_DQ:
-            dq_0 = _issue_dq(ds_t, ds_buf, k_tile, BLOCK_M)
+            dq_0 = _dq_begin(ds_t, ds_smem, k_tile, ds_full, ds_empty, pairs_before + n - 1, WG, BLOCK_M, REDUCE_DQ)
         dk = warpgroup_mma_wait(num_outstanding=DQ_GROUPS, deps=(dk, ds_op))[0]
         mbarrier.arrive(free.index(slot), count=1)
         if REDUCE_DQ:
-            _reduce_dq(dq_0, ds_buf, k_tile, dq_stage, dq_desc, pairs_before + n - 1,
-                       b * S_q + m_lo + ((n - 1) % n_m) * BLOCK_M, (h0 + (n - 1) // n_m) * HEAD_DIM, WG, DQ_CHUNKS,
-                       BLOCK_M)
+            _dq_end(dq_0, ds_smem, k_tile, k_tiles, ds_full, ds_empty, dq_stage, dq_desc, pairs_before + n - 1,
+                    b * S_q + m_lo + ((n - 1) % n_m) * BLOCK_M, (h0 + (n - 1) // n_m) * HEAD_DIM, WG, HEAD_DIM,
+                    BLOCK_M, REDUCE_DQ)
+            # the other consumer's last dQ product reads this one's K: retired before K goes back
+            if REDUCE_DQ == 2 and RELEASE_KV:
+                mbarrier.wait(ds_empty.index((pairs_before + n - 1) % 2), ((pairs_before + n - 1) // 2) & 1)
     if RELEASE_KV:  # every product reading K / V has retired: they may be refilled while dK / dV are stored
         mbarrier.arrive(kv_free_bar, count=1)
 
@@ -359,12 +427,17 @@ def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, dq_desc, lse_ptr, de
     v_tiles = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, HEAD_DIM], v_desc.layout)
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
-    # with REDUCE_DQ: [consumer] dSᵀ as dQ's B operand; [consumer, buffer, 64-column chunk] fp32 dQ tiles staged for
-    # the TMA reduce-add (dq_desc's box); without, placeholders
-    ds_rows: gl.constexpr = KEYS_PER_CONSUMER if REDUCE_DQ else 8
+    # with REDUCE_DQ: dSᵀ as dQ's B operand; [consumer, buffer(, 64-column chunk)] fp32 dQ tiles staged for the TMA
+    # reduce-add (dq_desc's box); without, placeholders
+    ds_rows: gl.constexpr = REDUCE_DQ * KEYS_PER_CONSUMER if REDUCE_DQ else 8  # [consumer] or [pair parity]
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ds_rows, BLOCK_M], dtype)
     ds_smem = gl.allocate_shared_memory(dtype, [2, ds_rows, BLOCK_M], ds_layout)
-    stage_tiles: gl.constexpr = 4 * (HEAD_DIM // KEYS_PER_CONSUMER) if REDUCE_DQ else 1
+    if REDUCE_DQ == 2:  # both consumers fill a dSᵀ buffer, both read it
+        ds_full, ds_empty = ring_barriers(2, 2, 2)
+    else:
+        ds_full = ds_smem  # (placeholders: not used)
+        ds_empty = ds_smem
+    stage_tiles: gl.constexpr = (4 * (HEAD_DIM // KEYS_PER_CONSUMER) if REDUCE_DQ == 1 else 4) if REDUCE_DQ else 1
     stage_rows: gl.constexpr = BLOCK_M if REDUCE_DQ else 1
     stage_cols: gl.constexpr = KEYS_PER_CONSUMER if REDUCE_DQ else 1
     stage_layout: gl.constexpr = dq_desc.layout if REDUCE_DQ else gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
@@ -378,17 +451,19 @@ def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, dq_desc, lse_ptr, de
     ready, free = ring_barriers(STAGES, 1, 2)  # one TMA expect per fill; both consumers release a slot
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
     gl.warp_specialize([
-        (_consumer, (k_tiles, v_tiles, q_smem, do_smem, ds_smem, dq_stage, dq_desc, kv_ready, kv_free, ready, free,
-                     lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale,
-                     stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, 0,
-                     HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, PERSISTENT, REDUCE_DQ)),
-        (_consumer, (k_tiles, v_tiles, q_smem, do_smem, ds_smem, dq_stage, dq_desc, kv_ready, kv_free, ready, free,
-                     lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale,
-                     stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, 1,
-                     HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, PERSISTENT, REDUCE_DQ)),
+        (_consumer, (k_tiles, v_tiles, q_smem, do_smem, ds_smem, ds_full, ds_empty, dq_stage, dq_desc, kv_ready,
+                     kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G,
+                     GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb,
+                     stride_dvt, stride_dvh, 0, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, PERSISTENT, REDUCE_DQ)),
+        (_consumer, (k_tiles, v_tiles, q_smem, do_smem, ds_smem, ds_full, ds_empty, dq_stage, dq_desc, kv_ready,
+                     kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G,
+                     GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb,
+                     stride_dvt, stride_dvh, 1, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, PERSISTENT, REDUCE_DQ)),
         (_loader, (q_desc, do_desc, k_desc, v_desc, k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free,
                    n_tiles, S_q, S_kv, H_kv, G, GS, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PERSISTENT)),
     ], [4, 1], [240, 24])
+    if REDUCE_DQ == 2:
+        invalidate_ring(ds_full, ds_empty, 2)
     if PERSISTENT:
         invalidate_ring(kv_ready, kv_free, 1)
     else:

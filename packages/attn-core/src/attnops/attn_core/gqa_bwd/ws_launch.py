@@ -41,20 +41,24 @@ class WsBwdConfig:
     stages: int  # (Q_i, dO_i) pairs in flight in the dK / dV kernel, K / V tiles in the dQ kernel
     gluon_dq: bool = False  # dQ by the Gluon kernel (else the Triton kernel's dQ role)
     persistent: bool = False  # dK / dV programs, at most one per SM, each walking tiles (kernel: PERSISTENT)
-    reduce_dq: bool = False  # dQ added by the dK / dV kernel's TMA reduce-add (REDUCE_DQ; deterministic=False)
+    # dQ added by the dK / dV kernel's TMA reduce-add (kernel: REDUCE_DQ; deterministic=False calls): 1, each
+    # consumer its keys' share of every column; 2 (D = 128), each consumer 64 columns over both consumers' keys
+    reduce_dq: int = 0
 
     @property
     def name(self) -> str:
-        role = "tma-" if self.reduce_dq else "" if self.gluon_dq else "dkdv-"
+        role = f"tma{self.reduce_dq if self.reduce_dq > 1 else ''}-" if self.reduce_dq else "" if self.gluon_dq \
+            else "dkdv-"
         return f"ws-{role}s{self.stages}{'-p' if self.persistent else ''}"
 
 
 # ``ws-s3-p`` (attn-core 0.3.19): the persistent dK / dV kernel, for calls of many short tiles (the long MHA rows'
-# default: ``launch.WS_PERSISTENT``). ``ws-tma-*`` (0.3.20, forced only, deterministic=False calls; offline sm_90
-# only, not yet run on a GPU): 5 products a pair in the dK / dV kernel, dQ added by the TMA reduce-add.
+# default: ``launch.WS_PERSISTENT``). ``ws-tma-*`` / ``ws-tma2-*`` (0.3.20, forced only, deterministic=False calls;
+# offline sm_90 only, not yet run on a GPU): 5 products a pair in the dK / dV kernel, dQ added by the TMA reduce-add.
 WS_CONFIGS = (WsBwdConfig(2), WsBwdConfig(3), WsBwdConfig(4), WsBwdConfig(2, True), WsBwdConfig(3, True),
-              WsBwdConfig(3, True, persistent=True), WsBwdConfig(3, reduce_dq=True),
-              WsBwdConfig(3, persistent=True, reduce_dq=True))
+              WsBwdConfig(3, True, persistent=True), WsBwdConfig(3, reduce_dq=1),
+              WsBwdConfig(3, persistent=True, reduce_dq=1), WsBwdConfig(3, reduce_dq=2),
+              WsBwdConfig(3, persistent=True, reduce_dq=2))
 DQ_COLS = KEYS_PER_CONSUMER.value  # head-dim columns per TMA reduce-add box (and per dQ product)
 
 
