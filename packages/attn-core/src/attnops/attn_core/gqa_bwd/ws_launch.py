@@ -109,10 +109,11 @@ def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor, part: torch.Tensor | 
     n_tiles = triton.cdiv(s_kv, BLOCK_KEYS) * b * h_kv * splits
     grid = (min(n_tiles, runtime.num_sms()) if cfg.persistent else n_tiles,)
     rows = pair_rows(d)
+    q_desc = _desc(p.q, rows)
     dq_desc = (TensorDescriptor(dq_acc, [b * s_q, h * d], [h * d, 1], [rows, DQ_COLS], dq_layout())
-               if cfg.reduce_dq else _desc(p.q, rows))  # (not read without reduce_dq)
+               if cfg.reduce_dq else q_desc)  # (not read without reduce_dq)
     gqa_bwd_dkdv_ws_kernel[grid](
-        _desc(p.q, rows), _desc(p.do, rows), _desc(p.k, KEYS_PER_CONSUMER.value),
+        q_desc, _desc(p.do, rows), _desc(p.k, KEYS_PER_CONSUMER.value),
         _desc(p.v, KEYS_PER_CONSUMER.value), dq_desc, p.lse, delta, p.dk, p.dv, delta if part is None else part,
         n_tiles, s_q, s_kv, h_kv, h // h_kv, h // h_kv // splits, p.sm_scale * LOG2E, p.sm_scale, p.lse.stride(0),
         p.lse.stride(1), p.dk.stride(0), p.dk.stride(1), p.dk.stride(2), p.dv.stride(0), p.dv.stride(1),
