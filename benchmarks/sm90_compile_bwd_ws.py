@@ -44,7 +44,10 @@ def compile_dkdv(d: int, stages: int, causal: bool, dtype=torch.bfloat16, partia
     consts = {"HEAD_DIM": d, "BLOCK_M": ws_launch.pair_rows(d), "STAGES": stages, "IS_CAUSAL": causal,
               "PARTIAL": partial, "PERSISTENT": persistent, "REDUCE_DQ": reduce_dq,
               "_float_args": ("qk_scale", "sm_scale")}
-    return compile_sm90(gqa_bwd_dkdv_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
+    kernel = compile_sm90(gqa_bwd_dkdv_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
+    if reduce_dq and "cp.reduce.async.bulk.tensor" not in kernel.asm["ptx"]:  # (a listing line would hide its loss)
+        raise RuntimeError("no TMA reduce-add in the PTX")
+    return kernel
 
 
 def compile_dq(d: int, stages: int, causal: bool, dtype=torch.bfloat16):
