@@ -145,8 +145,8 @@ def _dq_chunk(ds_buf, k_tile, chunk: gl.constexpr, BLOCK_M: gl.constexpr):
 @gluon.jit
 def _issue_dq(ds_t, ds_buf, k_tile, BLOCK_M: gl.constexpr):
     """dSᵀ into this warpgroup's buffer (the last products that read it have retired: each pair waits for its own
-    before staging), then dQ_iᵀ's first 64 head-dim rows issued (``_reduce_dq`` does the rest one chunk at a time: both
-    [64, rows] fp32 tiles live at once spilled at D = 128, offline sm_90)."""
+    before staging), then dQ_iᵀ's first 64 head-dim rows issued (``_reduce_dq`` does the rest one chunk at a time,
+    so at most one [64, rows] fp32 tile is live: both at once spilled in an earlier build, offline sm_90)."""
     ds_buf.store(ds_t)
     fence_async_shared()  # this thread's stores visible to the async proxy (wgmma) ...
     gl.thread_barrier()  # ... and every thread of the warpgroup done before the wgmma reads the buffer
@@ -237,9 +237,8 @@ def _dq_end(dq_0, ds_smem, k_tile, k_tiles, ds_full, ds_empty, dq_stage, dq_desc
 
 @gluon.jit
 def _consumer(k_tiles, v_tiles, q_smem, do_smem, ds_smem, ds_full, ds_empty, dq_stage, dq_desc, kv_ready, kv_free,
-              ready, free,
-              lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale,
-              stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
+              ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale,
+              sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
               WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
               IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr, PERSISTENT: gl.constexpr, REDUCE_DQ: gl.constexpr):
     """Consumer ``WG``'s 64 keys of each tile the program owns: its own tile, or with ``PERSISTENT`` one per round
