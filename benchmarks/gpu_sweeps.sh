@@ -23,26 +23,23 @@ step() {  # step <name> <cap s> <command...>: run with the time left (at most ca
 }
 tune() { local name=$1 cap=$2 tool=$3; shift 3; step "$name" "$cap" python3 -m "benchmarks.$tool" --out "$OUT/$name.json" "$@"; }
 core=packages/attn-core/tests mla=packages/attn-mla/tests
-# Caps add up to ~750 s: the deadline cuts the last steps first (ordered by the size of the gap they address).
-# Node ids, not -k: on the GPU machine a -k expression once matched every test of the family.
+# Caps add up to ~500 s: the deadline cuts the last steps first (ordered by the size of the gap they address).
+# A -k expression only within one named file (on the GPU machine one over the family once matched every test; here
+# the ids carry the config names: ws-tma-s3, ws-tma2-s3-p, ...).
 PHASE=${PHASE:-all}
 if [ "$PHASE" != sweeps ]; then
-  step gpu-tests "${TESTS_CAP:-150}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 90 \
-    -p no:cacheprovider "$core/test_gqa_bwd_ws.py" "$core/test_gqa_dense_fwd.py::test_tile_by_programs_per_sm" \
-    "$core/test_flash_fwd_ws.py::test_fp8_launch_binds_scales_and_a_16_bit_v"
-  # the packed-GQA ws configs (-pk, attn-core 0.3.18): every layout through test_every_config, the paged tests
-  step gpu-tests-packed "${TESTS_CAP:-150}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 90 \
-    -p no:cacheprovider "$core/test_flash_fwd_ws.py::test_paged_packed_merged" \
-    "$core/test_flash_fwd_ws.py::test_every_config" "$core/test_flash_fwd_ws.py::test_paged"
+  # GQABwd's reduce-add dQ configs (ws-tma*, attn-core 0.3.20, offline until this step): seed rows, edge cases,
+  # head subgroups; a hang shows as the per-test timeout
+  step gpu-tests "${TESTS_CAP:-200}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 150 \
+    -p no:cacheprovider "$core/test_gqa_bwd_ws.py" -k tma
 fi
 if [ "$PHASE" = tests ]; then
   grep -h "^FAILED\|^ERROR" "$OUT"/gpu-tests*.log 2>/dev/null | head -20  # the failing node ids, before packing
   (cd "$OUT" && tar czf tests-logs.tgz --remove-files ./*.log 2>/dev/null); exit 0
 fi
 # (earlier sessions' sweeps and what they decided: docs/perf/attn-core.md and docs/dev/gpu-runs.md)
-# GQABwd's persistent dK / dV kernel (ws-s3-p, attn-core 0.3.19, offline until this sweep) beside the other ws
-# configs on every bf16 row: the long MHA rows (0.77x cuDNN) are the ones it is for; the short rows run the Triton
-# tile by default, their ws numbers say whether persistence changes that
-tune tune-bwd-ws-persistent 240 tune_gqa_bwd --ws-only --filter bf16
+# GQABwd's 5-product configs with the TMA reduce-add (ws-tma-*, ws-tma2-*: deterministic=False) beside the default
+# and the other ws configs on every bf16 row; prediction ~460 us on the long MHA rows (docs/perf/attn-core.md)
+tune tune-bwd-tma 300 tune_gqa_bwd --ws-only --filter bf16
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"
