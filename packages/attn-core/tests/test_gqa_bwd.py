@@ -154,10 +154,13 @@ def test_autograd_expanded_gradient_and_scale():
 # --- edge cases -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("heads", [(4, 4), (6, 3), (8, 1), (16, 2)], ids=lambda h: f"H{h[0]}-Hkv{h[1]}")
-def test_gqa_ratios(heads):
-    """G = 1, 2, 8 (MQA), 8: dK/dV summed over the G heads of a KV head in one program."""
-    SPEC.check(make_case(GQA, DEV, shrink=True, seed=6, heads=heads, head_dim=64, s_q=24, s_kv=24, batch=1))
+@pytest.mark.parametrize("heads", [(4, 4), (6, 3), (8, 1), (16, 2), (71, 1)], ids=lambda h: f"H{h[0]}-Hkv{h[1]}")
+@pytest.mark.parametrize("deterministic", [True, False], ids=["det", "atomic"])
+def test_gqa_ratios(heads, deterministic):
+    """G = 1, 2, 8 (MQA), 8, 71: dK/dV summed over the G heads of a KV head in one program. H = 6 and 71 also give
+    the preprocess partial head blocks (of 8; of 64, a second block of 7), deterministic=False its zeroed dQ rows."""
+    case = make_case(GQA, DEV, shrink=True, seed=6, heads=heads, head_dim=64, s_q=24, s_kv=24, batch=1)
+    SPEC.check(case, functools.partial(SPEC.fn, deterministic=deterministic))
 
 
 @pytest.mark.parametrize("head_dim", [16, 32, 80, 96, 256])

@@ -59,8 +59,8 @@ def gqa_bwd_preprocess_kernel(
     n_tb = tl.cdiv(S_q, TOKENS)
     b = tl.program_id(0) // n_tb
     r = tl.arange(0, TOKENS * HEADS)
-    i = (tl.program_id(0) % n_tb) * TOKENS + r // HEADS
-    h = tl.program_id(1) * HEADS + r % HEADS
+    i = ((tl.program_id(0) % n_tb) * TOKENS + r // HEADS).to(tl.int64)  # (i · stride: past 2^31 on long rows)
+    h = (tl.program_id(1) * HEADS + r % HEADS).to(tl.int64)
     row_ok = (i < S_q) & (h < H)
     offs_d = tl.arange(0, BLOCK_D)
     mask = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
