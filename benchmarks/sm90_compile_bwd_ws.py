@@ -26,28 +26,22 @@ from attnops.attn_core.gqa_bwd.ws_kernel import gqa_bwd_dkdv_ws_kernel  # noqa: 
 from .sm90_compile import compile_sm90, report_variants  # noqa: E402
 
 
-def _desc_type(dtype: torch.dtype, d: int, rows: int, layout=None) -> str:
+def _desc_type(dtype: torch.dtype, d: int, rows: int) -> str:
     """The JIT's signature string of a host descriptor over [N, 8·D] in [rows, D] boxes (a CPU tensor)."""
     box = [rows, d]
-    layout = layout or gl.NVMMASharedLayout.get_default_for(box, gl.float16 if dtype == torch.float16 else gl.bfloat16)
+    layout = gl.NVMMASharedLayout.get_default_for(box, gl.float16 if dtype == torch.float16 else gl.bfloat16)
     return mangle_type(TensorDescriptor.from_tensor(torch.empty(256, 8 * d, dtype=dtype), box, layout))
 
 
 def compile_dkdv(d: int, stages: int, causal: bool, dtype=torch.bfloat16, partial: bool = False,
-                 persistent: bool = False, reduce_dq: int = 0):
+                 persistent: bool = False):
     pair, keys = _desc_type(dtype, d, ws_launch.pair_rows(d)), _desc_type(dtype, d, 64)
-    dq = (_desc_type(torch.float32, ws_launch.DQ_COLS, ws_launch.pair_rows(d), ws_launch.dq_layout()) if reduce_dq
-          else pair)
     out = "*fp16" if dtype == torch.float16 else "*bf16"
-    types = {"q_desc": pair, "do_desc": pair, "k_desc": keys, "v_desc": keys, "dq_desc": dq, "lse_ptr": "*fp32",
+    types = {"q_desc": pair, "do_desc": pair, "k_desc": keys, "v_desc": keys, "lse_ptr": "*fp32",
              "delta_ptr": "*fp32", "dk_ptr": out, "dv_ptr": out, "part_ptr": "*fp32"}
     consts = {"HEAD_DIM": d, "BLOCK_M": ws_launch.pair_rows(d), "STAGES": stages, "IS_CAUSAL": causal,
-              "PARTIAL": partial, "PERSISTENT": persistent, "REDUCE_DQ": reduce_dq,
-              "_float_args": ("qk_scale", "sm_scale")}
-    kernel = compile_sm90(gqa_bwd_dkdv_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
-    if reduce_dq and "cp.reduce.async.bulk.tensor" not in kernel.asm["ptx"]:  # (a listing line would hide its loss)
-        raise RuntimeError("no TMA reduce-add in the PTX")
-    return kernel
+              "PARTIAL": partial, "PERSISTENT": persistent, "_float_args": ("qk_scale", "sm_scale")}
+    return compile_sm90(gqa_bwd_dkdv_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
 
 def compile_dq(d: int, stages: int, causal: bool, dtype=torch.bfloat16):
@@ -58,13 +52,10 @@ def compile_dq(d: int, stages: int, causal: bool, dtype=torch.bfloat16):
     return compile_sm90(gqa_bwd_dq_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
 
-REDUCE_SPILL_BUDGET = 384  # bytes (see the reduce-add variants below)
-
-
 def variants():
     """(label, build) per kernel the configs use: dK / dV at every slot count (and with head-subgroup partials), dQ
     at those of ``gluon_dq``."""
-    kernels = [("dkdv", compile_dkdv, s) for s in sorted({c.stages for c in ws_launch.WS_CONFIGS if not c.reduce_dq})]
+    kernels = [("dkdv", compile_dkdv, s) for s in sorted({c.stages for c in ws_launch.WS_CONFIGS})]
     kernels += [("dq", compile_dq, s) for s in sorted({c.stages for c in ws_launch.WS_CONFIGS if c.gluon_dq})]
     for d in ws_launch.HEAD_DIMS:
         for kernel, build, stages in kernels:
@@ -77,21 +68,12 @@ def variants():
             yield (f"dkdv D{d} s{stages} causal bf16 partial",
                    lambda d=d, s=stages: compile_dkdv(d, s, True, torch.bfloat16, partial=True))
         # the persistent dK / dV kernel (two K / V buffers, tiles walked per program), both epilogues
-        for stages in sorted({c.stages for c in ws_launch.WS_CONFIGS if c.persistent and not c.reduce_dq}):
+        for stages in sorted({c.stages for c in ws_launch.WS_CONFIGS if c.persistent}):
             for causal, partial in ((True, False), (False, False), (True, True)):
                 yield (f"dkdv D{d} s{stages} {'causal' if causal else 'full':6s} bf16 persistent"
                        f"{' partial' if partial else ''}",
                        lambda d=d, s=stages, c=causal, pt=partial: compile_dkdv(d, s, c, torch.bfloat16, partial=pt,
                                                                                 persistent=True))
-        # dQ by the TMA reduce-add from the dK / dV kernel (deterministic=False), one-tile and persistent programs;
-        # ptxas spills loop-invariant 32-bit scalars there (0-356 B, reloaded from L1 once a pair; 2026-12-04):
-        # their budget stands until a GPU sweep says whether the configs stay
-        for cfg in (c for c in ws_launch.WS_CONFIGS if c.reduce_dq and (c.reduce_dq == 1 or d == 128)):
-            for causal, dtype in ((True, torch.bfloat16), (False, torch.bfloat16), (True, torch.float16)):
-                yield (f"dkdv D{d} s{cfg.stages} {'causal' if causal else 'full':6s} {str(dtype)[6:]:8s} "
-                       f"reduce-dq{cfg.reduce_dq}{' persistent' if cfg.persistent else ''}",
-                       lambda d=d, c=cfg, k=causal, t=dtype: compile_dkdv(d, c.stages, k, t, persistent=c.persistent,
-                                                                          reduce_dq=c.reduce_dq), REDUCE_SPILL_BUDGET)
 
 
 def main() -> int:

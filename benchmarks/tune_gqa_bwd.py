@@ -50,9 +50,7 @@ def main():
                           functools.partial(bwd.forced, chosen, splits=s, fused_sum=fused))
                          for s in range(1, G + 1) if G % s == 0 for fused in ((False, True) if s > 1 else (False,))]
         if D in bwd_ws.HEAD_DIMS:
-            # (the reduce-add dQ configs with deterministic=False, the only calls they serve)
-            variants += [(cfg.name, functools.partial(SPEC.fn, deterministic=not cfg.reduce_dq),
-                          functools.partial(bwd.forced, cfg)) for cfg in bwd_ws.WS_CONFIGS]
+            variants += [(cfg.name, SPEC.fn, functools.partial(bwd.forced, cfg)) for cfg in bwd_ws.WS_CONFIGS]
             # the Gluon default over head subgroups (partials added by the head-sum launch)
             variants += [(f"{bwd.WS_DEFAULT.name}-{s}-splits", SPEC.fn,
                           functools.partial(bwd.forced, bwd.WS_DEFAULT, splits=s))

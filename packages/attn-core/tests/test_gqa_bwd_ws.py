@@ -15,12 +15,10 @@ from attnops.kernel_utils.pytest_plugin import run_offline_compile
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
-# the edge cases run one config of each kernel pairing, the Gluon dQ kernel's other slot counts and the TMA
-# reduce-add dQ (the seed rows run every config)
-EDGE_CONFIGS = (ws_launch.WS_CONFIGS[0], *(c for c in ws_launch.WS_CONFIGS if c.gluon_dq or c.reduce_dq))
+# the edge cases run one config of each kernel pairing and the Gluon dQ kernel's other slot counts (the seed rows
+# run every config)
+EDGE_CONFIGS = (ws_launch.WS_CONFIGS[0], *(c for c in ws_launch.WS_CONFIGS if c.gluon_dq))
 PERSISTENT = next(c for c in ws_launch.WS_CONFIGS if c.persistent)
-REDUCE = next(c for c in ws_launch.WS_CONFIGS if c.reduce_dq == 1 and not c.persistent)
-REDUCE_SPLIT_PERSISTENT = next(c for c in ws_launch.WS_CONFIGS if c.reduce_dq == 2 and c.persistent)
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                             reason="needs a Hopper GPU")
 
@@ -30,16 +28,9 @@ def _poison(monkeypatch):
     monkeypatch.setenv("ATTNOPS_POISON", "1")
 
 
-def _op(cfg):
-    """The op as a config runs it: the reduce-add dQ serves deterministic=False calls only."""
-    return functools.partial(SPEC.fn, deterministic=False) if cfg.reduce_dq else SPEC.fn
-
-
 def _check(case, cfg, keep_views=False):
-    if cfg.reduce_dq == 2 and case.inputs["q"].shape[-1] != 128:
-        pytest.skip("the split reduce-add dQ is for D = 128")
     with bwd.forced(cfg):
-        SPEC.check(case, _op(cfg), keep_views=keep_views)
+        SPEC.check(case, keep_views=keep_views)
 
 
 @pytest.mark.gpu
@@ -54,8 +45,7 @@ def test_seed_rows(row, cfg):
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("splits", [1, 2, 4, 8])
-@pytest.mark.parametrize("cfg", [ws_launch.WS_CONFIGS[0], bwd.WS_DEFAULT, PERSISTENT, REDUCE_SPLIT_PERSISTENT],
-                         ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [ws_launch.WS_CONFIGS[0], bwd.WS_DEFAULT, PERSISTENT], ids=lambda c: c.name)
 @pytest.mark.parametrize("head_dim", ws_launch.HEAD_DIMS)
 @pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 300, 300), (False, 77, 200), (True, 100, 333), (True, 1, 1)],
                          ids=["causal", "full-ragged", "causal-q-lt-kv", "one-key"])
@@ -64,15 +54,13 @@ def test_head_splits(monkeypatch, is_causal, s_q, s_kv, head_dim, cfg, splits):
     the 8 query heads of a KV head into fp32 partials, the head-sum launch adds them; ragged key and query blocks.
     The persistent kernel runs on 3 programs (``num_sms`` pinned), so each walks several tiles of unequal pair
     counts: the ring's slot and phase carried across tiles, K / V handed back and refilled per tile."""
-    if cfg.reduce_dq == 2 and head_dim != 128:
-        pytest.skip("the split reduce-add dQ is for D = 128")
     if cfg.persistent:
         monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 3)
     w = ROWS["llama-8b-short/f16" if (s_q + s_kv) % 2 else "llama-8b-short/bf16"]
     case = make_case(w, DEV, seed=s_q + splits, batch=2, s_q=s_q, s_kv=s_kv, heads=(16, 2), head_dim=head_dim,
                      is_causal=is_causal)
     with bwd.forced(cfg, splits=splits):
-        SPEC.check(case, _op(cfg))
+        SPEC.check(case)
 
 
 @pytest.mark.gpu
@@ -167,20 +155,16 @@ def test_fused_qkv_views(cfg):
 
 def test_compiles_for_sm90():
     """Both kernels at both head dims, every slot count the configs use, causal and not, both dtypes through
-    Gluon's sm_90 pipeline and ptxas: no compile error, no spill (the reduce-add configs: none over their listed
-    budget), shared memory under the limit (the tool exits 1 otherwise); the dK / dV kernel's head-subgroup
-    epilogue (causal bf16) at every slot count; its persistent form
-    (causal, full, causal with the head-subgroup epilogue); its reduce-add dQ configs (causal bf16 / f16, full bf16)."""
+    Gluon's sm_90 pipeline and ptxas: no compile error, no spill, shared memory under the limit (the tool exits 1
+    otherwise); the dK / dV kernel's head-subgroup epilogue (causal bf16) at every slot count; its persistent form
+    (causal, full, causal with the head-subgroup epilogue)."""
     listing = run_offline_compile(__file__, "sm90_compile_bwd_ws")
     lines = [ln for ln in listing.splitlines() if " regs " in ln]
-    dkdv_stages = len({c.stages for c in ws_launch.WS_CONFIGS if not c.reduce_dq})
+    dkdv_stages = len({c.stages for c in ws_launch.WS_CONFIGS})
     kernels = dkdv_stages + len({c.stages for c in ws_launch.WS_CONFIGS if c.gluon_dq})
-    persistent = 3 * len({c.stages for c in ws_launch.WS_CONFIGS if c.persistent and not c.reduce_dq})
-    reduce = 3 * sum(c.reduce_dq == 1 for c in ws_launch.WS_CONFIGS)  # at both head dims
-    split = 3 * sum(c.reduce_dq == 2 for c in ws_launch.WS_CONFIGS)  # at D = 128
-    assert len(lines) == (4 * kernels + dkdv_stages + persistent + reduce) * len(ws_launch.HEAD_DIMS) + split, listing
-    assert sum(" reduce-dq1" in ln for ln in lines) == reduce * len(ws_launch.HEAD_DIMS), listing
-    assert sum(" reduce-dq2" in ln for ln in lines) == split, listing
+    persistent = 3 * len({c.stages for c in ws_launch.WS_CONFIGS if c.persistent})
+    assert len(lines) == (4 * kernels + dkdv_stages + persistent) * len(ws_launch.HEAD_DIMS), listing
+    assert sum(" persistent" in ln for ln in lines) == persistent * len(ws_launch.HEAD_DIMS), listing
 
 
 class _Launches:
@@ -237,14 +221,6 @@ def test_launches_bind_every_kernel_argument(monkeypatch):
     ws_launch.run(PERSISTENT, p, torch.zeros(2, 8, 300))
     persistent = calls[3]
     assert persistent[1] == (5,) and persistent[2]["n_tiles"] == 3 * 2 * 2 and persistent[2]["PERSISTENT"] is True
-    assert persistent[2]["REDUCE_DQ"] == 0
-    # the reduce-add dQ: the dK / dV kernel alone (calls[4]: the persistent config's Gluon dQ kernel), its dq
-    # descriptor over the fp32 accumulator as [B·S_q, H·D] in [32, 64] boxes
-    dq_acc = torch.zeros(2, 300, 8, 128)
-    ws_launch.run(REDUCE, p, torch.zeros(2, 8, 300), dq_acc=dq_acc)
-    assert len(calls) == 6 and calls[5][0] is dkdv and calls[5][2]["REDUCE_DQ"] == 1
-    desc = calls[5][2]["dq_desc"]
-    assert desc.base is dq_acc and list(desc.shape) == [2 * 300, 8 * 128] and list(desc.block_shape) == [32, 64]
 
 
 def test_calls_it_does_not_serve_are_refused():
@@ -253,12 +229,6 @@ def test_calls_it_does_not_serve_are_refused():
     with bwd.forced(ws_launch.WS_CONFIGS[0]), pytest.raises(ValueError, match=r"needs D in \(64, 128\), got 32"):
         narrow.run(SPEC.fn)
     case = make_case(ROWS["llama-8b-short/f16"], DEV, shrink=True, seed=1)
-    with bwd.forced(REDUCE), pytest.raises(ValueError, match="needs deterministic=False"):
-        case.run(SPEC.fn)
-    split = next(c for c in ws_launch.WS_CONFIGS if c.reduce_dq == 2)
-    with bwd.forced(split), pytest.raises(ValueError, match="needs D = 128, got 64"):
-        make_case(ROWS["llama-8b-short/f16"], DEV, shrink=True, seed=1, head_dim=64).run(
-            lambda **kw: SPEC.fn(**kw, deterministic=False))
     if ws_launch.refusal(bwd.Problem(*(case.inputs[n] for n in ("q", "k", "v", "o", "do", "lse")),
                                      case.inputs["q"], case.inputs["k"], case.inputs["v"], True, 0.1)):
         with bwd.forced(ws_launch.WS_CONFIGS[0]), pytest.raises(ValueError, match="needs a Hopper GPU"):

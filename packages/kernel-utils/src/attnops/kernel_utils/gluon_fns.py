@@ -1,13 +1,11 @@
 """Gluon (Hopper) device helpers shared by the families' warp-specialized kernels: the layouts of one 4-warp
-warpgroup's wgmma, the allocation / init / teardown of a TMA ring's mbarriers, and the TMA reduce-add. Imported only
-by Gluon kernels (Triton 3.4+), never by the portable Triton ones."""
+warpgroup's wgmma, and the allocation / init / teardown of a TMA ring's mbarriers. Imported only by Gluon
+kernels (Triton 3.4+), never by the portable Triton ones."""
 
 from __future__ import annotations
 
-from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 
@@ -46,14 +44,3 @@ def invalidate_ring(ready, free, STAGES: gl.constexpr):
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
         mbarrier.invalidate(free.index(i))
-
-
-@builtin
-def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
-    """``global[box at coord] += src`` by the TMA unit (``cp.reduce.async.bulk.tensor ... .add``, sm_90): one thread
-    issues it and goes on; like a TMA store it is a bulk group, so ``tma.store_wait(n)`` before ``src`` is written
-    again. ``src``: a shared tile in ``tensor_desc``'s layout and box. Triton 3.6 lowers the op
-    (``ttng.async_tma_reduce``, its ``GluonOpBuilder.create_async_tma_reduce``) but exports no Gluon function for
-    Hopper."""
-    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
-    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)

@@ -206,17 +206,13 @@ def launch(p: Problem) -> None:
     B, S_q, H, D = p.q.shape
     S_kv = p.k.shape[1]
     ws = _FORCED.get("config") if isinstance(_FORCED.get("config"), ws_launch.WsBwdConfig) else None
-    if ws and ws.reduce_dq and p.deterministic:
-        raise ValueError(f"config {ws.name}: adds dQ by the TMA reduce-add, so it needs deterministic=False")
-    if ws and ws.reduce_dq == 2 and D != 128:
-        raise ValueError(f"config {ws.name}: splits dQ's 128 columns between its consumers, needs D = 128, got {D}")
     refused = ws_launch.refusal(p) if ws else None
     if refused:
         raise ValueError(f"config {ws.name}: the warp-specialized dK / dV kernel cannot serve this call: {refused}")
     if "config" not in _FORCED and "splits" not in _FORCED:
         ws = ws_default(p, runtime.num_sms())
-    if ws:  # dQ accumulated (and cast after) only by the reduce-add configs: the others' dQ is deterministic, and
-        p = replace(p, deterministic=not ws.reduce_dq)  # deterministic=False permits atomics, it does not ask for them
+    if ws:  # their dQ is deterministic; deterministic=False permits atomics, so it takes them too (and no dQ buffer)
+        p = replace(p, deterministic=True)
     G = H // p.k.shape[2]
     if G % (_FORCED.get("splits") or 1):
         raise ValueError(f"GQABwd: splits must divide the group size {G}, got {_FORCED['splits']}")
@@ -236,12 +232,12 @@ def launch(p: Problem) -> None:
                                                       runtime.num_sms())
         part = _partials(p, splits) if splits > 1 else None
         side = _dq_stream(p.q.device) if ws.gluon_dq and CONCURRENT_DQ else None
-        ws_launch.run(ws, p, delta, part, side, dq_acc)
+        ws_launch.run(ws, p, delta, part, side)
         if part is not None:
             _head_sum(p, part, splits)
         if side is not None:  # dQ done before anything after the call on the caller's stream
             torch.cuda.current_stream(p.q.device).wait_stream(side)
-    if not (ws and (ws.gluon_dq or ws.reduce_dq)):
+    if not (ws and ws.gluon_dq):
         _launch_any(p, delta, dq_acc, dq_only=ws is not None)
     if not p.deterministic:
         scaled_cast(dq_acc, p.dq, p.sm_scale)

@@ -41,25 +41,16 @@ class WsBwdConfig:
     stages: int  # (Q_i, dO_i) pairs in flight in the dK / dV kernel, K / V tiles in the dQ kernel
     gluon_dq: bool = False  # dQ by the Gluon kernel (else the Triton kernel's dQ role)
     persistent: bool = False  # dK / dV programs, at most one per SM, each walking tiles (kernel: PERSISTENT)
-    # dQ added by the dK / dV kernel's TMA reduce-add (kernel: REDUCE_DQ; deterministic=False calls): 1, each
-    # consumer its keys' share of every column; 2 (D = 128), each consumer 64 columns over both consumers' keys
-    reduce_dq: int = 0
 
     @property
     def name(self) -> str:
-        role = f"tma{self.reduce_dq if self.reduce_dq > 1 else ''}-" if self.reduce_dq else "" if self.gluon_dq \
-            else "dkdv-"
-        return f"ws-{role}s{self.stages}{'-p' if self.persistent else ''}"
+        return f"ws-{'' if self.gluon_dq else 'dkdv-'}s{self.stages}{'-p' if self.persistent else ''}"
 
 
 # ``ws-s3-p`` (attn-core 0.3.19): the persistent dK / dV kernel, for calls of many short tiles (the long MHA rows'
-# default: ``launch.WS_PERSISTENT``). ``ws-tma-*`` / ``ws-tma2-*`` (0.3.20, forced only, deterministic=False calls;
-# offline sm_90 only, not yet run on a GPU): 5 products a pair in the dK / dV kernel, dQ added by the TMA reduce-add.
+# default: ``launch.WS_PERSISTENT``).
 WS_CONFIGS = (WsBwdConfig(2), WsBwdConfig(3), WsBwdConfig(4), WsBwdConfig(2, True), WsBwdConfig(3, True),
-              WsBwdConfig(3, True, persistent=True), WsBwdConfig(3, reduce_dq=1),
-              WsBwdConfig(3, persistent=True, reduce_dq=1), WsBwdConfig(3, reduce_dq=2),
-              WsBwdConfig(3, persistent=True, reduce_dq=2))
-DQ_COLS = KEYS_PER_CONSUMER.value  # head-dim columns per TMA reduce-add box (and per dQ product)
+              WsBwdConfig(3, True, persistent=True))
 
 
 def refusal(p: Problem) -> str | None:
@@ -80,11 +71,6 @@ def refusal(p: Problem) -> str | None:
     return None
 
 
-def dq_layout() -> gl.NVMMASharedLayout:
-    """The fp32 staging tiles' layout of the TMA reduce-add ([rows, 64] boxes: 256-byte rows, so unswizzled)."""
-    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
-
-
 def _desc(t: torch.Tensor, rows_per_box: int) -> TensorDescriptor:
     rows, stride = token_rows(t)
     d = t.shape[-1]
@@ -95,10 +81,9 @@ def _desc(t: torch.Tensor, rows_per_box: int) -> TensorDescriptor:
 
 
 def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor, part: torch.Tensor | None = None,
-        dq_stream: torch.cuda.Stream | None = None, dq_acc: torch.Tensor | None = None) -> None:
+        dq_stream: torch.cuda.Stream | None = None) -> None:
     """dK and dV of a ``refusal``-checked call (``delta``: the preprocess's ``[B, H, S_q]`` rows), and with
-    ``gluon_dq`` dQ too; with ``reduce_dq`` unscaled dQ added to ``dq_acc`` (contiguous fp32 ``[B, S_q, H, D]``,
-    zeroed). ``part`` (``[2, s, B·H_kv, S_kv, D]`` fp32, s > 1 dividing G): each program sums over G / s
+    ``gluon_dq`` dQ too. ``part`` (``[2, s, B·H_kv, S_kv, D]`` fp32, s > 1 dividing G): each program sums over G / s
     query heads and stores its unscaled partial sums there instead (the caller adds them: ``launch._head_sum``).
     ``dq_stream``: the dQ kernel runs there, after what the caller's stream launched so far (the caller joins it)."""
     if dq_stream is not None:
@@ -109,16 +94,13 @@ def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor, part: torch.Tensor | 
     n_tiles = triton.cdiv(s_kv, BLOCK_KEYS) * b * h_kv * splits
     grid = (min(n_tiles, runtime.num_sms()) if cfg.persistent else n_tiles,)
     rows = pair_rows(d)
-    q_desc = _desc(p.q, rows)
-    dq_desc = (TensorDescriptor(dq_acc, [b * s_q, h * d], [h * d, 1], [rows, DQ_COLS], dq_layout())
-               if cfg.reduce_dq else q_desc)  # (not read without reduce_dq)
     gqa_bwd_dkdv_ws_kernel[grid](
-        q_desc, _desc(p.do, rows), _desc(p.k, KEYS_PER_CONSUMER.value),
-        _desc(p.v, KEYS_PER_CONSUMER.value), dq_desc, p.lse, delta, p.dk, p.dv, delta if part is None else part,
-        n_tiles, s_q, s_kv, h_kv, h // h_kv, h // h_kv // splits, p.sm_scale * LOG2E, p.sm_scale, p.lse.stride(0),
+        _desc(p.q, rows), _desc(p.do, rows), _desc(p.k, KEYS_PER_CONSUMER.value),
+        _desc(p.v, KEYS_PER_CONSUMER.value), p.lse, delta, p.dk, p.dv, delta if part is None else part, n_tiles,
+        s_q, s_kv, h_kv, h // h_kv, h // h_kv // splits, p.sm_scale * LOG2E, p.sm_scale, p.lse.stride(0),
         p.lse.stride(1), p.dk.stride(0), p.dk.stride(1), p.dk.stride(2), p.dv.stride(0), p.dv.stride(1),
         p.dv.stride(2), HEAD_DIM=d, BLOCK_M=rows, STAGES=cfg.stages, IS_CAUSAL=p.is_causal, PARTIAL=splits > 1,
-        PERSISTENT=cfg.persistent, REDUCE_DQ=cfg.reduce_dq, num_warps=4)
+        PERSISTENT=cfg.persistent, num_warps=4)
     if cfg.gluon_dq:
         with torch.cuda.stream(dq_stream) if dq_stream is not None else contextlib.nullcontext():
             _run_dq(p, delta, cfg.stages)
