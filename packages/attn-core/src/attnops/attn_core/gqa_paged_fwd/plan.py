@@ -83,8 +83,10 @@ CONFIGS: dict[tuple[str, int], TileConfig] = {
     # small (decode) tiles: 8 warps keep registers at 115-150 (4 warps: ~210) -> more tiles in flight per SM;
     # but at D = 128 the 4-warp tile was faster on every decode row swept on the H200 (2026-12-01 21:20 and
     # 2026-12-02 16:25, benchmarks/results/h200/*tune-paged*.json): 0.82x the 8-warp time on llama-8b-32k-p64,
-    # 0.93-0.98x on the p16 / p256 / serving rows, level on llama-70b-p16.
-    ("small", 64): TileConfig(16, 128, 8, 3),
+    # 0.93-0.98x on the p16 / p256 / serving rows, level on llama-70b-p16. At D = 64 too since the split rule of
+    # 0.3.14 (one split where 8 warps took two): MHA opt-1.3b-b16 84.6 -> 74.2 us (benchmarks/results/h200/
+    # 20261204-1727-tune-paged-opt13.json; 168 registers with one page a tile, 204-209 without: two per SM or more).
+    ("small", 64): TileConfig(16, 128, 4, 3),
     ("small", 128): TileConfig(16, 64, 4, 3),
     ("small", 256): TileConfig(16, 32, 8, 3),
     ("large", 64): TileConfig(128, 64, 8, 3),
