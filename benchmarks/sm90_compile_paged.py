@@ -25,6 +25,7 @@ from attnops.attn_core.gqa_paged_fwd.kernel import (  # noqa: E402
 from attnops.attn_core.gqa_paged_fwd.plan import (  # noqa: E402
     CONFIGS,
     LATENCY_CONFIGS,
+    LONG_SPLIT_CONFIGS,
     MERGED_CONFIGS,
     decode_residency,
 )
@@ -97,6 +98,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     dims = {int(x) for x in args.dims.split(",")}
     configs = {**CONFIGS, **{(k, "latency"): c for k, c in LATENCY_CONFIGS.items()},
+               **{(k, "long-split"): c for k, c in LONG_SPLIT_CONFIGS.items()},
                **{(k, "merged"): c for k, c in MERGED_CONFIGS.items()}}
     if args.all:
         from .tune_attn_core_paged import CANDIDATES

@@ -15,6 +15,7 @@ from attnops.attn_core.gqa_paged_fwd.plan import (
     CONFIGS,
     LATENCY_CONFIGS,
     LATENCY_SPLIT_KEYS,
+    LONG_SPLIT_CONFIGS,
     MERGED_CONFIGS,
     SMALL_ROWS,
     decode_residency,
@@ -196,6 +197,13 @@ def test_latency_rule(monkeypatch):
     noncausal = plan_paged_attention([256] + [1] * 7, [512] * 8, num_heads=32, num_kv_heads=8, head_dim=128,
                                      is_causal=False, merge_small=False)
     assert small(noncausal) == (CONFIGS[("small", 128)], 2)
+    # D = 64: 16 requests of 2048 keys in one split each take the long-split tile (MHA opt-1.3b-b16); one request
+    # in 8 splits of 256 keys (opt-1.3b-b1) and a forced config keep theirs
+    opt = dict(num_heads=32, num_kv_heads=32, head_dim=64)
+    assert small(plan_paged_attention([1] * 16, [2048] * 16, **opt)) == (LONG_SPLIT_CONFIGS[("small", 64)], 1)
+    assert small(plan_paged_attention([1], [2048], **opt)) == (CONFIGS[("small", 64)], 8)
+    forced = {("small", 64): CONFIGS[("small", 64)]}
+    assert small(plan_paged_attention([1] * 16, [2048] * 16, **opt, configs=forced))[0] == CONFIGS[("small", 64)]
 
 
 def test_decode_splits_fill_whole_waves(monkeypatch):
@@ -434,6 +442,20 @@ def test_every_config(key, merged, dtype):
     fell_back = {k: v for k, v in FALLBACKS.items() if k[1] == cfg}
     assert not fell_back, f"config {cfg} did not fit (OutOfResources); replaced by {fell_back}"
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("key", sorted(LONG_SPLIT_CONFIGS), ids=lambda k: f"{k[0]}-d{k[1]}")
+def test_long_split_tile(key, monkeypatch):
+    """Every long-split tile, checked on the GPU: with one SM and one program a slot assumed, each request's
+    decode keys (all >= LONG_SPLIT_KEYS) stay in one split, so the launch takes the tile."""
+    monkeypatch.setattr(runtime, "num_sms", lambda: 1)
+    _, d = key
+    case = build_case([1, 1, 1], [3000, 1500, 1100], num_heads=8, num_kv=2, d=d, page_size=64,
+                      q_dtype=torch.float16, device=DEV, seed=19, sinks=True)
+    _, plan = _check(case, programs_per_sm=1, latency=False)
+    assert {ln.cfg for ln in plan.launches if ln.kind == "small"} == {LONG_SPLIT_CONFIGS[key]}
+    assert not {k: v for k, v in FALLBACKS.items() if k[1] == LONG_SPLIT_CONFIGS[key]}
 
 FUZZ_SEEDS = reliability.fuzz_seeds(SPEC, reliability.fuzz_cases(6))
 

@@ -83,10 +83,9 @@ CONFIGS: dict[tuple[str, int], TileConfig] = {
     # small (decode) tiles: 8 warps keep registers at 115-150 (4 warps: ~210) -> more tiles in flight per SM;
     # but at D = 128 the 4-warp tile was faster on every decode row swept on the H200 (2026-12-01 21:20 and
     # 2026-12-02 16:25, benchmarks/results/h200/*tune-paged*.json): 0.82x the 8-warp time on llama-8b-32k-p64,
-    # 0.93-0.98x on the p16 / p256 / serving rows, level on llama-70b-p16. At D = 64 too since the split rule of
-    # 0.3.14 (one split where 8 warps took two): MHA opt-1.3b-b16 84.6 -> 74.2 us (benchmarks/results/h200/
-    # 20261204-1727-tune-paged-opt13.json; 168 registers with one page a tile, 204-209 without: two per SM or more).
-    ("small", 64): TileConfig(16, 128, 4, 3),
+    # 0.93-0.98x on the p16 / p256 / serving rows, level on llama-70b-p16. At D = 64 only where the splits are
+    # long (LONG_SPLIT_CONFIGS).
+    ("small", 64): TileConfig(16, 128, 8, 3),
     ("small", 128): TileConfig(16, 64, 4, 3),
     ("small", 256): TileConfig(16, 32, 8, 3),
     ("large", 64): TileConfig(128, 64, 8, 3),
@@ -101,6 +100,13 @@ CONFIGS: dict[tuple[str, int], TileConfig] = {
 # 42.1 -> 37.5; but llama-8b-noncausal (112 programs at 256-key splits) 34.6 -> 38.4, hence half the SMs.
 LATENCY_SPLIT_KEYS = 128
 LATENCY_CONFIGS: dict[tuple[str, int], TileConfig] = {("small", 128): TileConfig(16, 128, 8, 2)}
+# Bandwidth-bound decode launches whose every split reads at least LONG_SPLIT_KEYS keys take these tiles. At D = 64
+# the 4-warp tile is faster on long splits and slower on short ones (H200, 2026-12-04, benchmarks/results/h200/
+# 20261204-1727-tune-paged-opt13.json and -1750-tune-paged-d64.json, µs, 4 / 8 warps): MHA opt-1.3b-b16 (one split
+# of 2048 keys) 73.9 / 84.2; opt-1.3b-b1 (8 splits of 256) 14.4 / 12.6; the latency rows (128-key splits: serving-b2,
+# kv1k, kv512, speculative) 9.6 / 7.7, 9.3 / 7.4, 7.4 / 6.4, 10.6 / 9.4; gpt-oss-sink-decode 18.9 / 19.1.
+LONG_SPLIT_KEYS = 1024
+LONG_SPLIT_CONFIGS: dict[tuple[str, int], TileConfig] = {("small", 64): TileConfig(16, 128, 4, 3)}
 # Mixed batches whose prefill class runs the Triton tile: the decode requests as items of the prefill launch (one
 # launch instead of two; a decode item on the 128-row tile wastes MMA rows but reads its keys once). H200 Nsight,
 # 2026-12-03: llama-8b-noncausal's two launches ran one after the other (prefill 20.7 us on 64 programs, decode
@@ -300,6 +306,10 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
                 cfg = LATENCY_CONFIGS.get(config_key(kind, head_dim), cfg)
         elif kind == "small" and not forced:
             want = wave_splits(n0, (programs_per_sm or resident_per_sm or SPLIT_PROGRAMS_PER_SM) * sms)
+            if (configs is None or config_key(kind, head_dim) not in configs) and all(
+                    span // _splits(span, cfg.block_n, min_keys, want, False) >= LONG_SPLIT_KEYS
+                    for _, _, span, _, _ in blocks):
+                cfg = LONG_SPLIT_CONFIGS.get(config_key(kind, head_dim), cfg)
         items, combine, slot = [], [], 0
         for b, m, pool_span, cost, _ in blocks:
             s = _splits(pool_span, cfg.block_n, min_keys, want, forced)
