@@ -27,7 +27,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from attnops.attn_mla.latent_alt import consume_blocks, handoff_buffers
-from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys
+from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys, store_layout, to_store_layout
 from attnops.kernel_utils.gluon_fns import invalidate_ring, ring_barriers, wgmma_acc_layout, wgmma_lhs_layout
 
 LOADER_WARPS = gl.constexpr(4)  # the gather's warps (warp_specialize's second worker)
@@ -59,14 +59,18 @@ def _normalized(acc, l_i, o_layout: gl.constexpr):
 
 
 @gluon.jit
-def _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG: gl.constexpr,
-                o_layout: gl.constexpr):
-    """Store ``out`` [64, 256] f32 as latent columns [256·WG, +256) of the item's heads (those of its group)."""
-    local = local0 + gl.arange(0, HEADS, layout=gl.SliceLayout(1, o_layout))
-    cols = WG * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, o_layout))
+def _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG: gl.constexpr):
+    """Store ``out`` [64, 256] f32 (the accumulator layout) as latent columns [256·WG, +256) of the item's heads
+    (those of its group): cast, then moved inside each warp to 16-byte pieces along the rows (``store_layout``:
+    16 ``STG.E.128`` a thread instead of 64 ``STG.E``)."""
+    dtype: gl.constexpr = out_ptr.dtype.element_ty
+    layout: gl.constexpr = store_layout(dtype.primitive_bitwidth)
+    vals = to_store_layout(out.to(dtype))
+    local = local0 + gl.arange(0, HEADS, layout=gl.SliceLayout(1, layout))
+    cols = WG * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, layout))
     ptrs = (out_ptr + b.to(gl.int64) * stride_ob + s.to(gl.int64) * stride_os
             + (g * group + local).to(gl.int64)[:, None] * stride_oh + cols[None, :])
-    gl.store(ptrs, out.to(out_ptr.dtype.element_ty), mask=(local < group)[:, None])
+    gl.store(ptrs, vals, mask=(local < group)[:, None])
 
 
 @gluon.jit
@@ -117,7 +121,7 @@ def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_mine, x_theirs, xchg
         else:  # no valid slot: zeros (the loader copies nothing)
             out = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
         # (the output pointers made after the tiles: live across them they took registers the consumer needs)
-        _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG, o_layout)
+        _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG)
         r0 += n_tiles
         n_q += (n_tiles > 0).to(gl.int32)
         if ALTERNATING:

@@ -27,7 +27,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from attnops.attn_mla.latent_alt import consume_blocks, handoff_buffers
-from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys
+from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys, store_layout, to_store_layout
 from attnops.kernel_utils.gluon_fns import invalidate_ring, ring_barriers, wgmma_acc_layout, wgmma_lhs_layout
 
 
@@ -40,30 +40,42 @@ def _split_keys(n_kv, split_len, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
+def _heads(hb, head_blocks_per_kv, group, layout: gl.constexpr):
+    """(the program's 64 heads inside their group, their query head numbers) in 1-D ``layout``."""
+    local = (hb % head_blocks_per_kv) * HEADS + gl.arange(0, HEADS, layout=layout)
+    return local, (hb // head_blocks_per_kv) * group + local
+
+
+@gluon.jit
 def _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_blocks_per_kv, n_splits, stride_ob,
            stride_oh, dtype: gl.constexpr, WG: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
            SPLIT: gl.constexpr):
     """Latent columns [256·WG, +256) of the program's heads: normalized output, or (``SPLIT``) the split's
-    normalized fp32 partial and (warpgroup 0) its base-2 log-sum-exp."""
+    normalized fp32 partial and (warpgroup 0) its base-2 log-sum-exp. The tile is moved inside each warp to 16-byte
+    pieces along the rows first (``latent_ws.store_layout``: 16 ``STG.E.128`` a thread instead of 64 ``STG.E`` in
+    16 bits, 32 instead of 64 ``STG.E.64`` in fp32)."""
     hb = gl.program_id(0)
     split = gl.program_id(1)
     b = gl.program_id(2)
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     out = acc / l_o[:, None]  # l >= 1: the row's largest score contributes 2^0
-    local = (hb % head_blocks_per_kv) * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, o_layout))
-    heads = (hb // head_blocks_per_kv) * group + local
-    cols = WG * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, o_layout))
-    row_ok = (local < group)[:, None]
     if SPLIT:
+        part_layout: gl.constexpr = store_layout(32)
+        local, heads = _heads(hb, head_blocks_per_kv, group, gl.SliceLayout(1, part_layout))
+        cols = WG * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, part_layout))
         rows = ((b * H + heads).to(gl.int64) * n_splits + split)  # split 0's partial row of each head, plus split
-        gl.store(part_o_ptr + rows[:, None] * (2 * HALF) + cols[None, :], out, mask=row_ok)
+        gl.store(part_o_ptr + rows[:, None] * (2 * HALF) + cols[None, :], to_store_layout(out),
+                 mask=(local < group)[:, None])
         if WG == 0:
-            lse_rows = gl.convert_layout(rows, gl.SliceLayout(1, s_layout))
-            lse_ok = gl.convert_layout(local < group, gl.SliceLayout(1, s_layout))
-            gl.store(part_lse_ptr + lse_rows, m_i + gl.log2(l_i), mask=lse_ok)
+            lse_local, lse_heads = _heads(hb, head_blocks_per_kv, group, gl.SliceLayout(1, s_layout))
+            lse_rows = (b * H + lse_heads).to(gl.int64) * n_splits + split
+            gl.store(part_lse_ptr + lse_rows, m_i + gl.log2(l_i), mask=lse_local < group)
     else:
+        out_layout: gl.constexpr = store_layout(dtype.primitive_bitwidth)
+        local, heads = _heads(hb, head_blocks_per_kv, group, gl.SliceLayout(1, out_layout))
+        cols = WG * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, out_layout))
         ptrs = out_ptr + b.to(gl.int64) * stride_ob + heads.to(gl.int64)[:, None] * stride_oh + cols[None, :]
-        gl.store(ptrs, out.to(dtype), mask=row_ok)
+        gl.store(ptrs, to_store_layout(out.to(dtype)), mask=(local < group)[:, None])
 
 
 @gluon.jit
