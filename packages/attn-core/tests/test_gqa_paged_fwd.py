@@ -444,18 +444,18 @@ def test_every_config(key, merged, dtype):
 
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("key", sorted(LONG_SPLIT_CONFIGS), ids=lambda k: f"{k[0]}-d{k[1]}")
 def test_long_split_tile(key, monkeypatch):
-    """Every long-split tile, checked on the GPU: with one SM and one program a slot assumed, each request's
-    decode keys (all >= LONG_SPLIT_KEYS) stay in one split, so the launch takes the tile."""
+    """Every long-split tile, checked against the reference: with one SM and one program a slot assumed, each
+    request's decode keys (all >= LONG_SPLIT_KEYS) stay in one split, so the launch takes the tile."""
     monkeypatch.setattr(runtime, "num_sms", lambda: 1)
     _, d = key
     case = build_case([1, 1, 1], [3000, 1500, 1100], num_heads=8, num_kv=2, d=d, page_size=64,
-                      q_dtype=torch.float16, device=DEV, seed=19, sinks=True)
+                      q_dtype=torch.float16, kv_dtype=torch.float16, device=DEV, seed=19, sinks=True)
     _, plan = _check(case, programs_per_sm=1, latency=False)
     assert {ln.cfg for ln in plan.launches if ln.kind == "small"} == {LONG_SPLIT_CONFIGS[key]}
     assert not {k: v for k, v in FALLBACKS.items() if k[1] == LONG_SPLIT_CONFIGS[key]}
+
 
 FUZZ_SEEDS = reliability.fuzz_seeds(SPEC, reliability.fuzz_cases(6))
 

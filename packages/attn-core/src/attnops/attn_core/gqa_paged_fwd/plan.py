@@ -102,7 +102,7 @@ LATENCY_SPLIT_KEYS = 128
 LATENCY_CONFIGS: dict[tuple[str, int], TileConfig] = {("small", 128): TileConfig(16, 128, 8, 2)}
 # Bandwidth-bound decode launches whose every split reads at least LONG_SPLIT_KEYS keys take these tiles. At D = 64
 # the 4-warp tile is faster on long splits and slower on short ones (H200, 2026-12-04, benchmarks/results/h200/
-# 20261204-1727-tune-paged-opt13.json and -1750-tune-paged-d64.json, µs, 4 / 8 warps): MHA opt-1.3b-b16 (one split
+# 20261204-1727-tune-paged-opt13.json and -1737-tune-paged-d64.json, µs, 4 / 8 warps): MHA opt-1.3b-b16 (one split
 # of 2048 keys) 73.9 / 84.2; opt-1.3b-b1 (8 splits of 256) 14.4 / 12.6; the latency rows (128-key splits: serving-b2,
 # kv1k, kv512, speculative) 9.6 / 7.7, 9.3 / 7.4, 7.4 / 6.4, 10.6 / 9.4; gpt-oss-sink-decode 18.9 / 19.1.
 LONG_SPLIT_KEYS = 1024
