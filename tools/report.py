@@ -277,15 +277,15 @@ def floor_gap(op: str, name: str) -> str:
         return f"prefill on the warp-specialized paged layout at 0.58-0.93x FA3 ({core})"
     if op == "MHADecodePagedWithKVCacheFwd":
         return (f"latency rows: 128-key splits and the 16x128 w8 tile (attn-core 0.3.11) left serving-p128 at 0.91x "
-                f"FlashInfer; opt-1.3b-b16 (512 programs, no split rule change) at 0.81-0.83x ({core})")
+                f"FlashInfer; opt-1.3b-b16 on the 4-warp long-split tile (attn-core 0.3.20) at 1.04x ({core})")
     if op == "MLADecodeWithKVCacheFwd":
         return (f"the 32-key blocks of the alternating warp-specialized kernel (the score GEMM bound by shared-memory "
                 f"operand reads at N = 32; the 64-key seesaw on a 2-slot ring measured 1.24-1.28x slower) ({mla})")
     if op == "DSADecodeWithKVCacheFwd":
-        return ("the persistent alternating warp-specialized kernel (attn-mla 0.2.11: 5-9 % faster than one item "
-                "a program) at 0.71-0.91x FlashMLA: 32-key blocks (FlashMLA: 64; MLA's 64-key form measured "
-                "1.24-1.28x slower on a 2-slot ring) and a cp.async gather whose 64-column copies Triton 3.6 "
-                f"separates by loader barriers ({mla})")
+        return ("the persistent alternating warp-specialized kernel with 16-byte output stores (attn-mla 0.2.12: "
+                "-1 to -14 % on these rows) at 0.75-0.88x FlashMLA: 32-key blocks (FlashMLA: 64; MLA's 64-key form "
+                "measured 1.24-1.28x slower on a 2-slot ring) and a cp.async gather whose 64-column copies Triton "
+                f"3.6 separates by loader barriers ({mla})")
     if op == "FP8LightningIndexerFwd":
         return (f"the narrow / wide tile rule (attn-mla 0.2.7, swept on all 18 rows) is the lever measured so far "
                 f"({mla})")
