@@ -206,10 +206,10 @@ def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tile, v_tile, q_smem,
 
     # dK / dV leave the accumulator layout for 16-byte pieces along the rows first (``gluon_fns.store_layout``,
     # warp shuffles): 8 ``STG.E.128`` a thread per 16-bit [64, 128] tile instead of 32 4-byte ``STG.E``, 16 instead
-    # of 32 8-byte ``STG.E.64`` per fp32 partial tile (the measurement: gluon_fns, attn-mla's DSA stores). Not in
-    # the persistent causal build's 16-bit epilogue (``RELEASE_KV`` and ``IS_CAUSAL``, ws-s3-p on causal calls):
-    # there ptxas spilled 8 B with both tiles moved (one 4-byte value kept across the tile loop, offline sm_90,
-    # 2026-12-04), none with either tile alone or without the move; it stores from the accumulator layout as before.
+    # of 32 8-byte ``STG.E.64`` per fp32 partial tile (the measurement: gluon_fns, attn-mla's DSA stores). In the
+    # persistent causal build (ws-s3-p on causal calls: the long MHA rows' default) ptxas then spills 8 B, one 4-byte
+    # value of consumer 1 stored before the tile loop and reloaded once a tile (offline sm_90, 2026-12-04): kept, as
+    # that build is the one whose epilogue the change is for (sm90_compile_bwd_ws allows it those 8 B).
     if PARTIAL:  # unscaled fp32 sums of this subgroup's heads: [2, G / GS, B·H_kv, S_kv, D] (the head-sum kernel)
         t64, cols, ok = _out_keys(n0, S_kv, store_layout(HEAD_DIM, 32), WG, HEAD_DIM)
         subgroup_rows = n_tiles // gl.cdiv(S_kv, 2 * R)  # (G / GS)·B·H_kv: one of dK's / dV's halves
@@ -218,14 +218,9 @@ def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tile, v_tile, q_smem,
         gl.store(part, to_store_layout(dk), mask=ok)
         gl.store(part + subgroup_rows.to(gl.int64) * S_kv * HEAD_DIM, to_store_layout(dv), mask=ok)
     else:
-        dk_out = (dk * sm_scale).to(dtype)
-        dv_out = dv.to(dtype)
-        if RELEASE_KV and IS_CAUSAL:
-            t64, cols, ok = _out_keys(n0, S_kv, acc_layout, WG, HEAD_DIM)
-        else:
-            t64, cols, ok = _out_keys(n0, S_kv, store_layout(HEAD_DIM, dtype.primitive_bitwidth), WG, HEAD_DIM)
-            dk_out = to_store_layout(dk_out)
-            dv_out = to_store_layout(dv_out)
+        t64, cols, ok = _out_keys(n0, S_kv, store_layout(HEAD_DIM, dtype.primitive_bitwidth), WG, HEAD_DIM)
+        dk_out = to_store_layout((dk * sm_scale).to(dtype))
+        dv_out = to_store_layout(dv.to(dtype))
         gl.store(dk_ptr + b.to(gl.int64) * stride_dkb + kvh * stride_dkh + t64 * stride_dkt + cols[None, :], dk_out,
                  mask=ok)
         gl.store(dv_ptr + b.to(gl.int64) * stride_dvb + kvh * stride_dvh + t64 * stride_dvt + cols[None, :], dv_out,
