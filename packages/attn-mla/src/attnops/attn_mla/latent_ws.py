@@ -37,60 +37,12 @@ EXCHANGE_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(vec=8, per_phase=1, max_p
 # columns a thread, 4 lanes a row, 8 rows a warp instruction) a 16-bit [HEADS, HALF] tile takes 64 4-byte stores
 # a thread, each writing 8 rows x 16 bytes (half sectors): in the DSA kernel those 128 ``STG.E`` of the two consumers
 # held 11.9 % of the warp-stall samples, mostly LSU-queue (lg) throttle (Nsight Compute, mla-d512-h64-kv32k, H200,
-# 2026-12-04; docs/perf/attn-mla.md, thirtieth session). ``store_layout`` holds 16 bytes of consecutive columns a
-# thread and puts 8 lanes along a row's 128 contiguous bytes (4 rows a warp instruction: 16 stores a thread in
-# 16 bits, 32 in fp32), with the accumulator's warp bases (warp w: rows 16w..16w + 15), so the data only moves
-# inside each warp: shuffles, no shared-memory scratch (the DSA kernel has ~1.5 KB of the 227 KB left; a
-# conversion through shared memory took 7.6 KB more). It swaps lane bits of the accumulator layout with register
-# bits, and Triton 3.6 lowers a conversion by warp shuffles only when it swaps at most one such pair (else through
-# shared memory): hence ``to_store_layout``'s chain, one swap per conversion.
-# The accumulator's bases over [HEADS, HALF] (Triton 3.6's ``to_linear_layout`` of ``wgmma_acc_layout(HALF)``):
-_ACC_REGS = ((0, 1), (8, 0), (0, 8), (0, 16), (0, 32), (0, 64), (0, 128))
-_ACC_LANES = ((0, 2), (0, 4), (1, 0), (2, 0), (4, 0))
-_ACC_WARPS = ((16, 0), (32, 0))
-# (lane bit, register bit) swapped by each conversion: 16-bit, columns 2 and 4 into the thread, its columns 8, 16
-# and 32 onto lanes (and row 4 into the thread); fp32, column 2 into the thread, columns 8 and 16 onto lanes
-_STORE_SWAPS = {16: ((0, 2), (1, 3), (4, 4)), 32: ((0, 2), (4, 3))}
-
-
-@gluon.constexpr_function
-def store_swaps(bits):
-    """How many conversions ``to_store_layout`` takes for elements of ``bits`` bits."""
-    return len(_STORE_SWAPS[bits])
-
-
-@gluon.constexpr_function
-def store_layout(bits, steps=None):
-    """The store layout of a [HEADS, HALF] tile of ``bits``-bit elements (16 or 32), or the accumulator layout after
-    the first ``steps`` swaps (an intermediate of ``to_store_layout``). The final one lists the registers of a
-    thread's 16 bytes first (what the store vectorizes)."""
-    swaps = _STORE_SWAPS[bits]
-    steps = len(swaps) if steps is None else steps
-    regs = [list(b) for b in _ACC_REGS]
-    lanes = [list(b) for b in _ACC_LANES]
-    for lane, reg in swaps[:steps]:
-        regs[reg], lanes[lane] = lanes[lane], regs[reg]
-    if steps == len(swaps):
-        vec = 128 // bits  # elements in 16 bytes
-        piece = [[0, 1 << i] for i in range(vec.bit_length() - 1)]
-        assert all(b in regs for b in piece), (bits, regs)
-        regs = piece + [b for b in regs if b not in piece]
-    return gl.DistributedLinearLayout(reg_bases=regs, lane_bases=lanes, warp_bases=[list(b) for b in _ACC_WARPS],
-                                      block_bases=[], shape=[HEADS.value, HALF.value])
-
-
-@gluon.jit
-def to_store_layout(x):
-    """``x`` [HEADS, HALF] (16-bit or fp32) from the accumulator layout to ``store_layout``: one lane / register
-    swap per conversion, each lowered to warp shuffles (32 a thread per swap in 16 bits, 64 in fp32)."""
-    BITS: gl.constexpr = x.dtype.primitive_bitwidth
-    N: gl.constexpr = store_swaps(BITS)
-    gl.static_assert(N == 2 or N == 3)
-    x = gl.convert_layout(x, store_layout(BITS, 1))
-    x = gl.convert_layout(x, store_layout(BITS, 2))
-    if N == 3:
-        x = gl.convert_layout(x, store_layout(BITS, 3))
-    return x
+# 2026-12-04; docs/perf/attn-mla.md, thirtieth session). The kernels therefore move the tile first with the shared
+# ``kernel_utils.gluon_fns.to_store_layout`` to ``gluon_fns.store_layout(HALF, bits)`` (16 bytes of consecutive
+# columns a thread, 8 lanes along a row's 128 contiguous bytes, the accumulator's warp bases: warp shuffles only, no
+# shared-memory scratch; the DSA kernel has ~1.5 KB of the 227 KB left, and a conversion through shared memory took
+# 7.6 KB more): 16 ``STG.E.128`` a thread in 16 bits, 32 in fp32. Measured on the H200 (2026-12-04): DSA d512-h64
+# rows 0.78-0.80 -> 0.68-0.71 ms (-11 to -14 %), d512-h128 -6 to -7 %, MLA decode mla-b128 rows ~-5 %.
 
 
 @dataclass(frozen=True)

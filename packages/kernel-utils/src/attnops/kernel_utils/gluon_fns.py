@@ -1,6 +1,7 @@
 """Gluon (Hopper) device helpers shared by the families' warp-specialized kernels: the layouts of one 4-warp
-warpgroup's wgmma, and the allocation / init / teardown of a TMA ring's mbarriers. Imported only by Gluon
-kernels (Triton 3.4+), never by the portable Triton ones."""
+warpgroup's wgmma, the move of its accumulator tile to 16-byte row pieces for the output stores
+(``store_layout`` / ``to_store_layout``), and the allocation / init / teardown of a TMA ring's mbarriers.
+Imported only by Gluon kernels (Triton 3.4+), never by the portable Triton ones."""
 
 from __future__ import annotations
 
@@ -19,6 +20,81 @@ def wgmma_acc_layout(n):
 def wgmma_lhs_layout(n):
     """The register left-operand layout of a 16-bit wgmma whose accumulator is ``wgmma_acc_layout(n)``."""
     return gl.DotOperandLayout(operand_index=0, parent=wgmma_acc_layout(n), k_width=2)
+
+
+# Output stores from the accumulator. In ``wgmma_acc_layout(n)`` a thread holds 2 consecutive columns, 4 lanes share
+# a row and a warp instruction covers 8 rows: a 16-bit [64, n] tile takes n / 4 4-byte stores a thread, each writing
+# 8 rows x 16 bytes (half sectors). In attn-mla's DSA ws kernel (n = 256) those stores held 11.9 % of the warp-stall
+# samples, mostly LSU-queue (lg) throttle (Nsight Compute, mla-d512-h64-kv32k, H200, 2026-12-04; docs/perf/attn-mla.md,
+# thirtieth session); moved first to ``store_layout`` the d512-h64 rows ran 11-14 % faster. ``store_layout`` holds
+# 16 bytes of consecutive columns a thread and puts 8 lanes along a row's 128 contiguous bytes (4 rows a warp
+# instruction: n / 16 ``STG.E.128`` a thread in 16 bits, n / 8 in fp32), with the accumulator's warp bases (warp w:
+# rows 16w..16w + 15), so the data only moves inside each warp: shuffles, no shared-memory scratch. It swaps lane
+# bits of the accumulator layout with register bits, and Triton 3.6 lowers a conversion by warp shuffles only when
+# it swaps at most one such pair (else through shared memory: in the DSA kernel 7.6 KB more, over the limit): hence
+# ``to_store_layout``'s chain, one swap per conversion.
+# The accumulator's bases over [64, n] (Triton 3.6's ``to_linear_layout`` of ``wgmma_acc_layout(n)``, n a power of
+# two >= 16): registers column 1, row 8, then columns 8, 16, ..., n / 2; lanes columns 2 and 4, rows 1, 2 and 4;
+# warps rows 16 and 32.
+_ACC_LANES = ((0, 2), (0, 4), (1, 0), (2, 0), (4, 0))
+_ACC_WARPS = ((16, 0), (32, 0))
+# (lane bit, register bit) swapped by each conversion, the same for every n: 16-bit, columns 2 and 4 into the thread,
+# its columns 8, 16 and 32 onto lanes (and row 4 into the thread); fp32, column 2 into the thread, columns 8 and 16
+# onto lanes. Hence n >= 64 in 16 bits (register bit 4: column 32), n >= 32 in fp32 (register bit 3: column 16).
+_STORE_SWAPS = {16: ((0, 2), (1, 3), (4, 4)), 32: ((0, 2), (4, 3))}
+_STORE_MIN_N = {16: 64, 32: 32}
+
+
+@gluon.constexpr_function
+def _acc_regs(n):
+    """The accumulator's register bases over [64, ``n``] (see above)."""
+    return ((0, 1), (8, 0)) + tuple((0, c) for c in (8 << i for i in range(n.bit_length())) if c < n)
+
+
+@gluon.constexpr_function
+def store_swaps(bits):
+    """How many conversions ``to_store_layout`` takes for elements of ``bits`` bits (16 or 32)."""
+    return len(_STORE_SWAPS[bits])
+
+
+@gluon.constexpr_function
+def store_layout(n, bits, steps=None):
+    """The store layout of a [64, ``n``] tile of one warpgroup's wgmma accumulator (``wgmma_acc_layout(n)``) in
+    ``bits``-bit elements (16 or 32; ``n`` a power of two, >= 64 in 16 bits, >= 32 in fp32), or the accumulator
+    layout after the first ``steps`` swaps (an intermediate of ``to_store_layout``; 0: the accumulator's own). The
+    final one lists the registers of a thread's 16 bytes first (what the store vectorizes)."""
+    assert bits in _STORE_SWAPS, f"16-bit or fp32 elements, got {bits} bits"
+    assert n >= _STORE_MIN_N[bits] and n & (n - 1) == 0, f"n a power of two >= {_STORE_MIN_N[bits]}, got {n}"
+    swaps = _STORE_SWAPS[bits]
+    steps = len(swaps) if steps is None else steps
+    regs = [list(b) for b in _acc_regs(n)]
+    lanes = [list(b) for b in _ACC_LANES]
+    for lane, reg in swaps[:steps]:
+        regs[reg], lanes[lane] = lanes[lane], regs[reg]
+    if steps == len(swaps):
+        vec = 128 // bits  # elements in 16 bytes
+        piece = [[0, 1 << i] for i in range(vec.bit_length() - 1)]
+        assert all(b in regs for b in piece), (bits, regs)
+        regs = piece + [b for b in regs if b not in piece]
+    return gl.DistributedLinearLayout(reg_bases=regs, lane_bases=lanes, warp_bases=[list(b) for b in _ACC_WARPS],
+                                      block_bases=[], shape=[64, n])
+
+
+@gluon.jit
+def to_store_layout(x):
+    """``x`` [64, n] (16-bit or fp32) from the accumulator layout ``wgmma_acc_layout(n)`` to ``store_layout(n,
+    bits)``: one lane / register swap per conversion, each lowered to warp shuffles (n / 8 a thread per swap in 16
+    bits, n / 4 in fp32). Build the store's row / column indices in slices of ``store_layout``."""
+    gl.static_assert(x.shape[0] == 64, "one warpgroup's 64 accumulator rows")
+    N: gl.constexpr = x.shape[1]
+    BITS: gl.constexpr = x.dtype.primitive_bitwidth
+    STEPS: gl.constexpr = store_swaps(BITS)
+    gl.static_assert(STEPS == 2 or STEPS == 3)
+    x = gl.convert_layout(x, store_layout(N, BITS, 1))
+    x = gl.convert_layout(x, store_layout(N, BITS, 2))
+    if STEPS == 3:
+        x = gl.convert_layout(x, store_layout(N, BITS, 3))
+    return x
 
 
 @gluon.jit

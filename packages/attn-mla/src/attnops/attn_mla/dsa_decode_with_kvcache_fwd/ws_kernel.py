@@ -27,8 +27,15 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from attnops.attn_mla.latent_alt import consume_blocks, handoff_buffers
-from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys, store_layout, to_store_layout
-from attnops.kernel_utils.gluon_fns import invalidate_ring, ring_barriers, wgmma_acc_layout, wgmma_lhs_layout
+from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys
+from attnops.kernel_utils.gluon_fns import (
+    invalidate_ring,
+    ring_barriers,
+    store_layout,
+    to_store_layout,
+    wgmma_acc_layout,
+    wgmma_lhs_layout,
+)
 
 LOADER_WARPS = gl.constexpr(4)  # the gather's warps (warp_specialize's second worker)
 
@@ -64,7 +71,7 @@ def _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stri
     (those of its group): cast, then moved inside each warp to 16-byte pieces along the rows (``store_layout``:
     16 ``STG.E.128`` a thread instead of 64 ``STG.E``)."""
     dtype: gl.constexpr = out_ptr.dtype.element_ty
-    layout: gl.constexpr = store_layout(dtype.primitive_bitwidth)
+    layout: gl.constexpr = store_layout(HALF, dtype.primitive_bitwidth)
     vals = to_store_layout(out.to(dtype))
     local = local0 + gl.arange(0, HEADS, layout=gl.SliceLayout(1, layout))
     cols = WG * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, layout))

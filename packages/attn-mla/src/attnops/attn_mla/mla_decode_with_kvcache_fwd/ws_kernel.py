@@ -27,8 +27,15 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from attnops.attn_mla.latent_alt import consume_blocks, handoff_buffers
-from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys, store_layout, to_store_layout
-from attnops.kernel_utils.gluon_fns import invalidate_ring, ring_barriers, wgmma_acc_layout, wgmma_lhs_layout
+from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys
+from attnops.kernel_utils.gluon_fns import (
+    invalidate_ring,
+    ring_barriers,
+    store_layout,
+    to_store_layout,
+    wgmma_acc_layout,
+    wgmma_lhs_layout,
+)
 
 
 @gluon.jit
@@ -52,7 +59,7 @@ def _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_bloc
            SPLIT: gl.constexpr):
     """Latent columns [256·WG, +256) of the program's heads: normalized output, or (``SPLIT``) the split's
     normalized fp32 partial and (warpgroup 0) its base-2 log-sum-exp. The tile is moved inside each warp to 16-byte
-    pieces along the rows first (``latent_ws.store_layout``: 16 ``STG.E.128`` a thread instead of 64 ``STG.E`` in
+    pieces along the rows first (``gluon_fns.store_layout``: 16 ``STG.E.128`` a thread instead of 64 ``STG.E`` in
     16 bits, 32 instead of 64 ``STG.E.64`` in fp32)."""
     hb = gl.program_id(0)
     split = gl.program_id(1)
@@ -60,7 +67,7 @@ def _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_bloc
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     out = acc / l_o[:, None]  # l >= 1: the row's largest score contributes 2^0
     if SPLIT:
-        part_layout: gl.constexpr = store_layout(32)
+        part_layout: gl.constexpr = store_layout(HALF, 32)
         local, heads = _heads(hb, head_blocks_per_kv, group, gl.SliceLayout(1, part_layout))
         cols = WG * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, part_layout))
         rows = ((b * H + heads).to(gl.int64) * n_splits + split)  # split 0's partial row of each head, plus split
@@ -71,7 +78,7 @@ def _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_bloc
             lse_rows = (b * H + lse_heads).to(gl.int64) * n_splits + split
             gl.store(part_lse_ptr + lse_rows, m_i + gl.log2(l_i), mask=lse_local < group)
     else:
-        out_layout: gl.constexpr = store_layout(dtype.primitive_bitwidth)
+        out_layout: gl.constexpr = store_layout(HALF, dtype.primitive_bitwidth)
         local, heads = _heads(hb, head_blocks_per_kv, group, gl.SliceLayout(1, out_layout))
         cols = WG * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, out_layout))
         ptrs = out_ptr + b.to(gl.int64) * stride_ob + heads.to(gl.int64)[:, None] * stride_oh + cols[None, :]
