@@ -29,16 +29,21 @@ core=packages/attn-core/tests mla=packages/attn-mla/tests
 # checkout), so a step's cap allows for the whole file (the ids carry the config names: ws-s3-p, ws-dkdv-s2, ...).
 PHASE=${PHASE:-all}
 if [ "$PHASE" != sweeps ]; then
-  # GQABwd's persistent dK / dV default (ws-s3-p): seed rows, edge cases, head subgroups (a check of the tree: no
-  # decision waits on it); a hang shows as the per-test timeout
-  step gpu-tests "${TESTS_CAP:-150}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 90 \
-    -p no:cacheprovider "$core/test_gqa_bwd_ws.py" -k s3-p
+  # the 16-byte output stores (attn-core 0.3.20, offline until this step) on every Gluon kernel of attn-core: the
+  # GQABwd ws file (all of it, ~135 s at 8 workers on 2026-12-04), then the flash forward's ws file; a hang shows
+  # as the per-test timeout
+  step gpu-tests "${TESTS_CAP:-200}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 120 \
+    -p no:cacheprovider "$core/test_gqa_bwd_ws.py"
+  step gpu-tests-fwd "${TESTS_CAP:-200}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 120 \
+    -p no:cacheprovider "$core/test_flash_fwd_ws.py"
 fi
 if [ "$PHASE" = tests ]; then
   grep -h "^FAILED\|^ERROR" "$OUT"/gpu-tests*.log 2>/dev/null | head -20  # the failing node ids, before packing
   (cd "$OUT" && tar czf tests-logs.tgz --remove-files ./*.log 2>/dev/null); exit 0
 fi
 # (earlier sessions' sweeps and what they decided: docs/perf/attn-core.md and docs/dev/gpu-runs.md)
-# No sweep planned: the last one (tune-bwd-tma, 2026-12-04) measured the reduce-add configs, since removed.
+# GQABwd's ws configs on the long rows with the 16-byte dK / dV / dQ stores (each checked first): does the persistent
+# default still win, and by how much did each config move (the 2026-12-04 tune-bwd-tma run holds the old times)
+tune tune-bwd-stores 240 tune_gqa_bwd --ws-only --filter long
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"
