@@ -257,7 +257,9 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     half as many programs as SMs; None: that rule, True: always, False: never; an explicit ``min_split_keys`` or
     small config wins); ``merge_small``: a mixed batch's decode requests join the prefill class's launch when that
     launch runs the Triton tile (None: where ``_merge_pays`` and ``MERGE_SMALL_DEFAULT``, True: always, and with
-    a warp-specialized large class whose config packs GQA heads, into its launch too; False: never)."""
+    a warp-specialized large class whose config packs GQA heads, into its launch too; False: never). Outside the
+    latency rule, a small class whose every split reads >= ``LONG_SPLIT_KEYS`` keys takes ``LONG_SPLIT_CONFIGS``'
+    tile for its head dim (unless ``configs`` names one)."""
     device = torch.device(device) if device is not None else runtime.device()
     group = num_heads // num_kv_heads
     wl, wr = window_bounds(is_causal, window_size_left, window_size_right)
