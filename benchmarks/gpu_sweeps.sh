@@ -29,9 +29,9 @@ core=packages/attn-core/tests mla=packages/attn-mla/tests
 # checkout), so a step's cap allows for the whole file (the ids carry the config names: ws-s3-p, ws-dkdv-s2, ...).
 PHASE=${PHASE:-all}
 if [ "$PHASE" != sweeps ]; then
-  # the 16-byte output stores (attn-core 0.3.20, offline until this step) on every Gluon kernel of attn-core: the
-  # GQABwd ws file (all of it, ~135 s at 8 workers on 2026-12-04), then the flash forward's ws file; a hang shows
-  # as the per-test timeout
+  # the 16-byte output stores on every Gluon kernel of attn-core (branch attn-core-16b-stores: offline, merge it into
+  # the call's tree first, into main once these pass): the GQABwd ws file (all of it, ~135 s at 8 workers on
+  # 2026-12-04), then the flash forward's ws file; a hang shows as the per-test timeout
   step gpu-tests "${TESTS_CAP:-200}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 120 \
     -p no:cacheprovider "$core/test_gqa_bwd_ws.py"
   step gpu-tests-fwd "${TESTS_CAP:-200}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 120 \
