@@ -91,11 +91,13 @@ def loop_sass_instructions(kernel) -> int:
 
 
 def report_variants(variants) -> int:
-    """Compile each ``(label, build)`` (``build()`` returns a compiled kernel), print one line per variant (registers,
+    """Compile each ``(label, build[, allowed spill bytes])`` (``build()`` returns a compiled kernel), print one line
+    per variant (registers,
     spill bytes, shared memory, wgmma, loop SASS, flags); returns the count of compile errors, spills and
     shared-memory overflows (a tool's exit status). Used by the Gluon kernels' listings."""
     bad = 0
-    for label, build in variants:
+    for label, build, *allowed in variants:  # (an optional third element: the spill bytes that variant may have)
+        allowed_spill = allowed[0] if allowed else 0
         t0 = time.perf_counter()
         try:
             r = ptxas_report(build())
@@ -104,10 +106,10 @@ def report_variants(variants) -> int:
             bad += 1
             continue
         over = r["smem"] > SM90_SMEM
-        bad += over or r["spill"] > 0
+        bad += over or r["spill"] > allowed_spill
         print(f"{label} regs {r['regs']:3d} spill {r['spill']:5d} B  smem {r['smem'] / 1024:6.1f} KB  "
               f"wgmma {r['wgmma']}  loop {r['loop_sass']:4d} SASS ({time.perf_counter() - t0:.1f}s)"
-              f"{' SPILL' if r['spill'] > 0 else ''}{' SMEM-OVER' if over else ''}"
+              f"{' SPILL' if r['spill'] > allowed_spill else ''}{' SMEM-OVER' if over else ''}"
               f"{' WGMMA-SERIALIZED' if r['serialized'] else ''}", flush=True)
     return bad
 

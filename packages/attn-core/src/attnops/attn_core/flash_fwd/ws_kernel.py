@@ -49,6 +49,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from attnops.kernel_utils.gluon_fns import store_layout, to_store_layout
+
 ROWS_PER_CONSUMER = gl.constexpr(64)  # one warpgroup's wgmma M (a constexpr: kernels read it)
 
 
@@ -267,6 +269,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                                                        instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     dtype: gl.constexpr = v_smem.dtype  # P's (16-bit: fp8 calls run P·V on 16-bit V)
+    st_layout: gl.constexpr = store_layout(HEAD_DIM, o_ptr.dtype.element_ty.primitive_bitwidth)  # o_layout's tile
     zero_s = gl.zeros([R, BLOCK_N], gl.float32, layout=s_layout)
     pid = gl.program_id(0)
     done = pid * 0  # work tiles this program has run (Q buffer done % Q_BUFS, its barriers' phase from done // Q_BUFS)
@@ -372,17 +375,20 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
             out = acc / gl.where(l_o == 0.0, 1.0, l_o)[:, None]  # rows that saw no key: 0
             if FP8:
                 out = out * gl.load(v_scale_ptr + sc)
-            o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+            # moved to 16-byte pieces along the rows first (``gluon_fns.store_layout``, warp shuffles): HEAD_DIM / 16
+            # ``STG.E.128`` a thread instead of HEAD_DIM / 4 4-byte ``STG.E``
+            vals = to_store_layout(out.to(o_ptr.dtype.element_ty))
+            o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, st_layout))
             if PACK > 1:
-                rows = gl.arange(0, R, layout=gl.SliceLayout(1, o_layout))
+                rows = gl.arange(0, R, layout=gl.SliceLayout(1, st_layout))
                 o_rows = r0 + rows // PACK  # query tokens
                 ptrs = (o_ptr + (q_start + o_rows).to(gl.int64)[:, None] * stride_ot
                         + (head + rows % PACK)[:, None] * stride_oh + o_cols[None, :])
             else:
-                o_rows = r0 + gl.arange(0, R, layout=gl.SliceLayout(1, o_layout))
+                o_rows = r0 + gl.arange(0, R, layout=gl.SliceLayout(1, st_layout))
                 ptrs = (o_ptr + (q_start + o_rows).to(gl.int64)[:, None] * stride_ot + head * stride_oh
                         + o_cols[None, :])
-            gl.store(ptrs, out.to(o_ptr.dtype.element_ty), mask=(o_rows < q_len)[:, None])
+            gl.store(ptrs, vals, mask=(o_rows < q_len)[:, None])
             done += 1
             ring += n_tiles
 

@@ -24,7 +24,14 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from attnops.kernel_utils.gluon_fns import invalidate_ring, ring_barriers, wgmma_acc_layout, wgmma_lhs_layout
+from attnops.kernel_utils.gluon_fns import (
+    invalidate_ring,
+    ring_barriers,
+    store_layout,
+    to_store_layout,
+    wgmma_acc_layout,
+    wgmma_lhs_layout,
+)
 
 from .ws_kernel import lse_delta_rows
 
@@ -78,11 +85,14 @@ def _consumer(q_tile, do_tile, k_smem, v_smem, qd_ready, ready, free, lse_ptr, d
         dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ds_op))[0]  # ds_op's registers: live until here
         mbarrier.arrive(free.index(slot), count=1)
 
-    out_rows = m0 + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_layout))
-    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+    # dQ leaves the accumulator layout for 16-byte pieces along the rows first (``gluon_fns.store_layout``, warp
+    # shuffles): 8 ``STG.E.128`` a thread at D = 128 instead of 32 4-byte ``STG.E``
+    out_layout: gl.constexpr = store_layout(HEAD_DIM, dtype.primitive_bitwidth)
+    vals = to_store_layout((dq * sm_scale).to(dtype))
+    out_rows = m0 + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, out_layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, out_layout))
     gl.store(dq_ptr + b.to(gl.int64) * stride_dqb + head.to(gl.int64) * stride_dqh
-             + out_rows.to(gl.int64)[:, None] * stride_dqt + cols[None, :], (dq * sm_scale).to(dtype),
-             mask=(out_rows < S_q)[:, None])
+             + out_rows.to(gl.int64)[:, None] * stride_dqt + cols[None, :], vals, mask=(out_rows < S_q)[:, None])
 
 
 @gluon.jit

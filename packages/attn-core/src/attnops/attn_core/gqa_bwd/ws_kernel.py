@@ -28,7 +28,14 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from attnops.kernel_utils.gluon_fns import invalidate_ring, ring_barriers, wgmma_acc_layout, wgmma_lhs_layout
+from attnops.kernel_utils.gluon_fns import (
+    invalidate_ring,
+    ring_barriers,
+    store_layout,
+    to_store_layout,
+    wgmma_acc_layout,
+    wgmma_lhs_layout,
+)
 
 KEYS_PER_CONSUMER = gl.constexpr(64)  # one warpgroup's wgmma M
 
@@ -197,22 +204,37 @@ def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tile, v_tile, q_smem,
     if RELEASE_KV:  # every product reading K / V has retired: they may be refilled while dK / dV are stored
         mbarrier.arrive(kv_free_bar, count=1)
 
-    out_keys = n0 + WG * R + gl.arange(0, R, layout=gl.SliceLayout(1, acc_layout))
-    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
-    ok = (out_keys < S_kv)[:, None]
-    t64 = out_keys.to(gl.int64)[:, None]
+    # dK / dV leave the accumulator layout for 16-byte pieces along the rows first (``gluon_fns.store_layout``,
+    # warp shuffles): 8 ``STG.E.128`` a thread per 16-bit [64, 128] tile instead of 32 4-byte ``STG.E``, 16 instead
+    # of 32 8-byte ``STG.E.64`` per fp32 partial tile (the measurement: gluon_fns, attn-mla's DSA stores). In the
+    # persistent causal build (ws-s3-p on causal calls: the long MHA rows' default) ptxas then spills 8 B, one 4-byte
+    # value of consumer 1 stored before the tile loop and reloaded once a tile (offline sm_90, 2026-12-04): kept, as
+    # that build is the one whose epilogue the change is for (sm90_compile_bwd_ws allows it those 8 B).
     if PARTIAL:  # unscaled fp32 sums of this subgroup's heads: [2, G / GS, B·H_kv, S_kv, D] (the head-sum kernel)
+        t64, cols, ok = _out_keys(n0, S_kv, store_layout(HEAD_DIM, 32), WG, HEAD_DIM)
         subgroup_rows = n_tiles // gl.cdiv(S_kv, 2 * R)  # (G / GS)·B·H_kv: one of dK's / dV's halves
         row = sg * (subgroup_rows // (G // GS)) + b * H_kv + kvh
         part = part_ptr + (row.to(gl.int64) * S_kv + t64) * HEAD_DIM + cols[None, :]
-        gl.store(part, dk, mask=ok)
-        gl.store(part + subgroup_rows.to(gl.int64) * S_kv * HEAD_DIM, dv, mask=ok)
+        gl.store(part, to_store_layout(dk), mask=ok)
+        gl.store(part + subgroup_rows.to(gl.int64) * S_kv * HEAD_DIM, to_store_layout(dv), mask=ok)
     else:
-        gl.store(dk_ptr + b.to(gl.int64) * stride_dkb + kvh * stride_dkh + t64 * stride_dkt + cols[None, :],
-                 (dk * sm_scale).to(dtype), mask=ok)
-        gl.store(dv_ptr + b.to(gl.int64) * stride_dvb + kvh * stride_dvh + t64 * stride_dvt + cols[None, :],
-                 dv.to(dtype), mask=ok)
+        t64, cols, ok = _out_keys(n0, S_kv, store_layout(HEAD_DIM, dtype.primitive_bitwidth), WG, HEAD_DIM)
+        dk_out = to_store_layout((dk * sm_scale).to(dtype))
+        dv_out = to_store_layout(dv.to(dtype))
+        gl.store(dk_ptr + b.to(gl.int64) * stride_dkb + kvh * stride_dkh + t64 * stride_dkt + cols[None, :], dk_out,
+                 mask=ok)
+        gl.store(dv_ptr + b.to(gl.int64) * stride_dvb + kvh * stride_dvh + t64 * stride_dvt + cols[None, :], dv_out,
+                 mask=ok)
     return n
+
+
+@gluon.jit
+def _out_keys(n0, S_kv, layout: gl.constexpr, WG: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """Consumer ``WG``'s key rows of the tile (64-bit, [64, 1]), the columns ([HEAD_DIM]) and which rows lie inside
+    S_kv ([64, 1]), in slices of the 2-D store ``layout``."""
+    keys = n0 + WG * KEYS_PER_CONSUMER + gl.arange(0, KEYS_PER_CONSUMER, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    return keys.to(gl.int64)[:, None], cols, (keys < S_kv)[:, None]
 
 
 @gluon.jit
