@@ -41,6 +41,13 @@ def is_hopper() -> bool:
     return compute_capability() == (9, 0)
 
 
+def dependent_launch() -> bool:
+    """Programmatic dependent launch (``launch_pdl=True``, ``griddepcontrol`` in the kernels): sm_90 and later, never
+    under the interpreter (it cannot run the ``griddepcontrol`` inline assembly)."""
+    cc = compute_capability()
+    return cc is not None and cc >= (9, 0)
+
+
 @functools.cache
 def triton_version() -> tuple[int, int]:
     major, minor = triton.__version__.split(".")[:2]

@@ -36,6 +36,7 @@ Only portable Triton is used (no TMA, no warp specialization): the interpreter r
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from attnops.kernel_utils.attention_fns import NO_WINDOW, kv_block_range, mma, visible
 
@@ -49,13 +50,17 @@ def gqa_bwd_preprocess_kernel(
     stride_ob, stride_ot, stride_oh,
     stride_dob, stride_dot, stride_doh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, TOKENS: tl.constexpr, HEADS: tl.constexpr,
-    ZERO_DQ: tl.constexpr,
+    ZERO_DQ: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr,
 ):
     """Grid ``(B · cdiv(S_q, TOKENS), cdiv(H, HEADS))``: ``delta[b, h, i] = Σ_d o[b, i, h, d]·do[b, i, h, d]`` (fp32,
     ``[B, H, S_q]`` contiguous) for TOKENS tokens x HEADS heads (HEADS a power of two: a program's rows come from
     shifts, not the 64-bit divisions of a flat row index, 14.9 -> 13.0 us on a 512-token row, H200 2026-12-04; on
     ``[B, S, H, D]`` tensors with HEADS >= H they are one contiguous span). ``ZERO_DQ``: also zero the same rows of
-    the atomic dQ accumulator (fp32 ``[B, S_q, H, HEAD_DIM]`` contiguous), saving a memset launch."""
+    the atomic dQ accumulator (fp32 ``[B, S_q, H, HEAD_DIM]`` contiguous), saving a memset launch.
+    ``LAUNCH_DEPENDENTS``: let a kernel launched after it with programmatic dependent launch start at once (it
+    waits in ``gdc_wait`` for this grid's writes before it reads Δ)."""
+    if LAUNCH_DEPENDENTS:
+        gdc_launch_dependents()
     n_tb = tl.cdiv(S_q, TOKENS)
     b = tl.program_id(0) // n_tb
     r = tl.arange(0, TOKENS * HEADS)
@@ -191,7 +196,7 @@ def _dkdv_program(
     stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-    PARTIAL: tl.constexpr, FUSED_SUM: tl.constexpr, EXACT_DOT: tl.constexpr,
+    PARTIAL: tl.constexpr, FUSED_SUM: tl.constexpr, EXACT_DOT: tl.constexpr, WAIT_PRIOR: tl.constexpr,
 ):
     """dK, dV of key block ``pid // (head_splits·BH_kv)`` of one (batch element, KV head), summed over one of the
     ``head_splits`` equal subgroups of its G heads. ``PARTIAL`` (head_splits > 1): the unscaled fp32 sums go to
@@ -217,6 +222,8 @@ def _dkdv_program(
                 mask=kv_mask, other=0.0)
     v = tl.load(v_ptr + b64 * stride_vb + kvh64 * stride_vh + n64[:, None] * stride_vt + offs_d[None, :],
                 mask=kv_mask, other=0.0)
+    if WAIT_PRIOR:  # (launched as a dependent of the preprocess: K and V are in flight, Δ is read below)
+        gdc_wait()
     # Query blocks: [lo, mid) the causal diagonal (masked), [mid, end) every row sees every key of the
     # block, [end, S_q) the ragged tail (masked). Row i sees key j iff j <= i + q_off (causal).
     end = (S_q // BLOCK_M) * BLOCK_M
@@ -327,7 +334,7 @@ def _dq_program(
     stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
     stride_dob, stride_dot, stride_doh, stride_lb, stride_lh, stride_dqb, stride_dqt, stride_dqh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, EVEN_N: tl.constexpr, EXACT_DOT: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, EVEN_N: tl.constexpr, EXACT_DOT: tl.constexpr, WAIT_PRIOR: tl.constexpr,
 ):
     """dQ of packed query block ``num_q_blocks − 1 − p // BH_kv`` of one (batch element, KV head)."""
     offs_d = tl.arange(0, BLOCK_D)
@@ -352,6 +359,8 @@ def _dq_program(
     do = tl.load(do_ptr + (b64 * stride_dob + t64 * stride_dot + head * stride_doh)[:, None] + offs_d[None, :],
                  mask=mask, other=0.0)
     lse = tl.load(lse_ptr + b64 * stride_lb + head * stride_lh + t64, mask=row_mask, other=float("inf"))
+    if WAIT_PRIOR:
+        gdc_wait()
     delta = tl.load(delta_ptr + (b64 * H + head) * S_q + t64, mask=row_mask, other=0.0)
     q_pos = t + q_off
     WR: tl.constexpr = 0 if IS_CAUSAL else NO_WINDOW_C
@@ -390,6 +399,7 @@ def gqa_bwd_kernel(
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
     IS_CAUSAL: tl.constexpr, EVEN_M1: tl.constexpr, EVEN_N1: tl.constexpr, EVEN_N2: tl.constexpr,
     ATOMIC_DQ: tl.constexpr, PARTIAL: tl.constexpr, FUSED_SUM: tl.constexpr, EXACT_DOT: tl.constexpr,
+    WAIT_PRIOR: tl.constexpr,
 ):
     """1-D grid of ``num_dkdv + num_q_blocks·B·H_kv`` programs (``BH_kv = B·H_kv``).
 
@@ -403,7 +413,9 @@ def gqa_bwd_kernel(
     ``i + S_kv − S_q``. ``EVEN_M1 = S_q % BLOCK_M1 == 0``, ``EVEN_N1 = S_kv % BLOCK_N1 == 0``,
     ``EVEN_N2 = S_kv % BLOCK_N2 == 0``.
     ``ATOMIC_DQ``: the grid holds the ``num_dkdv`` dK/dV programs only; they add dQ into ``dq_acc_ptr``
-    (``dq_ptr`` is not written). ``EXACT_DOT``: interpreter only (fp32 operands, same products)."""
+    (``dq_ptr`` is not written). ``EXACT_DOT``: interpreter only (fp32 operands, same products). ``WAIT_PRIOR``:
+    launched with programmatic dependent launch after the preprocess: each program loads its first inputs, then waits
+    for the preprocess's Δ (and zeroed atomic accumulator) in ``gdc_wait``."""
     pid = tl.program_id(0)
     if pid < num_dkdv:
         _dkdv_program(
@@ -413,7 +425,7 @@ def gqa_bwd_kernel(
             stride_dob, stride_dot, stride_doh, stride_lb, stride_lh,
             stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
             HEAD_DIM, BLOCK_D, BLOCK_M1, BLOCK_N1, IS_CAUSAL, EVEN_M1, EVEN_N1, ATOMIC_DQ, PARTIAL, FUSED_SUM,
-            EXACT_DOT,
+            EXACT_DOT, WAIT_PRIOR,
         )
     elif not ATOMIC_DQ:
         _dq_program(
@@ -421,5 +433,5 @@ def gqa_bwd_kernel(
             S_q, S_kv, H, H_kv, G, num_q_blocks, BH_kv, scale_log2, sm_scale,
             stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
             stride_dob, stride_dot, stride_doh, stride_lb, stride_lh, stride_dqb, stride_dqt, stride_dqh,
-            HEAD_DIM, BLOCK_D, BLOCK_M2, BLOCK_N2, IS_CAUSAL, EVEN_N2, EXACT_DOT,
+            HEAD_DIM, BLOCK_D, BLOCK_M2, BLOCK_N2, IS_CAUSAL, EVEN_N2, EXACT_DOT, WAIT_PRIOR,
         )

@@ -185,6 +185,11 @@ def ws_default(p: Problem, sms: int) -> ws_launch.WsBwdConfig | None:
 # H200, 2026-12-04, same process (benchmarks/results/h200/20261204-0441-probe-bwd-concurrent-dq.json): llama-8b-long
 # 519-523 -> 485-488 us, llama-70b-long 539-541 -> 500-502, llama-8b / 70b-long-mha 583-586 -> 573-575.
 CONCURRENT_DQ = True
+# The Triton kernel launched as the preprocess's programmatic dependent (sm_90: ``launch_pdl``, ``griddepcontrol``):
+# its programs load K / V (dK / dV role) or Q / dO (dQ role) while the preprocess's last programs run and wait for
+# Δ there, instead of starting after the preprocess has drained. Prediction (2026-12-04, not yet measured): 2-5 us
+# off the 512-token rows' ~115-140 us.
+DEPENDENT_LAUNCH = True
 _DQ_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
 
 
@@ -221,11 +226,14 @@ def launch(p: Problem) -> None:
     block_d = triton.next_power_of_2(D)
     delta = torch.empty((B, H, S_q), dtype=torch.float32, device=p.q.device)
     dq_acc = delta if p.deterministic else torch.empty((B, S_q, H, D), dtype=torch.float32, device=p.q.device)
+    # The Triton kernel right after the preprocess starts as its dependent (``DEPENDENT_LAUNCH``)
+    dependent = DEPENDENT_LAUNCH and not ws and runtime.dependent_launch()
     heads = min(triton.next_power_of_2(H), PREPROCESS_ROWS)
     tokens = PREPROCESS_ROWS // heads
     gqa_bwd_preprocess_kernel[(B * triton.cdiv(S_q, tokens), triton.cdiv(H, heads))](
         p.o, p.do, delta, dq_acc, S_q, H, *_bsh(p.o), *_bsh(p.do),
-        HEAD_DIM=D, BLOCK_D=block_d, TOKENS=tokens, HEADS=heads, ZERO_DQ=not p.deterministic, num_warps=4,
+        HEAD_DIM=D, BLOCK_D=block_d, TOKENS=tokens, HEADS=heads, ZERO_DQ=not p.deterministic,
+        LAUNCH_DEPENDENTS=dependent, num_warps=4,
     )
     if ws:
         splits = _FORCED.get("splits") or head_splits(ws_launch.BLOCK_KEYS, B, S_kv, H, p.k.shape[2],
@@ -238,17 +246,19 @@ def launch(p: Problem) -> None:
         if side is not None:  # dQ done before anything after the call on the caller's stream
             torch.cuda.current_stream(p.q.device).wait_stream(side)
     if not (ws and ws.gluon_dq):
-        _launch_any(p, delta, dq_acc, dq_only=ws is not None)
+        _launch_any(p, delta, dq_acc, dq_only=ws is not None, dependent=dependent)
     if not p.deterministic:
         scaled_cast(dq_acc, p.dq, p.sm_scale)
 
 
-def _launch_any(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, dq_only: bool = False) -> None:
+def _launch_any(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, dq_only: bool = False,
+                dependent: bool = False) -> None:
     """The forced tile config, else ``choose``'s, falling through configs that do not fit the GPU; ``dq_only``:
-    the kernel's dQ programs alone (a forced ``WsBwdConfig`` ran the dK / dV role)."""
+    the kernel's dQ programs alone (a forced ``WsBwdConfig`` ran the dK / dV role); ``dependent``: launched as the
+    preprocess's programmatic dependent."""
     B, S_q, H, D = p.q.shape
     if isinstance(_FORCED.get("config"), BwdConfig):
-        _launch(p, delta, dq_acc, _FORCED["config"], dq_only)
+        _launch(p, delta, dq_acc, _FORCED["config"], dq_only, dependent)
         return
     first = choose(D, B, S_q, p.k.shape[1], H, p.k.shape[2], p.is_causal, runtime.num_sms())
     cands = [first] + [c for c in configs_for(D) if c != first]
@@ -256,14 +266,15 @@ def _launch_any(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, dq_only: 
         if cfg in _TOO_BIG:
             continue
         try:
-            _launch(p, delta, dq_acc, cfg, dq_only)
+            _launch(p, delta, dq_acc, cfg, dq_only, dependent)
             return
         except triton.runtime.errors.OutOfResources:
             _TOO_BIG.add(cfg)
     raise RuntimeError(f"GQABwd: no tile config fits this GPU for head dim {D}")
 
 
-def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfig, dq_only: bool = False) -> None:
+def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfig, dq_only: bool = False,
+            dependent: bool = False) -> None:
     """The backward kernel, and the head-subgroup sum where ``head_splits`` (or a forced count) splits the dK/dV
     programs' heads; ``dq_only``: its dQ programs alone (the dK / dV role ran elsewhere)."""
     B, S_q, H, D = p.q.shape
@@ -291,7 +302,7 @@ def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfi
         IS_CAUSAL=p.is_causal, EVEN_M1=S_q % cfg.block_m1 == 0, EVEN_N1=S_kv % cfg.block_n1 == 0,
         EVEN_N2=S_kv % cfg.block_n2 == 0,
         ATOMIC_DQ=not p.deterministic, PARTIAL=splits > 1, FUSED_SUM=fused_sum, EXACT_DOT=runtime.interpreting(),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        WAIT_PRIOR=dependent, num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=dependent,
     )
     if splits > 1 and not fused_sum:
         _head_sum(p, part, splits)
