@@ -164,7 +164,8 @@ def mla_ws_variants():
             ints = dict(H=128, n_kv=4096, group=128, head_blocks_per_kv=2, split_len=4096, n_splits=16,
                         stride_ob=128 * 512, stride_oh=512)
             for split in (False, True):
-                cx = dict(BLOCK_N=cfg.block_n, STAGES=cfg.stages, SPLIT=split, ALTERNATING=cfg.alternating)
+                cx = dict(BLOCK_N=cfg.block_n, STAGES=cfg.stages, SPLIT=split, ALTERNATING=cfg.alternating,
+                          HALF_READY=cfg.half_ready)
                 yield f"mla-ws {cfg.name} {name} split={split}", lambda cx=cx, ptrs=ptrs, ints=ints: compile_sm90(
                     mla_decode_ws_kernel, ptrs, ints, cx, 4, 1, floats=("qk_scale",), source=GluonASTSource)
 
@@ -177,13 +178,16 @@ def dsa_ws_variants():
         name = "bf16" if dtype == torch.bfloat16 else "fp16"
         width = 512 + tail
         for cfg in dsa_ws.WS_CONFIGS:
+            if dsa_ws.config_refusal(cfg, tail):  # (refused before any launch: never built)
+                continue
             q_desc = _desc_type(dtype, width, [64, 256])
             ptrs = {"q_desc": q_desc, "qpe_desc": _desc_type(dtype, width, [64, tail]) if tail else q_desc,
                     "kv_ptr": f"*{name}", "clean_ptr": "*i32", "count_ptr": "*i32", "out_ptr": f"*{name}"}
             ints = dict(n_items=8192, S=4096, H=128, H_kv=1, group=128, head_blocks_per_kv=2, stride_kb=65536 * pitch,
                         stride_kt=pitch, stride_kh=pitch, stride_ob=4096 * 128 * 512, stride_os=128 * 512,
                         stride_oh=512)
-            cx = dict(TAIL=tail, BLOCK_K=2048, BLOCK_N=cfg.block_n, STAGES=cfg.stages, ALTERNATING=cfg.alternating)
+            cx = dict(TAIL=tail, BLOCK_K=2048, BLOCK_N=cfg.block_n, STAGES=cfg.stages, ALTERNATING=cfg.alternating,
+                      HALF_READY=cfg.half_ready)
             yield f"dsa-ws {cfg.name} {name} tail={tail} pitch={pitch}", lambda cx=cx, ptrs=ptrs, ints=ints: \
                 compile_sm90(dsa_decode_ws_kernel, ptrs, ints, cx, 4, 1, floats=("qk_scale",), source=GluonASTSource)
 

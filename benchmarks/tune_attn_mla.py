@@ -49,7 +49,7 @@ def variants(spec, case, skip=frozenset()):
                                         case.inputs["q_start_index_s"], case.inputs.get("sm_scale"))
         if dsa_ws.applies(q, case.inputs["kv"], tail):
             for cfg in dsa_ws.WS_CONFIGS:
-                if cfg.name not in skip:
+                if cfg.name not in skip and dsa_ws.config_refusal(cfg, tail) is None:
                     yield cfg.name, dsa_op.with_config(cfg)
     if spec.name == "MLADecodeWithKVCacheFwd":
         if mla_ws.applies(*(case.inputs[n] for n in ("q", "q_pe", "k", "k_pe"))):

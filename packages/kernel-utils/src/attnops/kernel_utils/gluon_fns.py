@@ -98,25 +98,31 @@ def to_store_layout(x):
 
 
 @gluon.jit
-def init_ring(ready, free, STAGES: gl.constexpr, READY_COUNT: gl.constexpr, FREE_COUNT: gl.constexpr):
-    """Each slot's ``ready`` barrier (arrivals per fill: 1 for a TMA expect, one per thread for cp.async) and
-    ``free`` barrier (one arrival per consumer partition)."""
+def init_ring(ready, free, STAGES: gl.constexpr, READY_COUNT: gl.constexpr, FREE_COUNT: gl.constexpr,
+              READY_PARTS: gl.constexpr = 1):
+    """Each slot's ``ready`` barriers (arrivals per fill: 1 for a TMA expect, one per thread for cp.async; with
+    ``READY_PARTS`` > 1 one per part of the slot, part j of slot s at ``j·STAGES + s``) and ``free`` barrier (one
+    arrival per consumer partition)."""
     for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=READY_COUNT)
+        for j in gl.static_range(READY_PARTS):
+            mbarrier.init(ready.index(j * STAGES + i), count=READY_COUNT)
         mbarrier.init(free.index(i), count=FREE_COUNT)
 
 
 @gluon.jit
-def ring_barriers(STAGES: gl.constexpr, READY_COUNT: gl.constexpr, FREE_COUNT: gl.constexpr):
-    """A ring's ``ready`` and ``free`` mbarriers ([STAGES, 1] each), allocated and initialized (``init_ring``)."""
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+def ring_barriers(STAGES: gl.constexpr, READY_COUNT: gl.constexpr, FREE_COUNT: gl.constexpr,
+                  READY_PARTS: gl.constexpr = 1):
+    """A ring's ``ready`` ([READY_PARTS·STAGES, 1]: a barrier per part of a slot, ``init_ring``) and ``free``
+    ([STAGES, 1]) mbarriers, allocated and initialized."""
+    ready = gl.allocate_shared_memory(gl.int64, [READY_PARTS * STAGES, 1], mbarrier.MBarrierLayout())
     free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    init_ring(ready, free, STAGES, READY_COUNT, FREE_COUNT)
+    init_ring(ready, free, STAGES, READY_COUNT, FREE_COUNT, READY_PARTS)
     return ready, free
 
 
 @gluon.jit
-def invalidate_ring(ready, free, STAGES: gl.constexpr):
+def invalidate_ring(ready, free, STAGES: gl.constexpr, READY_PARTS: gl.constexpr = 1):
     for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
+        for j in gl.static_range(READY_PARTS):
+            mbarrier.invalidate(ready.index(j * STAGES + i))
         mbarrier.invalidate(free.index(i))
