@@ -29,21 +29,24 @@ core=packages/attn-core/tests mla=packages/attn-mla/tests
 # checkout), so a step's cap allows for the whole file (the ids carry the config names: ws-s3-p, ws-dkdv-s2, ...).
 PHASE=${PHASE:-all}
 if [ "$PHASE" != sweeps ]; then
-  # the 16-byte output stores on every Gluon kernel of attn-core (branch attn-core-16b-stores: offline, merge it into
-  # the call's tree first, into main once these pass): the GQABwd ws file (all of it, ~135 s at 8 workers on
-  # 2026-12-04), then the flash forward's ws file; a hang shows as the per-test timeout
+  # branch next-gpu (offline work of 2026-12-04, never run on a GPU): GQABwd's Triton kernel as the preprocess's
+  # programmatic dependent (test_dependent_launch_gpu: bitwise against the plain launch, in a CUDA graph too), then
+  # the attn-mla ws kernels' half-slot ready barriers (-h) and DSA's persistent 64-key configs (every WS_CONFIGS
+  # entry: seed rows, edge cases, persistent items; a hang shows as the per-test timeout)
   step gpu-tests "${TESTS_CAP:-200}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 120 \
-    -p no:cacheprovider "$core/test_gqa_bwd_ws.py"
-  step gpu-tests-fwd "${TESTS_CAP:-200}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 120 \
-    -p no:cacheprovider "$core/test_flash_fwd_ws.py"
+    -p no:cacheprovider "$core/test_gqa_bwd.py"
+  step gpu-tests-mla "${TESTS_CAP:-200}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 120 \
+    -p no:cacheprovider "$mla/test_dsa_decode_ws.py" "$mla/test_mla_decode_ws.py"
 fi
 if [ "$PHASE" = tests ]; then
   grep -h "^FAILED\|^ERROR" "$OUT"/gpu-tests*.log 2>/dev/null | head -20  # the failing node ids, before packing
   (cd "$OUT" && tar czf tests-logs.tgz --remove-files ./*.log 2>/dev/null); exit 0
 fi
 # (earlier sessions' sweeps and what they decided: docs/perf/attn-core.md and docs/dev/gpu-runs.md)
-# GQABwd's ws configs on the long rows with the 16-byte dK / dV / dQ stores (each checked first): does the persistent
-# default still win, and by how much did each config move (the 2026-12-04 tune-bwd-tma run holds the old times)
-tune tune-bwd-stores 240 tune_gqa_bwd --ws-only --filter long
+# The half-slot ready barriers and DSA's 64-key blocks against the persistent default on the rows below 0.8x FlashMLA
+# (each variant checked first; the channel split and the one-item configs left out), then MLA's 64-key form
+tune tune-dsa-half-ready 300 tune_attn_mla --filter "mla-d576-h128-kv32k,mla-d512-h128-kv8k,mla-d512-h64-kv32k" \
+  --skip ws-n32s3,ws-n32s2,ws-alt-n32s4
+tune tune-mla-half-ready 120 tune_attn_mla --filter "mla-b128-8192/bf16" --skip ws-n32s3,ws-n32s2
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"
