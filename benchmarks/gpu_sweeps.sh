@@ -31,13 +31,14 @@ PHASE=${PHASE:-all}
 if [ "$PHASE" != sweeps ]; then
   # branch next-gpu (offline work of 2026-12-04, never run on a GPU): GQABwd's Triton kernel as the preprocess's
   # programmatic dependent (test_dependent_launch_gpu: bitwise against the plain launch, in a CUDA graph too), then
-  # the attn-mla ws kernels' half-slot ready barriers (-h) and DSA's persistent 64-key configs (seed rows, edge
-  # cases, persistent items; a hang shows as the per-test timeout)
+  # the attn-mla ws kernels' half-slot ready barriers (-h), per-thread slot releases (-t) and DSA's persistent
+  # 64-key configs (seed rows, edge cases, persistent items; a hang shows as the per-test timeout)
   step gpu-tests "${TESTS_CAP:-200}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 120 \
     -p no:cacheprovider "$core/test_gqa_bwd.py"
-  # (the new configs only, 120 of the two files' 263 tests: they come last in WS_CONFIGS, so a cap would cut them)
-  step gpu-tests-mla "${TESTS_CAP:-200}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 120 \
-    -p no:cacheprovider -k "n64s2 or h-p or s4-h" "$mla/test_dsa_decode_ws.py" "$mla/test_mla_decode_ws.py"
+  # (the new configs only, 160 of the two files' 303 tests: they come last in WS_CONFIGS, so a cap would cut them)
+  step gpu-tests-mla "${TESTS_CAP:-240}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 120 \
+    -p no:cacheprovider -k "n64s2 or h-p or s4-h or t-p or s4-t" "$mla/test_dsa_decode_ws.py" \
+    "$mla/test_mla_decode_ws.py"
 fi
 if [ "$PHASE" = tests ]; then
   grep -h "^FAILED\|^ERROR" "$OUT"/gpu-tests*.log 2>/dev/null | head -20  # the failing node ids, before packing

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+
+WARPGROUP_THREADS = gl.constexpr(128)
 
 
 @gluon.constexpr_function
@@ -118,6 +121,26 @@ def ring_barriers(STAGES: gl.constexpr, READY_COUNT: gl.constexpr, FREE_COUNT: g
     free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     init_ring(ready, free, STAGES, READY_COUNT, FREE_COUNT, READY_PARTS)
     return ready, free
+
+
+@gluon.constexpr_function
+def release_count(partitions, per_thread):
+    """A free barrier's arrivals per phase when ``partitions`` consumer warpgroups each ``release`` it once."""
+    return partitions * (WARPGROUP_THREADS.value if per_thread else 1)
+
+
+@gluon.jit
+def release(free, PER_THREAD: gl.constexpr):
+    """A consumer warpgroup's arrival on ``free`` once its reads of the slot have retired (its wgmma waits done).
+    ``mbarrier.arrive`` is one thread's arrival, and Triton 3.6 puts a warpgroup barrier (``bar.sync``, 128 threads)
+    before it so that every thread is past its reads. ``PER_THREAD``: every thread arrives by itself instead
+    (``release_count``: 128 a warpgroup), through ``cp.async.mbarrier.arrive.noinc``, which takes effect once the
+    thread's earlier cp.async copies have landed (a consumer issues none: at once) and which Triton lowers without
+    that barrier (sm_90 PTX, 2026-12-04)."""
+    if PER_THREAD:
+        async_copy.mbarrier_arrive(free, increment_count=False)
+    else:
+        mbarrier.arrive(free, count=1)
 
 
 @gluon.jit

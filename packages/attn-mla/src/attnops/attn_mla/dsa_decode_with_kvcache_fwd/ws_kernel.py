@@ -30,6 +30,7 @@ from attnops.attn_mla.latent_alt import consume_blocks, handoff_buffers
 from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys
 from attnops.kernel_utils.gluon_fns import (
     invalidate_ring,
+    release_count,
     ring_barriers,
     store_layout,
     to_store_layout,
@@ -93,7 +94,8 @@ def _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stri
 def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_mine, x_theirs, xchg, p_mine, p_theirs, st_mine, st_theirs,
               full, empty, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
               head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, HAS_PE: gl.constexpr, ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr):
+              STAGES: gl.constexpr, HAS_PE: gl.constexpr, ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr,
+              THREAD_RELEASE: gl.constexpr):
     """Per work item, latent columns [256·WG, +256) of its 64 heads over the row's selected keys, then their store.
     Channel split (``latent_ws.consume_keys``): this warpgroup scores its latent half of every tile, the partial
     scores summed through ``x_mine`` / ``x_theirs`` / ``xchg``. ``ALTERNATING`` (``latent_alt.consume_blocks``):
@@ -127,7 +129,8 @@ def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_mine, x_theirs, xchg
                 acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs,
                                                st_mine, st_theirs, full, empty, k_ready, kv_free, q_free, 0, count,
                                                n_tiles, r0, h_mine, h_theirs, qk_scale, WG, BLOCK_N, STAGES, HAS_PE,
-                                               s_layout, o_layout, wgmma_lhs_layout(HALF), True, True, HALF_READY)
+                                               s_layout, o_layout, wgmma_lhs_layout(HALF), True, True, HALF_READY,
+                                               THREAD_RELEASE)
             else:
                 acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, x_mine, x_theirs,
                                              k_ready, kv_free, xchg, 0, count, n_tiles, r0, qk_scale, WG, BLOCK_N,
@@ -257,14 +260,18 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
 def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr, n_items, S, H, H_kv, group,
                          head_blocks_per_kv, qk_scale, stride_kb, stride_kt, stride_kh, stride_ob, stride_os,
                          stride_oh, TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr,
-                         STAGES: gl.constexpr, ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr):
+                         STAGES: gl.constexpr, ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr,
+                         THREAD_RELEASE: gl.constexpr):
     """Grid: programs over ``n_items`` work items (head blocks per KV head x B·S·H_kv rows), program p taking items
     p, p + grid, ... (one each, or a persistent grid: the ring, query slot and hand-offs carry on from item to
     item, so the next item's keys and queries load during the last tiles and the stores of the one before).
     ``q_desc``: q as ``[B·S·H, D + TAIL]`` in [64, 256] boxes; ``qpe_desc``: the same rows in [64, TAIL] boxes (any
     descriptor when TAIL = 0). num_warps = 4 (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader:
-    4 warps). ``HALF_READY`` (alternating only): two ready barriers a ring slot (``latent_alt._block_scores``)."""
+    4 warps). ``HALF_READY`` (alternating only): two ready barriers a ring slot (``latent_alt._block_scores``);
+    ``THREAD_RELEASE`` (alternating only): the consumers free ring slots one arrival per thread."""
     gl.static_assert(ALTERNATING or not HALF_READY, "half-slot ready barriers: the alternating consumer only")
+    gl.static_assert(ALTERNATING or not THREAD_RELEASE, "per-thread releases: the alternating consumer only")
+    FREES: gl.constexpr = release_count(2, THREAD_RELEASE)  # both consumers release a slot
     READY_PARTS: gl.constexpr = 2 if HALF_READY else 1
     dtype: gl.constexpr = q_desc.dtype
     k_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HALF], dtype)
@@ -281,7 +288,7 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
         qpe_smem = q_lo
         kpe_smem = k_lo
     q_ready, q_free = ring_barriers(1, 1, 2)  # the query slot: TMA fills it, both consumers release it
-    k_ready, kv_free = ring_barriers(STAGES, 32 * LOADER_WARPS, 2, READY_PARTS)  # both consumers release a slot
+    k_ready, kv_free = ring_barriers(STAGES, 32 * LOADER_WARPS, FREES, READY_PARTS)
     if ALTERNATING:
         # each warpgroup's P hand-off slot (64-key tiles with the rope tail: the rope slots) and its row maxima / sums
         p0, p1, st0, st1, full, empty = handoff_buffers(kpe_smem, BLOCK_N, TAIL)
@@ -290,11 +297,11 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
             (_consumer, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p0, p1, q_ready, p0, p1, st0, st1, full, empty,
                          q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
                          head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 0, BLOCK_N, STAGES, TAIL > 0,
-                         True, HALF_READY)),
+                         True, HALF_READY, THREAD_RELEASE)),
             (_consumer, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p1, p0, q_ready, p1, p0, st1, st0, full, empty,
                          q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
                          head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 1, BLOCK_N, STAGES, TAIL > 0,
-                         True, HALF_READY)),
+                         True, HALF_READY, THREAD_RELEASE)),
             (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem,
                        q_ready, q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb,
                        stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, 64, HALF_READY)),
@@ -311,11 +318,11 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
             (_consumer, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, x_lo, x_hi, x_lo, x_hi, xchg,
                          xchg, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
                          head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 0, BLOCK_N, STAGES, TAIL > 0,
-                         False, False)),
+                         False, False, False)),
             (_consumer, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_hi, x_lo, xchg, x_hi, x_lo, x_hi, x_lo, xchg,
                          xchg, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
                          head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 1, BLOCK_N, STAGES, TAIL > 0,
-                         False, False)),
+                         False, False, False)),
             (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem,
                        q_ready, q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb,
                        stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, HALF, False)),

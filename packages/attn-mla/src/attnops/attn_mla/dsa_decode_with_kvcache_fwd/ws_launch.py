@@ -11,7 +11,7 @@ import torch
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from attnops.attn_mla.latent_ws import CONFIGS, HALF, HALF_READY_CONFIGS, HEADS, WsConfig
+from attnops.attn_mla.latent_ws import CONFIGS, HALF, HEADS, UNTIMED_CONFIGS, WsConfig
 from attnops.kernel_utils import runtime
 
 from .ws_kernel import dsa_decode_ws_kernel
@@ -28,10 +28,10 @@ __all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run"]
 # d512-h128-kv32k 2.800 -> 2.624, d576-h128-kv32k 5.451 -> 5.158 (docs/perf/attn-mla.md).
 MLA_ONLY = (WsConfig(64, 2, alternating=True),)
 ALTERNATING = tuple(c for c in CONFIGS if c.alternating and c not in MLA_ONLY)
-# Last, untimed (forced only: tests and sweeps): persistent 64-key blocks, and the persistent alternating configs
-# with a ready barrier per half slot (``latent_ws.HALF_READY_CONFIGS``). Aimed at the d576-h128 rows (0.75-0.84x
-# FlashMLA, whose sparse kernel has that layout and those barriers): never run on a GPU yet.
-UNTIMED = (replace(MLA_ONLY[0], persistent=True),) + tuple(replace(c, persistent=True) for c in HALF_READY_CONFIGS)
+# Last, untimed (forced only: tests and sweeps): persistent 64-key blocks, and the persistent forms of
+# ``latent_ws.UNTIMED_CONFIGS`` (a ready barrier per half slot; per-thread releases). Aimed at the rows below 0.8x
+# FlashMLA (its sparse kernel has the 64-key layout and the half-slot barriers): never run on a GPU yet.
+UNTIMED = (replace(MLA_ONLY[0], persistent=True),) + tuple(replace(c, persistent=True) for c in UNTIMED_CONFIGS)
 WS_CONFIGS = (tuple(replace(c, persistent=True) for c in ALTERNATING) + ALTERNATING
               + tuple(c for c in CONFIGS if not c.alternating) + UNTIMED)
 LATENT = 2 * HALF.value  # the value width the kernel serves (D = 512)
@@ -105,4 +105,5 @@ def run(cfg: WsConfig, q, kv, clean, count, out, dim_tail: int, head_blocks_per_
         q_desc, _q_desc(q, [HEADS.value, dim_tail]) if dim_tail else q_desc, kv, clean, count, out, n_items, s, h, h_kv,
         h // h_kv, head_blocks_per_kv, qk_scale, kv.stride(0), kv.stride(1), kv.stride(2), out.stride(0),
         out.stride(1), out.stride(2), TAIL=dim_tail, BLOCK_K=clean.shape[1], BLOCK_N=cfg.block_n,
-        STAGES=cfg.stages, ALTERNATING=cfg.alternating, HALF_READY=cfg.half_ready, num_warps=4)
+        STAGES=cfg.stages, ALTERNATING=cfg.alternating, HALF_READY=cfg.half_ready,
+        THREAD_RELEASE=cfg.thread_release, num_warps=4)

@@ -30,6 +30,7 @@ from attnops.attn_mla.latent_alt import consume_blocks, handoff_buffers
 from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys
 from attnops.kernel_utils.gluon_fns import (
     invalidate_ring,
+    release_count,
     ring_barriers,
     store_layout,
     to_store_layout,
@@ -106,7 +107,8 @@ def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready
 def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs, st_mine, st_theirs, full,
                   empty, q_ready, k_ready, kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group,
                   head_blocks_per_kv, split_len, n_splits, qk_scale, stride_ob, stride_oh, WG: gl.constexpr,
-                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr, HALF_READY: gl.constexpr):
+                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr, HALF_READY: gl.constexpr,
+                  THREAD_RELEASE: gl.constexpr):
     """Alternating blocks: latent columns [256·WG, +256) of the program's 64 heads, this warpgroup scoring every
     other key block (``latent_alt.consume_blocks``), then their store."""
     s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
@@ -116,7 +118,7 @@ def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_
     acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs, st_mine,
                                    st_theirs, full, empty, k_ready, kv_free, kv_free, start, end, n_tiles, 0, 0, 0,
                                    qk_scale, WG, BLOCK_N, STAGES, True, s_layout, o_layout, wgmma_lhs_layout(HALF),
-                                   False, False, HALF_READY)  # (no persistent loader: the queries are never released)
+                                   False, False, HALF_READY, THREAD_RELEASE)  # (the queries are never released)
     _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_blocks_per_kv, n_splits, stride_ob,
            stride_oh, q_lo.dtype, WG, s_layout, o_layout, SPLIT)
 
@@ -167,12 +169,13 @@ def _loader(q_desc, qpe_desc, k_desc, kpe_desc, q_lo, q_hi, qpe_smem, k_lo, k_hi
 def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group,
                          head_blocks_per_kv, split_len, n_splits, qk_scale, stride_ob, stride_oh,
                          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
-                         ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr):
+                         ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr, THREAD_RELEASE: gl.constexpr):
     """Descriptors over 2-D row views: q ``[B·H, 512]`` in [64, 256] boxes, q_pe ``[B·H, PE]`` in [64, PE], rope
     keys ``[B·N_kv, H_kv·PE]`` in [BLOCK_N, PE]; latent keys per request, ``[B, N_kv, H_kv·512]`` in [1, BLOCK_N,
     256] boxes (zeros past N_kv: ``ws_launch._key_desc``).
     ``ALTERNATING``: the consumers alternate whole key blocks (``latent_alt``) instead of splitting the channels;
-    ``HALF_READY`` (alternating only): two ready barriers a ring slot (``latent_alt._block_scores``).
+    ``HALF_READY`` (alternating only): two ready barriers a ring slot (``latent_alt._block_scores``);
+    ``THREAD_RELEASE`` (alternating only): the consumers free ring slots one arrival per thread.
     num_warps = 4 (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader: 1 warp)."""
     dtype: gl.constexpr = q_desc.dtype
     PE: gl.constexpr = qpe_desc.block_type.shape[1]
@@ -188,8 +191,10 @@ def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr
     q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready.index(0), count=1)
     gl.static_assert(ALTERNATING or not HALF_READY, "half-slot ready barriers: the alternating consumer only")
+    gl.static_assert(ALTERNATING or not THREAD_RELEASE, "per-thread releases: the alternating consumer only")
     READY_PARTS: gl.constexpr = 2 if HALF_READY else 1
-    k_ready, kv_free = ring_barriers(STAGES, 1, 2, READY_PARTS)  # both consumers release a slot
+    # both consumers release a slot
+    k_ready, kv_free = ring_barriers(STAGES, 1, release_count(2, THREAD_RELEASE), READY_PARTS)
     if ALTERNATING:
         # each warpgroup's P hand-off slot (64-key blocks: the rope slots) and its row maxima / sums
         p0, p1, st0, st1, full, empty = handoff_buffers(kpe_smem, BLOCK_N, PE)
@@ -198,11 +203,11 @@ def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr
             (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_lo, p0, p1, st0, st1, full, empty, q_ready,
                              k_ready, kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv,
                              split_len, n_splits, qk_scale, stride_ob, stride_oh, 0, BLOCK_N, STAGES, SPLIT,
-                             HALF_READY)),
+                             HALF_READY, THREAD_RELEASE)),
             (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_hi, p1, p0, st1, st0, full, empty, q_ready,
                              k_ready, kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv,
                              split_len, n_splits, qk_scale, stride_ob, stride_oh, 1, BLOCK_N, STAGES, SPLIT,
-                             HALF_READY)),
+                             HALF_READY, THREAD_RELEASE)),
             (_loader, (q_desc, qpe_desc, k_desc, kpe_desc, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
                        k_ready, kv_free, H, n_kv, group, head_blocks_per_kv, split_len, BLOCK_N, STAGES, HALF_READY)),
         ], [4, 1], [232, 24])  # (240: ptxas spilled 12 B of the second consumer)

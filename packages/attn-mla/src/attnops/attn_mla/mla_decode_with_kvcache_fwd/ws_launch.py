@@ -10,14 +10,14 @@ import torch
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from attnops.attn_mla.latent_ws import CONFIGS, HALF, HALF_READY_CONFIGS, HEADS, WsConfig
+from attnops.attn_mla.latent_ws import CONFIGS, HALF, HEADS, UNTIMED_CONFIGS, WsConfig
 from attnops.kernel_utils import runtime
 
 from .ws_kernel import mla_decode_ws_kernel
 
 __all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run"]
-# the measured configs (the default first), then the untimed half-slot ready barriers (forced only)
-WS_CONFIGS = CONFIGS + HALF_READY_CONFIGS
+# the measured configs (the default first), then the untimed ones (forced only: latent_ws.UNTIMED_CONFIGS)
+WS_CONFIGS = CONFIGS + UNTIMED_CONFIGS
 LATENT = 2 * HALF.value  # the latent width the kernel serves (D = kv_lora_rank = 512)
 ROPE = 64  # the rope width it serves (PE)
 
@@ -98,4 +98,4 @@ def run(cfg: WsConfig, q, q_pe, k, k_pe, out, part_o, part_lse, head_blocks_per_
         _desc(k_pe, [cfg.block_n, ROPE]), out, part_o, part_lse, h, n_kv, h // h_kv, head_blocks_per_kv, split_len,
         splits, qk_scale, out.stride(0), out.stride(1),
         BLOCK_N=cfg.block_n, STAGES=cfg.stages, SPLIT=splits > 1, ALTERNATING=cfg.alternating,
-        HALF_READY=cfg.half_ready, num_warps=4)
+        HALF_READY=cfg.half_ready, THREAD_RELEASE=cfg.thread_release, num_warps=4)
