@@ -45,6 +45,11 @@ if [ "$PHASE" = tests ]; then
   (cd "$OUT" && tar czf tests-logs.tgz --remove-files ./*.log 2>/dev/null); exit 0
 fi
 # (earlier sessions' sweeps and what they decided: docs/perf/attn-core.md and docs/dev/gpu-runs.md)
+# GQABwd's short MHA rows (0.80x FA3's published, issue 5's last two): the Gluon kernels against the Triton tile (the
+# default there, launched as the preprocess's dependent on this branch) now that their stores are 16-byte: before
+# them the Gluon default ran these rows at 144.4 against 139.8 us (2026-12-03), and the stores took 7 % off the long
+# MHA rows
+tune tune-bwd-short-mha 120 tune_gqa_bwd --ws-only --filter short-mha/bf16
 # The half-slot ready barriers and DSA's 64-key blocks against the persistent default on the rows below 0.8x FlashMLA
 # (each variant checked first; the channel split and the one-item configs left out), then MLA's 64-key form
 tune tune-dsa-half-ready 300 tune_attn_mla --filter "mla-d576-h128-kv32k,mla-d512-h128-kv8k,mla-d512-h64-kv32k" \
