@@ -39,6 +39,10 @@ if [ "$PHASE" != sweeps ]; then
   step gpu-tests-mla "${TESTS_CAP:-240}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 120 \
     -p no:cacheprovider -k "n64s2 or h-p or s4-h or t-p or s4-t" "$mla/test_dsa_decode_ws.py" \
     "$mla/test_mla_decode_ws.py"
+  # the attn-core forward's per-thread slot release twins (-t): the ws tests loop over every config inside each test
+  # (the ids name no config), so the whole ws file and the paged ws tests (2026-12-04: 176 passed in 121 s at -n 14)
+  step gpu-tests-fwd "${TESTS_CAP:-200}" python3 -m pytest -v -rf -n 14 --timeout 150 \
+    -p no:cacheprovider -k ws "$core/test_flash_fwd_ws.py" "$core/test_gqa_paged_fwd.py"
 fi
 if [ "$PHASE" = tests ]; then
   grep -h "^FAILED\|^ERROR" "$OUT"/gpu-tests*.log 2>/dev/null | head -20  # the failing node ids, before packing
@@ -54,6 +58,13 @@ tune tune-bwd-short-mha 120 tune_gqa_bwd --ws-only --filter short-mha/bf16
 # (each variant checked first; the channel split and the one-item configs left out), then MLA's 64-key form
 tune tune-dsa-half-ready 300 tune_attn_mla --filter "mla-d576-h128-kv32k,mla-d512-h128-kv8k,mla-d512-h64-kv32k" \
   --skip h200,ws-n32s3,ws-n32s2,ws-alt-n32s4
+# qwen35-9b-rope (issue 4: 17.9 ms, 17.68 needed for 0.8x FA3's published 14.1) on the paged D = 256 default and its
+# per-thread release twin; ~4 % run-to-run noise on this row, hence 40 iterations
+tune tune-qwen35-thread-release 150 tune_attn_core_paged --ws --filter qwen35-9b-rope --variants ws-n32s4-ov \
+  --iters 40
+# the dense / varlen default and its -t twin where the forward is furthest from the peers
+tune tune-fwd-thread-release 150 tune_attn_core --ws --only "n64s3-ov-bm-lpt" \
+  --filter "llama-8b-uniform/bf16,llama-70b-q-lt-kv/bf16,qwen3-8b-chunked-b8"
 tune tune-mla-half-ready 120 tune_attn_mla --filter "mla-b128-8192/bf16" --skip h200,ws-n32s3,ws-n32s2
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"

@@ -49,7 +49,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from attnops.kernel_utils.gluon_fns import store_layout, to_store_layout
+from attnops.kernel_utils.gluon_fns import release, release_count, store_layout, to_store_layout
 
 ROWS_PER_CONSUMER = gl.constexpr(64)  # one warpgroup's wgmma M (a constexpr: kernels read it)
 
@@ -249,7 +249,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
               PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr, BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr,
               HAS_SINK: gl.constexpr, SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr,
-              PACK: gl.constexpr):
+              PACK: gl.constexpr, THREAD_RELEASE: gl.constexpr):
     """Rows [64·WG, +64) of each of the program's work tiles (``PACK`` > 1: row r is query token r // PACK of the
     warpgroup's tokens, head ``head + r % PACK``): every key tile of the block's range, then
     the store. ``OVERLAP`` (FA3's intra-warpgroup pipelining): S of tile j + 1 and P·V of tile j are in flight
@@ -259,7 +259,8 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     (overlap configs only): each round of wgmma issues (a tile's first S; S of j + 1 with P·V of j; the last
     P·V) waits for this consumer's turn. ``FP8``: Q and K are raw e4m3 (S on fp8 tensor cores), V holds the raw
     e4m3 values in 16 bits (exact); request b's ``[B, H_kv]`` dequant multipliers scale the scores
-    (q_scale·k_scale, folded into the exp2 scale) and the output (v_scale)."""
+    (q_scale·k_scale, folded into the exp2 scale) and the output (v_scale). ``THREAD_RELEASE``: K / V slots are
+    freed one arrival per thread (``kernel_utils.gluon_fns.release``)."""
     if LAYOUT == PAGED or PINGPONG:
         gl.static_assert(OVERLAP, "the paged layout and the pingpong turns run the overlap configs")
     R: gl.constexpr = ROWS_PER_CONSUMER
@@ -328,7 +329,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                                                       BLOCK_N, o_layout, s_layout, SOFTCAP)
                         # p_op stays live until its wgmma is waited for: its registers are read asynchronously
                         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
-                        mbarrier.arrive(kv_free.index((ring + j - 1) % STAGES), count=1)
+                        release(kv_free.index((ring + j - 1) % STAGES), THREAD_RELEASE)
                         acc = acc * alpha[:, None]
                         # packed after the wait (FA3's order): the new operand may take the old one's registers
                         p_op = _p_operand(p, dtype, p_layout)
@@ -344,7 +345,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                     _turn_end(sched, WG, PINGPONG)
                     turn += 1
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
-                    mbarrier.arrive(kv_free.index((ring + n_tiles - 1) % STAGES), count=1)
+                    release(kv_free.index((ring + n_tiles - 1) % STAGES), THREAD_RELEASE)
                 else:
                     mbarrier.arrive(q_free.index(q_buf), count=1)
             else:
@@ -357,7 +358,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                     p_op = _p_operand(p, dtype, p_layout)
                     acc = _pv(p_op, acc * alpha[:, None], v_smem, v_ready, ring + j, STAGES)
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
-                    mbarrier.arrive(kv_free.index((ring + j) % STAGES), count=1)
+                    release(kv_free.index((ring + j) % STAGES), THREAD_RELEASE)
                 mbarrier.arrive(q_free.index(q_buf), count=1)
 
             if HAS_SINK:  # attention_fns.add_sink: 2^sink2 joins each row's denominator (no value vector)
@@ -504,14 +505,16 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                       PAGE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr,
                       BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr,
-                      SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr, PACK: gl.constexpr):
+                      SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr, PACK: gl.constexpr,
+                      THREAD_RELEASE: gl.constexpr):
     """Grid: (programs,), at most n_work · n_heads / PACK work tiles (n_work: dense / varlen n_m_blocks · batch, paged
     the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
     loader: 1 warp). ``TAIL_IN_PLACE`` (paged): the last V tile's rows past the keys are zeroed in the ring slot
     instead of in two per-consumer buffers (configs whose ring leaves no room for them). ``FP8`` (dense / varlen):
     q / k descriptors over raw e4m3 rows, v over the same values in 16 bits, scales ``[B, H_kv]`` f32 (see
     ``_consumer``). ``PACK`` (a power of two dividing 64): the G query heads of a KV head share each work tile,
-    rows (token, head), ``q_desc`` 3-D (``_loader``); 1: one query head per tile."""
+    rows (token, head), ``q_desc`` 3-D (``_loader``); 1: one query head per tile. ``THREAD_RELEASE``: the consumers
+    free K / V slots one arrival per thread, without the warpgroup barrier before a one-thread arrival."""
     gl.static_assert(BLOCK_M == 2 * ROWS_PER_CONSUMER)
     gl.static_assert(not FP8 or LAYOUT != PAGED, "fp8 runs the dense / varlen layouts")
     # [buf, WG]; packed Q tiles take K's layout (a [rows, D] tile of the same dtype), q_desc's is their 3-D view
@@ -537,7 +540,7 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
     for i in gl.static_range(STAGES):  # (paged: one arrival per chunk of a key tile, _load_paged_tile)
         mbarrier.init(k_ready.index(i), count=BLOCK_N // k_desc.block_type.shape[0])
         mbarrier.init(v_ready.index(i), count=BLOCK_N // v_desc.block_type.shape[0])
-        mbarrier.init(kv_free.index(i), count=2)  # both consumers release a slot
+        mbarrier.init(kv_free.index(i), count=release_count(2, THREAD_RELEASE))  # both consumers release a slot
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
     if SORT_B > 0:
         _sort_requests(kv_ptr, order_ptr, n_work // n_m_blocks, SORT_B)
@@ -546,12 +549,12 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                      cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q,
                      s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot,
                      stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
-                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, PACK)),
+                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, PACK, THREAD_RELEASE)),
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
                      cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q,
                      s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot,
                      stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
-                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, PACK)),
+                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, PACK, THREAD_RELEASE)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
                    cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work,
                    n_m_blocks, group, wl, wr, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, Q_BUFS,

@@ -45,12 +45,15 @@ class WsConfig:
     # request's G rows share one tile instead of filling G tiles with one row each (attn-core 0.3.18; the paged
     # D = 128 mixed-batch default since 0.3.19: gqa_paged_fwd.plan.PACKED_MERGE_DEFAULTS)
     pack_gqa: bool = False
+    # the consumers free K / V slots one arrival per thread, without the warpgroup barrier Triton puts before a
+    # single thread's arrival (``kernel_utils.gluon_fns.release``; untimed twins below)
+    thread_release: bool = False
 
     @property
     def name(self) -> str:
         return (f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}{'' if self.persistent else '-np'}"
                 f"{'-pp' if self.pingpong else ''}{'-bm' if self.block_major else ''}{'-lpt' if self.lpt else ''}"
-                f"{'-pk' if self.pack_gqa else ''}")
+                f"{'-pk' if self.pack_gqa else ''}{'-t' if self.thread_release else ''}")
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
@@ -73,10 +76,14 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
           # the default's order knobs with 4 slots (not yet timed; 4 slots alone won the long-window rows at 03:30)
           WsConfig(64, 4, True, block_major=True, lpt=True),
           # the G heads of a KV head in one tile (``pack_gqa``; untimed): the paged default's and the 16-bit default's
-          WsConfig(64, 3, True, pack_gqa=True), WsConfig(64, 3, True, block_major=True, lpt=True, pack_gqa=True)),
+          WsConfig(64, 3, True, pack_gqa=True), WsConfig(64, 3, True, block_major=True, lpt=True, pack_gqa=True),
+          # the dense / varlen and paged defaults with per-thread slot releases (``thread_release``; untimed)
+          WsConfig(64, 3, True, block_major=True, lpt=True, thread_release=True),
+          WsConfig(64, 3, True, thread_release=True)),
     # D = 256 (one Q buffer; written 2026-12-02 without device time: candidates for the prefill op's D 256 rows)
     256: (WsConfig(32, 3, True), WsConfig(32, 4, True), WsConfig(64, 2, True), WsConfig(64, 2),
-          WsConfig(32, 3, True, pingpong=True)),
+          WsConfig(32, 3, True, pingpong=True),
+          WsConfig(32, 4, True, thread_release=True)),  # (the paged default, per-thread slot releases; untimed)
 }
 DEFAULT_HEAD_DIMS = (128,)
 # fp8 q / k with requests of unequal lengths: the 128-key tile with 2 slots and the overlap (2026-12-03 sweep, every
@@ -284,7 +291,7 @@ def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
         cap_scale=2 * LOG2E * sm_scale / softcap if softcap else 0.0, cap_log2=softcap * LOG2E,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
         PINGPONG=cfg.pingpong, Q_BUFS=q_buffers(d), SOFTCAP=bool(softcap), HAS_SINK=sinks is not None,
-        PACK=heads_per_tile, num_warps=4, **layout)
+        PACK=heads_per_tile, THREAD_RELEASE=cfg.thread_release, num_warps=4, **layout)
 
 
 def launch(p: Problem, cfg: WsConfig) -> None:
