@@ -92,9 +92,9 @@ def loop_sass_instructions(kernel) -> int:
 
 def report_variants(variants) -> int:
     """Compile each ``(label, build[, allowed spill bytes])`` (``build()`` returns a compiled kernel), print one line
-    per variant (registers,
-    spill bytes, shared memory, wgmma, loop SASS, flags); returns the count of compile errors, spills and
-    shared-memory overflows (a tool's exit status). Used by the Gluon kernels' listings."""
+    per variant (registers, spill bytes, shared memory, wgmma, loop SASS, flags); returns the count of compile
+    errors, spills over the variant's allowance and shared-memory overflows (a tool's exit status). Used by the
+    Gluon kernels' listings."""
     bad = 0
     for label, build, *allowed in variants:  # (an optional third element: the spill bytes that variant may have)
         allowed_spill = allowed[0] if allowed else 0

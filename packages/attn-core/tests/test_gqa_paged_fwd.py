@@ -443,7 +443,6 @@ def test_every_config(key, merged, dtype):
     assert not fell_back, f"config {cfg} did not fit (OutOfResources); replaced by {fell_back}"
 
 
-
 @pytest.mark.parametrize("key", sorted(LONG_SPLIT_CONFIGS), ids=lambda k: f"{k[0]}-d{k[1]}")
 def test_long_split_tile(key, monkeypatch):
     """Every long-split tile, checked against the reference: with one SM and one program a slot assumed, each
