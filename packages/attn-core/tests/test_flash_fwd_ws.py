@@ -610,12 +610,25 @@ def test_rope_default_rule(monkeypatch):
 
 def test_paged_plan_default_per_head_dim(monkeypatch):
     """Runs everywhere: a paged plan's large class takes its head dim's ``PAGED_DEFAULTS`` config where the tiles
-    reach 7 / 8 of the SMs; too few tiles, or ``ws=False``, leave it on the Triton kernel."""
+    reach 7 / 8 of the SMs, its ``LONG_PAGED_DEFAULTS`` one where every query block reads ``LONG_BLOCK_KEYS`` keys or
+    more; too few tiles, or ``ws=False``, leave it on the Triton kernel."""
     monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 132)
     for d in (64, 128, 256):
         plan = paged_plan.plan_paged_attention([512] * 8, [4096] * 8, num_heads=32, num_kv_heads=8, head_dim=d,
                                                device="cpu")
         assert [ln.ws for ln in plan.launches if ln.kind == "large"] == [ws_launch.PAGED_DEFAULTS[d]]
+    for d in (64, 128, 256):  # (qwen35-9b-rope's lengths: every block reads >= 32 k keys)
+        plan = paged_plan.plan_paged_attention([1024] * 8, [33792] * 8, num_heads=32, num_kv_heads=8, head_dim=d,
+                                               device="cpu")
+        want = ws_launch.LONG_PAGED_DEFAULTS.get(d, ws_launch.PAGED_DEFAULTS[d])
+        assert [ln.ws for ln in plan.launches if ln.kind == "large"] == [want]
+    # one request whose first block reads fewer keys keeps the batch on the default; so does a left window
+    short = paged_plan.plan_paged_attention([1024] * 7 + [256], [33792] * 7 + [4352], num_heads=32, num_kv_heads=8,
+                                            head_dim=256, device="cpu")
+    windowed = paged_plan.plan_paged_attention([1024] * 8, [33792] * 8, num_heads=32, num_kv_heads=8, head_dim=256,
+                                               window_size_left=4096, device="cpu")
+    for plan in (short, windowed):
+        assert [ln.ws for ln in plan.launches if ln.kind == "large"] == [ws_launch.PAGED_DEFAULTS[256]]
     few = paged_plan.plan_paged_attention([256], [4096], num_heads=32, num_kv_heads=8, head_dim=128, device="cpu")
     off = paged_plan.plan_paged_attention([512] * 8, [4096] * 8, num_heads=32, num_kv_heads=8, head_dim=128,
                                           ws=False, device="cpu")

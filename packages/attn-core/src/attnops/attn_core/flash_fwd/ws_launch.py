@@ -185,6 +185,13 @@ def paged_configs(head_dim: int) -> tuple[WsConfig, ...]:
 # D = 256 gemma-2b 154.8 / 325.3 (4 slots; 3: 156.8).
 PAGED_DEFAULTS: dict[int, WsConfig] = {64: WsConfig(128, 3, True), 128: WsConfig(64, 3, True),
                                        256: WsConfig(32, 4, True)}
+# Batches whose every query block reads at least LONG_BLOCK_KEYS keys take LONG_PAGED_DEFAULTS where the head dim
+# has one. D = 256: the pingpong turns on 3 slots led the 4-slot default on qwen35-9b-rope (8 requests x 1024
+# queries over 33 k keys) in all four runs (ms: 16.35 / 17.76, 17.84 / 18.28, 18.36 / 19.27, 18.82 / 19.73;
+# 2026-12-03 sweeps, docs/perf/attn-core.md), but not on blocks of 4-5 k keys (gemma-2b 157.2 against 152.5 us,
+# qwen35-9b-mixed 6.20 against 6.11 ms).
+LONG_PAGED_DEFAULTS: dict[int, WsConfig] = {256: WsConfig(32, 3, True, pingpong=True)}
+LONG_BLOCK_KEYS = 16384
 
 
 def paged_applies(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,

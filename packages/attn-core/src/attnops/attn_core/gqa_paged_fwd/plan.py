@@ -402,7 +402,7 @@ def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, n
                              f"(ws_launch.paged_configs: {[c.name for c in ws_launch.paged_configs(head_dim)]})")
         cfg = ws
     elif _ws_worth_it(large, [], num_heads, 1, wl, wr):
-        cfg = ws_launch.PAGED_DEFAULTS[head_dim]
+        cfg = _paged_default(large, head_dim, wl, wr)
     else:
         cfg = _packed_merge(large, small, num_heads, head_dim, group, wl, wr, merge_small)
         if cfg is None:
@@ -421,6 +421,16 @@ def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, n
     blocks.sort(key=lambda x: -x[0])
     items = torch.tensor([(b, m) for _, b, m in blocks], dtype=torch.int32).reshape(-1, 2).to(device)
     return cfg, items, with_small
+
+
+def _paged_default(large, head_dim: int, wl: int, wr: int) -> ws_launch.WsConfig:
+    """The head dim's ``LONG_PAGED_DEFAULTS`` config where even the first (shortest, under the causal mask) query
+    block of every ``large`` request reads ``LONG_BLOCK_KEYS`` keys or more, else its ``PAGED_DEFAULTS`` one."""
+    long_cfg = ws_launch.LONG_PAGED_DEFAULTS.get(head_dim)
+    if long_cfg is not None and min(_key_span(q, total, 0, min(q, ws_launch.BLOCK_M) - 1, wl, wr)
+                                    for _, q, total in large) >= ws_launch.LONG_BLOCK_KEYS:
+        return long_cfg
+    return ws_launch.PAGED_DEFAULTS[head_dim]
 
 
 def _ws_worth_it(large, small, num_heads: int, heads_per_tile: int, wl: int, wr: int) -> bool:
