@@ -58,9 +58,9 @@ tune tune-bwd-short-mha 120 tune_gqa_bwd --ws-only --filter short-mha/bf16
 # (each variant checked first; the channel split and the one-item configs left out), then MLA's 64-key form
 tune tune-dsa-half-ready 300 tune_attn_mla --filter "mla-d576-h128-kv32k,mla-d512-h128-kv8k,mla-d512-h64-kv32k" \
   --skip h200,ws-n32s3,ws-n32s2,ws-alt-n32s4
-# qwen35-9b-rope (issue 4: 17.9 ms, 17.68 needed for 0.8x FA3's published 14.1) on the paged D = 256 default, its
-# per-thread release twin, and the 3-slot and pingpong forms (over three earlier runs pingpong averaged 17.5 ms against
-# the default's 18.4-18.6, but lost on gemma-2b and qwen35-9b-mixed); ~4 % run-to-run noise, hence 40 iterations
+# qwen35-9b-rope (issue 4: 17.9 ms, 17.68 needed for 0.8x FA3's published 14.1): its default is now the pingpong
+# config (LONG_PAGED_DEFAULTS: ahead of the 4-slot config in four earlier sweeps), beside the 4-slot config, that
+# one's per-thread release twin and the 3-slot form; ~4 % run-to-run noise, hence 40 iterations
 tune tune-qwen35-thread-release 150 tune_attn_core_paged --ws --filter qwen35-9b-rope --variants ws-n32 --iters 40
 # the dense / varlen default and its -t twin where the forward is furthest from the peers
 tune tune-fwd-thread-release 150 tune_attn_core --ws --only "n64s3-ov-bm-lpt" \
