@@ -27,7 +27,7 @@ def _bases(layout):
             [tuple(b) for b in layout.warp_bases])
 
 
-@pytest.mark.parametrize("n", (32, ) + COLS)
+@pytest.mark.parametrize("n", (32,) + COLS)
 def test_accumulator_bases_are_tritons(n):
     ctx = ir.context()
     ir.load_dialects(ctx)
@@ -54,7 +54,7 @@ def test_each_conversion_swaps_one_lane_bit_with_one_register_bit(bits, n):
         assert sum(a != b for a, b in zip(l0, l1)) == 1  # (the other lanes keep their places)
 
 
-@pytest.mark.parametrize("n", (32, ) + COLS)
+@pytest.mark.parametrize("n", (32,) + COLS)
 @pytest.mark.parametrize("bits", [16, 32])
 def test_store_layout_holds_16_bytes_a_thread_along_128_byte_row_segments(bits, n):
     if n < (64 if bits == 16 else 32):
