@@ -324,6 +324,31 @@ def test_head_splits_fuzz(seed):
         SPEC.check(case, fn)
 
 
+@pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 150, 150), (False, 70, 130)],
+                         ids=["causal-ragged", "non-causal"])
+def test_program_order_interpreter(is_causal, s_q, s_kv):
+    """The kernel's program order in chunks of ``group`` (batch, KV head) pairs (``ORDER_GROUP``): 6 pairs (2 batch
+    elements x 3 KV heads, G = 2) in chunks of 1, 4 (4 + 2: a short last chunk), 5 and 6 (one chunk, the default),
+    both dQ modes, 2 head subgroups with the fused sum; the reference check, and the deterministic outputs bitwise
+    those of the default order (each output element is one program's, whatever the order)."""
+    case = make_case(GQA, DEV, shrink=True, seed=31, batch=2, s_q=s_q, s_kv=s_kv, heads=(6, 3), head_dim=64,
+                     is_causal=is_causal)
+    cfg = bwd.configs_for(64)[-1]
+    default = case.fresh().run(functools.partial(_split_call, cfg, 2, gqa_bwd, True))
+    fns = {f"group {group}, {mode}": functools.partial(_order_call, cfg, group, fn)
+           for group in (1, 4, 5, 6) for mode, fn in (("deterministic", gqa_bwd), ("atomic dQ", ATOMIC))}
+    SPEC.check_each(case, fns)
+    for group in (1, 4):
+        got = case.fresh().run(functools.partial(_order_call, cfg, group, gqa_bwd))
+        for name in ("dq", "dk", "dv"):
+            testing.assert_bitwise(name, default[name], got[name])
+
+
+def _order_call(cfg, group, fn, **inputs):
+    with bwd.forced(cfg, splits=2, fused_sum=True, group=group):
+        return fn(**inputs)
+
+
 def test_head_split_rule():
     """``head_splits`` on 132 SMs: llama-70b-short and llama-70b-long (128 programs each: SMs left idle) split their 8
     heads into 2; every other seed row keeps one subgroup (llama-8b-short's 256 programs included; MHA rows
@@ -412,6 +437,19 @@ def test_dependent_launch_gpu(monkeypatch, deterministic):
             testing.assert_bitwise(name, plain[name], captured[name])
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("group", [8, 32, 48], ids=lambda g: f"group{g}")
+def test_program_order_gpu(group):
+    """llama-8b-short-mha at full size (128 pairs) with the program order in chunks of 8, 32 and 48 pairs (48: a
+    short last chunk), bf16: the reference check, and dQ, dK, dV bitwise those of the default order."""
+    case = make_case(ROWS["llama-8b-short-mha/bf16"], DEV, shrink=False, seed=37)
+    default = case.fresh().run(gqa_bwd)
+    with bwd.forced(group=group):
+        got = SPEC.check(case, gqa_bwd)
+    for name in ("dq", "dk", "dv"):
+        testing.assert_bitwise(name, default[name], got[name])
+
+
 def test_config_choice():
     """``choose`` is a function of the shapes: sequences of at most ``SHORT_KEYS`` keys take the class's short
     config (the 4-warp D = 128 tile); longer ones the first config of the class whose dK/dV grid covers 3/4 of the
@@ -468,9 +506,9 @@ def test_empty_shapes():
 
 def test_kernels_compile_for_sm90():
     """The GQABwd variants (deterministic, atomic dQ: wgmma, cp.async, vectorized fp32 atomics; head-split partial
-    sums added by the head-sum kernel or by the last subgroup) through Triton's sm_90 pipeline and ptxas offline,
-    every D = 128 config: no compile error, shared memory fits."""
-    for extra in ((), ("--atomic-dq",), ("--partial",), ("--partial", "--fused-sum")):
+    sums added by the head-sum kernel or by the last subgroup; the program order in chunks of pairs) through Triton's
+    sm_90 pipeline and ptxas offline, every D = 128 config: no compile error, shared memory fits."""
+    for extra in ((), ("--atomic-dq",), ("--partial",), ("--partial", "--fused-sum"), ("--chunked",)):
         listing = run_offline_compile(__file__, "sm90_compile_gqa_bwd", "--dims", "128", *extra)
         assert "COMPILE ERROR" not in listing and "OVER SMEM" not in listing, listing
         assert "head sum D128" in listing, listing

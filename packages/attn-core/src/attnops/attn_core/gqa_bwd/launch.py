@@ -64,6 +64,14 @@ HEAD_SUM_ROWS = 32  # key rows per program of gqa_bwd_head_sum_kernel
 # 20261203-1819-tune-bwd-splits.json), llama-70b-short bf16: 2 subgroups 123.6 us with the head-sum launch, 118.9
 # fused; 4: 136.1 / 124.3; 8: 165.0 / 148.9; unsplit 180.6.
 FUSED_SUM_DEFAULT = True
+# The Triton kernel's program order (``gqa_bwd_kernel``): (batch, KV head) pairs per chunk, each chunk's dK/dV
+# programs then its dQ programs; None: one chunk, every dK/dV program before every dQ program (the order of every
+# measurement so far). Why smaller chunks may pay (offline reasoning, not measured): on the short MHA rows (128 pairs,
+# 2048 programs, ~8 waves of 264 resident) each wave of dK/dV programs streams Q / dO of every pair (33.5 MB) and
+# each wave of dQ programs K / V of every pair (33.5 MB), so later waves re-read from HBM what earlier ones read
+# (~2.5x the tensors: ~100 MB more than once); chunks of 32 pairs keep each wave's ~16 MB within the 50 MB L2.
+# ``tune_gqa_bwd --order`` times chunk sizes against this default.
+ORDER_GROUP: int | None = None
 
 
 def _dim_class(head_dim: int) -> int:
@@ -121,14 +129,15 @@ _TOO_BIG: set[BwdConfig] = set()  # configs that did not fit this GPU's shared m
 
 
 def forced(config: BwdConfig | ws_launch.WsBwdConfig | None = None, splits: int | None = None,
-           fused_sum: bool | None = None):
-    """Pin the tile config (and / or ``splits``, the head subgroups of ``head_splits``, and ``fused_sum``, who adds
-    their partial sums: ``FUSED_SUM_DEFAULT``) of every backward launch inside the block (tests, sweeps). A
+           fused_sum: bool | None = None, group: int | None = None):
+    """Pin the tile config (and / or ``splits``, the head subgroups of ``head_splits``, ``fused_sum``, who adds
+    their partial sums: ``FUSED_SUM_DEFAULT``, and ``group``, the Triton kernel's program order: ``ORDER_GROUP``)
+    of every backward launch inside the block (tests, sweeps). A
     ``WsBwdConfig`` runs the warp-specialized dK / dV kernel with the Triton kernel's dQ role (``choose``'s tile)
     beside it, or with ``gluon_dq`` the Gluon dQ kernel; with ``splits`` its programs sum over G / splits heads each,
-    their partials added by the head-sum launch (``fused_sum`` is the Triton kernel's only). ``splits`` alone keeps
-    the Triton kernel."""
-    return runtime.pinned(_FORCED, config=config, splits=splits, fused_sum=fused_sum)
+    their partials added by the head-sum launch (``fused_sum`` is the Triton kernel's only). ``splits`` or ``group``
+    alone keeps the Triton kernel."""
+    return runtime.pinned(_FORCED, config=config, splits=splits, fused_sum=fused_sum, group=group)
 
 
 @dataclass
@@ -214,7 +223,7 @@ def launch(p: Problem) -> None:
     refused = ws_launch.refusal(p) if ws else None
     if refused:
         raise ValueError(f"config {ws.name}: the warp-specialized dK / dV kernel cannot serve this call: {refused}")
-    if "config" not in _FORCED and "splits" not in _FORCED:
+    if not _FORCED.keys() & {"config", "splits", "group"}:
         ws = ws_default(p, runtime.num_sms())
     if ws:  # their dQ is deterministic; deterministic=False permits atomics, so it takes them too (and no dQ buffer)
         p = replace(p, deterministic=True)
@@ -285,14 +294,14 @@ def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfi
                                                                       runtime.num_sms())
     part = _partials(p, splits) if splits > 1 else delta  # (never read with one subgroup)
     fused_sum = splits > 1 and bool(_FORCED.get("fused_sum", FUSED_SUM_DEFAULT))
-    key_blocks = triton.cdiv(S_kv, cfg.block_n1)
+    key_blocks = 0 if dq_only else triton.cdiv(S_kv, cfg.block_n1)
     counters = runtime.arrival_counters(p.q.device, key_blocks * bh_kv) if fused_sum else delta
-    num_dkdv = 0 if dq_only else key_blocks * bh_kv * splits
     num_q_blocks = triton.cdiv(S_q * G, cfg.block_m2)
-    grid = (num_dkdv if not p.deterministic else num_dkdv + num_q_blocks * bh_kv,)
+    group = min(_FORCED.get("group") or ORDER_GROUP or bh_kv, bh_kv)
+    grid = (bh_kv * (key_blocks * splits + (num_q_blocks if p.deterministic else 0)),)
     gqa_bwd_kernel[grid](
         p.q, p.k, p.v, p.do, p.lse, delta, p.dq, p.dk, p.dv, dq_acc, part, counters,
-        S_q, S_kv, H, H_kv, G, splits, num_dkdv, num_q_blocks, bh_kv,
+        S_q, S_kv, H, H_kv, G, splits, key_blocks, num_q_blocks, bh_kv, group,
         p.sm_scale * LOG2E, p.sm_scale,
         *_bsh(p.q), *_bsh(p.k), *_bsh(p.v), *_bsh(p.do),
         p.lse.stride(0), p.lse.stride(1),
@@ -302,7 +311,8 @@ def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfi
         IS_CAUSAL=p.is_causal, EVEN_M1=S_q % cfg.block_m1 == 0, EVEN_N1=S_kv % cfg.block_n1 == 0,
         EVEN_N2=S_kv % cfg.block_n2 == 0,
         ATOMIC_DQ=not p.deterministic, PARTIAL=splits > 1, FUSED_SUM=fused_sum, EXACT_DOT=runtime.interpreting(),
-        WAIT_PRIOR=dependent, num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=dependent,
+        WAIT_PRIOR=dependent, CHUNKED=group < bh_kv, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        launch_pdl=dependent,
     )
     if splits > 1 and not fused_sum:
         _head_sum(p, part, splits)
