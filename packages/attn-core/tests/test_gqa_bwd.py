@@ -314,13 +314,15 @@ def _split_call(cfg, splits, fn, fused_sum=False, **inputs):
 @pytest.mark.parametrize("seed", range(200, 216))
 def test_head_splits_fuzz(seed):
     """Fuzzed shapes (``SPEC.fuzz``: batch, lengths, GQA ratio, head dim, causal, scale) with a subgroup count drawn
-    from the divisors of G, either way of adding the partials and either dQ mode."""
+    from the divisors of G, either way of adding the partials, either dQ mode and a program-order chunk of 1 to all
+    (batch, KV head) pairs."""
     case = SPEC.fuzz(seed, DEV)
     g = case.inputs["q"].shape[2] // case.inputs["k"].shape[2]
+    pairs = case.inputs["k"].shape[0] * case.inputs["k"].shape[2]
     pick = random.Random(seed)
     splits = pick.choice([d for d in range(1, g + 1) if g % d == 0])
     fn = pick.choice([gqa_bwd, ATOMIC])
-    with bwd.forced(splits=splits, fused_sum=pick.random() < 0.5):
+    with bwd.forced(splits=splits, fused_sum=pick.random() < 0.5, group=pick.randint(1, pairs)):
         SPEC.check(case, fn)
 
 
