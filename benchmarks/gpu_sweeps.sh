@@ -49,9 +49,10 @@ if [ "$PHASE" = tests ]; then
   (cd "$OUT" && tar czf tests-logs.tgz --remove-files ./*.log 2>/dev/null); exit 0
 fi
 # (earlier sessions' sweeps and what they decided: docs/perf/attn-core.md and docs/dev/gpu-runs.md)
-# GQABwd's 512-token rows with the Triton kernel's programs in chunks of (batch, KV head) pairs (launch.ORDER_GROUP):
-# on the MHA rows each wave re-streams Q / dO and K / V of all 128 pairs; chunks keep a wave's inputs in L2
-tune tune-bwd-order 100 tune_gqa_bwd --order --filter "short-mha/bf16,short/bf16"
+# GQABwd's short MHA rows with the Triton kernel's programs in chunks of (batch, KV head) pairs (launch.ORDER_GROUP):
+# each wave of their ~8 re-streams Q / dO or K / V of all 128 pairs; chunks keep a wave's inputs in L2. (The GQA short
+# rows' dK/dV grids are one wave: a rule would leave them alone.)
+tune tune-bwd-order 100 tune_gqa_bwd --order --filter "short-mha/bf16"
 # GQABwd's short MHA rows (0.80x FA3's published, issue 5's last two): the Gluon kernels against the Triton tile (the
 # default there, launched as the preprocess's dependent on this branch) now that their stores are 16-byte: before
 # them the Gluon default ran these rows at 144.4 against 139.8 us (2026-12-03), and the stores took 7 % off the long
