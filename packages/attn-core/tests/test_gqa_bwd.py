@@ -344,6 +344,8 @@ def test_program_order_interpreter(is_causal, s_q, s_kv):
         got = case.fresh().run(functools.partial(_order_call, cfg, group, gqa_bwd))
         for name in ("dq", "dk", "dv"):
             testing.assert_bitwise(name, default[name], got[name])
+    with pytest.raises(ValueError, match="group .* must be >= 1, got 0"):
+        _order_call(cfg, 0, gqa_bwd, **case.inputs)
 
 
 def _order_call(cfg, group, fn, **inputs):

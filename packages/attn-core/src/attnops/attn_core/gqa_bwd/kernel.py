@@ -9,17 +9,17 @@ the scale folded in), ``dV = Pᵀ dO``, ``dP = dO Vᵀ``, ``dS = P ⊙ (dP − �
 long dK/dV programs leave idle; each kind is ordered longest-first under the causal mask):
 
 * **dK/dV** (in each chunk of (batch, KV head) pairs, see ``gqa_bwd_kernel``, before its dQ programs): one
-  ``BLOCK_N1`` block of keys of one KV head of one batch element keeps K, V and the fp32 accumulators dK, dV in registers and walks the query blocks that see it
-  for all G query heads of the KV head, so the GQA sum happens in registers and dK / dV are written once
-  (no atomics, no second pass). Where that leaves too few, too long programs (few (batch, KV head) pairs, large
+  ``BLOCK_N1`` block of keys of one KV head of one batch element keeps K, V and the fp32 accumulators dK, dV in
+  registers and walks the query blocks that see it for all G query heads of the KV head, so the GQA sum happens
+  in registers and dK / dV are written once (no atomics, no second pass). Where that leaves too few, too long programs (few (batch, KV head) pairs, large
   G), ``head_splits`` programs share a key block, each over G / head_splits heads, and a small
   ``gqa_bwd_head_sum_kernel`` adds their fp32 partial sums in a fixed order (still deterministic). The (head,
   query block) pairs are one flat loop, not a loop over heads around a loop over blocks: nested loops made the
   sm_90 build spill registers. Scores are formed transposed (``k·qᵀ``: ``[BLOCK_N1, BLOCK_M1]``) so Pᵀ and dSᵀ
   are directly the left operands.
-* **dQ** (after the chunk's dK/dV programs): one block of ``BLOCK_M2`` *packed* query rows (row r = token ``r // G``, head
-  ``kv_head·G + r % G``, as in the forward: one K/V tile serves all G heads) walks its key range and
-  accumulates dQ in registers. QKᵀ and dP are recomputed here (7 matmuls in all instead of 5), which keeps
+* **dQ** (after the chunk's dK/dV programs): one block of ``BLOCK_M2`` *packed* query rows (row r = token
+  ``r // G``, head ``kv_head·G + r % G``, as in the forward: one K/V tile serves all G heads) walks its key range
+  and accumulates dQ in registers. QKᵀ and dP are recomputed here (7 matmuls in all instead of 5), which keeps
   dQ deterministic without atomics.
 
 With ``ATOMIC_DQ`` (the op's ``deterministic=False``) there are no dQ programs: each dK/dV step also forms

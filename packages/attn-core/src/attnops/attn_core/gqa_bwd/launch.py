@@ -230,6 +230,8 @@ def launch(p: Problem) -> None:
     G = H // p.k.shape[2]
     if G % (_FORCED.get("splits") or 1):
         raise ValueError(f"GQABwd: splits must divide the group size {G}, got {_FORCED['splits']}")
+    if _FORCED.get("group", 1) < 1:
+        raise ValueError(f"GQABwd: group (pairs per chunk of the program order) must be >= 1, got {_FORCED['group']}")
     if B == 0 or S_q == 0 or S_kv == 0:
         return
     block_d = triton.next_power_of_2(D)
@@ -297,7 +299,7 @@ def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfi
     key_blocks = 0 if dq_only else triton.cdiv(S_kv, cfg.block_n1)
     counters = runtime.arrival_counters(p.q.device, key_blocks * bh_kv) if fused_sum else delta
     num_q_blocks = triton.cdiv(S_q * G, cfg.block_m2)
-    group = min(_FORCED.get("group") or ORDER_GROUP or bh_kv, bh_kv)
+    group = min(_FORCED.get("group", ORDER_GROUP or bh_kv), bh_kv)
     grid = (bh_kv * (key_blocks * splits + (num_q_blocks if p.deterministic else 0)),)
     gqa_bwd_kernel[grid](
         p.q, p.k, p.v, p.do, p.lse, delta, p.dq, p.dk, p.dv, dq_acc, part, counters,
