@@ -39,8 +39,9 @@ if [ "$PHASE" != sweeps ]; then
   step gpu-tests-mla "${TESTS_CAP:-240}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 120 \
     -p no:cacheprovider -k "n64s2 or h-p or s4-h or t-p or s4-t" "$mla/test_dsa_decode_ws.py" \
     "$mla/test_mla_decode_ws.py"
-  # the attn-core forward's per-thread slot release twins (-t): the ws tests loop over every config inside each test
-  # (the ids name no config), so the whole ws file and the paged ws tests (2026-12-04: 176 passed in 121 s at -n 14)
+  # the attn-core forward's per-thread slot release twins (-t) and split blocks (test_paged_tail_splits,
+  # test_prefill_paged_tail_splits): the ws tests loop over every config inside each test (the ids name no config),
+  # so the whole ws file and the paged ws tests (2026-12-04: 176 passed in 121 s at -n 14)
   step gpu-tests-fwd "${TESTS_CAP:-200}" python3 -m pytest -v -rf -n 14 --timeout 150 \
     -p no:cacheprovider -k ws "$core/test_flash_fwd_ws.py" "$core/test_gqa_paged_fwd.py"
 fi
@@ -64,8 +65,13 @@ tune tune-dsa-half-ready 300 tune_attn_mla --filter "mla-d576-h128-kv32k,mla-d51
   --skip h200,ws-n32s3,ws-n32s2,ws-alt-n32s4
 # qwen35-9b-rope (issue 4: 17.9 ms, 17.68 needed for 0.8x FA3's published 14.1): its default is now the pingpong
 # config (LONG_PAGED_DEFAULTS: ahead of the 4-slot config in four earlier sweeps), beside the 4-slot config, that
-# one's per-thread release twin and the 3-slot form; ~4 % run-to-run noise, hence 40 iterations
-tune tune-qwen35-thread-release 150 tune_attn_core_paged --ws --filter qwen35-9b-rope --variants ws-n32 --iters 40
+# one's per-thread release twin and the 3-slot form, each also with its 3 lightest blocks split in 3 (`+tail`,
+# plan.WS_TAIL_SPLITS_DEFAULT: modelled 2.0 % shorter); ~4 % run-to-run noise, hence 40 iterations
+tune tune-qwen35-thread-release 200 tune_attn_core_paged --ws --filter qwen35-9b-rope --variants ws-n32 --iters 40
+# the other seed rows the tail rule would split (modelled: qwen35-9b-mixed 1 block in 4, 2.0 %; falcon-7b 3 in 3, 2.8 %;
+# the fp8-pool qwen35-9b row as qwen35-9b-rope), each default beside its config with `+tail`
+tune tune-ws-tail 150 tune_attn_core_paged --ws --filter "qwen35-9b-mixed,falcon-7b,qwen35-9b/f16/fp8" \
+  --variants "+tail" --iters 20
 # the dense / varlen default and its -t twin where the forward is furthest from the peers
 tune tune-fwd-thread-release 150 tune_attn_core --ws --only "n64s3-ov-bm-lpt" \
   --filter "llama-8b-uniform/bf16,llama-70b-q-lt-kv/bf16,qwen3-8b-chunked-b8"

@@ -12,8 +12,8 @@ with the default configs.
     python -m benchmarks.tune_attn_core_paged --filter llama-70b-p16 --split-counts 2,3,4,5,6 --variants num_splits
 
 ``--ws``: instead, the large class on the warp-specialized kernel (``ws=`` of the plan: every config
-``ws_launch.paged_applies`` may take) beside the Triton kernel (``ws=False``) and the default plan, on the rows
-with a large class.
+``ws_launch.paged_applies`` may take, and each with its lightest blocks split where the tail rule splits any:
+``+tail``) beside the Triton kernel (``ws=False``) and the default plan, on the rows with a large class.
 """
 
 from __future__ import annotations
@@ -98,6 +98,18 @@ def _ws_variants(case, default_plan) -> list[tuple[str, dict]]:
     return variants
 
 
+def _tail_variants(make_plan, ws_variants) -> list[tuple[str, dict]]:
+    """Each forced warp-specialized config with its lightest blocks split over their keys (``ws_tail=True``) where
+    the plan's rule splits any (``gqa_paged_fwd.tail_split``)."""
+    out = []
+    for name, kw in ws_variants:
+        if isinstance(kw.get("ws"), ws_launch.WsConfig):
+            tail = {**kw, "ws_tail": True}
+            if any(ln.ws_splits is not None for ln in _launches(make_plan(**tail))):
+                out.append((f"{name}+tail", tail))
+    return out
+
+
 def _merged_variants(head_dim: int) -> list[tuple[str, dict]]:
     """``merge_small`` with each large tile and with split settings: the merged launch holds every item of a
     mixed batch, so its tile and splits decide the row (the split-sweep knobs alone change one class)."""
@@ -129,7 +141,7 @@ def main():
             ws = _ws_variants(case, default_plan)
             if not ws:
                 continue
-            variants += ws
+            variants += ws + _tail_variants(make_plan, ws)
         else:
             for ln in _launches(default_plan):
                 key = config_key(ln.kind, d)

@@ -9,6 +9,7 @@ NaN-filled (``ATTNOPS_POISON``). On CPU: the launches bind every kernel argument
 kernel), the plans' ws work, the fallbacks and refusals."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -21,6 +22,7 @@ from attnops.attn_core.gqa_dense_fwd import spec as dense_spec
 from attnops.attn_core.gqa_dense_fwd.reference import gqa_dense_fwd_ref
 from attnops.attn_core.gqa_paged_fwd import plan as paged_plan
 from attnops.attn_core.gqa_paged_fwd import spec as paged_spec
+from attnops.attn_core.gqa_paged_fwd import tail_split
 from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd import spec as prefill_spec
 from attnops.attn_core.gqa_varlen_fwd import spec as varlen_spec
 from attnops.attn_core.gqa_varlen_fwd.reference import gqa_varlen_fwd_ref
@@ -316,6 +318,49 @@ def test_prefill_paged(d, dtype, causal):
         _plan_case(prefill_spec.SPEC, case, plan)
 
 
+# (q_lens, cache lens) whose lightest blocks are whole 128-token blocks (ws_tail splits only those): request 0's two
+# blocks over ~3 k keys, request 1's three over 444-700, a decode request (the Triton small class), request 3's one
+# block over its own 128 keys
+TAIL_LAYOUT = ([256, 384, 1, 128], [3000, 700, 1500, 128])
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
+@pytest.mark.parametrize("mask,page_size", [("causal", 64), ("full", 16), ("causal-w100", 64)])
+def test_paged_tail_splits(d, mask, page_size):
+    """Split blocks (``ws_tail=(k, s)``): the lightest k whole blocks in s shares of their key tiles, written as
+    partials into a NaN-poisoned workspace and merged by the combine: one block in 2, three in 3 with softcap and
+    sinks (the sink joins in the combine only), every block in 7 (shares with no key tile: a 128-key block has 1-4
+    tiles), every unpacked paged config (persistent and one program per tile)."""
+    causal, wl, wr = MASKS[mask]
+    for cfg in (c for c in ws_launch.paged_configs(d) if not c.pack_gqa):
+        for (k, s), extra in (((1, 2), {}), ((3, 3), {"softcap": 20.0, "sinks": True}), ((6, 7), {})):
+            case = paged_spec.build_case(*TAIL_LAYOUT, 8, 2, d, page_size, torch.float16, torch.float16, "cuda",
+                                         seed=d + k, is_causal=causal, window_size_left=wl, window_size_right=wr,
+                                         **extra)
+            a = case.inputs
+            plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d, is_causal=causal,
+                                  window_size_left=wl, window_size_right=wr, ws=cfg, ws_tail=(k, s))
+            (large,) = [ln for ln in plan.launches if ln.kind == "large"]
+            assert large.ws == cfg and large.ws_splits.block_start.shape[0] == k
+            _plan_case(paged_spec.SPEC, case, plan)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("d", [128, 256])
+def test_prefill_paged_tail_splits(d):
+    """GQAPrefillPagedWithKVCacheFwd with split blocks: keys = cache + the appended new tokens (``KV_PLUS_Q``)."""
+    case = prefill_spec.build_case([256, 128, 0, 128], [1000, 64, 50, 0], 8, 2, d, 64, torch.float16, torch.float16,
+                                   "cuda", seed=5)
+    a = case.inputs
+    cfg = ws_launch.PAGED_DEFAULTS[d]
+    plan = gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d, ws=cfg, ws_tail=(3, 2))
+    assert [ln.ws_splits.n_splits for ln in plan.attn.launches if ln.kind == "large"] == [2]
+    _plan_case(prefill_spec.SPEC, case, plan)
+
+
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
@@ -570,6 +615,133 @@ def _varlen_problem(d=128, heads=32, batch=8, s=512, window=None, softcap=0.0, d
     k = torch.empty(batch * s + ragged, 1, d, dtype=dtype)
     return fwd.Problem(q, k, k, q, varlen=True, batch=batch, max_q=s, max_kv=s + ragged, wr=0, softcap=softcap,
                        wl=window if window is not None else 1 << 30)
+
+
+def test_tail_split_choice():
+    """Runs everywhere: ``tail_split.choose`` on qwen35-9b-rope's launch (64 blocks of 32.9-33.8 k keys x 32 heads:
+    2048 tiles, 15.5 rounds of 132 programs) splits its 3 lightest blocks in 3 (modelled 2.0 % shorter); nothing
+    where no candidate gains 1 % (128 equal tiles: one round either way; only 2 blocks splittable), past
+    ``MAX_ROUNDS`` rounds, or beyond the whole blocks at the end; forced candidates as asked. The model's
+    schedule is the kernel's: program p runs tiles p, 2P - 1 - p, 2P + p, ..."""
+    keys = sorted((32768 + 128 * (m + 1) for _ in range(8) for m in range(8)), reverse=True)
+    assert tail_split.choose(keys, 64, 32, 132, persistent=True) == (3, 3)
+    assert tail_split.choose(keys, 64, 32, 132, persistent=False) == (3, 3)
+    assert tail_split.choose(keys, 2, 32, 132, persistent=True) is None  # 2 blocks in 2-4: under 1 %
+
+    def cost(blocks, s):
+        return [-(-x // s) + tail_split.TILE_OVERHEAD_KEYS for x in blocks for _ in range(32 * s)]
+
+    before = tail_split.longest_program(cost(keys, 1), 132, True)
+    after = tail_split.longest_program(cost(keys[:-3], 1) + cost(keys[-3:], 3), 132, True)
+    assert 0.975 < after / before < 0.985
+    assert tail_split.choose([4500] * 16, 16, 8, 132, persistent=True) is None
+    assert tail_split.choose(keys * 8, 512, 32, 132, persistent=True) is None  # 124 rounds
+    assert tail_split.choose(keys, 0, 32, 132, persistent=True) is None
+    assert tail_split.choose(keys, 64, 32, 132, persistent=True, forced=(6, 7)) == (6, 7)
+    assert tail_split.choose(keys, 5, 32, 132, persistent=True, forced=(6, 2)) is None
+    assert [tail_split.round_program(t, 4) for t in range(10)] == [0, 1, 2, 3, 3, 2, 1, 0, 0, 1]
+    assert [ws_kernel._round_tile.fn(r, p, 4, True) for r in (0, 1, 2) for p in range(4)] == [0, 1, 2, 3, 7, 6, 5,
+                                                                                              4, 8, 9, 10, 11]
+
+
+def test_plan_tail_items():
+    """Runs everywhere: ``ws_tail=(k, s)`` replaces the last k (lightest, whole) blocks of the ws items by s items
+    each, ``(b, block, share, split block)``, whole items ``(b, block, 0, -1)``; the split blocks' first query tokens
+    and workspace rows ((block, token, head, share)); the default leaves the items as they were; a forced split of a
+    partial block or of a packing config is refused."""
+    cfg = ws_launch.PAGED_DEFAULTS[128]
+    plan = paged_plan.plan_paged_attention(*TAIL_LAYOUT, num_heads=8, num_kv_heads=2, head_dim=128, ws=cfg,
+                                           ws_tail=(2, 3), device="cpu")
+    (large,) = [ln for ln in plan.launches if ln.kind == "large"]
+    # heaviest first (keys x rows): (0, 1), (0, 0), (1, 2), (1, 1), (1, 0), (3, 0)
+    assert large.ws_items.tolist() == [[0, 1, 0, -1], [0, 0, 0, -1], [1, 2, 0, -1], [1, 1, 0, -1],
+                                       [1, 0, 0, 0], [1, 0, 1, 0], [1, 0, 2, 0], [3, 0, 0, 1], [3, 0, 1, 1],
+                                       [3, 0, 2, 1]]
+    sp = large.ws_splits
+    assert sp.n_splits == 3 and sp.block_start.tolist() == [256, 641]
+    assert sp.part_o.shape == (2 * 128 * 8 * 3, 128) and sp.part_lse.shape == (2 * 128 * 8 * 3,)
+    assert "(2 blocks in 3 splits)" in plan.describe()
+    plain = paged_plan.plan_paged_attention(*TAIL_LAYOUT, num_heads=8, num_kv_heads=2, head_dim=128, ws=cfg,
+                                            device="cpu")
+    (large,) = [ln for ln in plain.launches if ln.kind == "large"]
+    assert large.ws_splits is None and large.ws_items.shape == (6, 2)
+    with pytest.raises(ValueError, match="ws_tail"):  # (request 0's last block holds 44 tokens)
+        paged_plan.plan_paged_attention([300], [3000], num_heads=8, num_kv_heads=2, head_dim=128, ws=cfg,
+                                        ws_tail=(1, 2), device="cpu")
+    packed = next(c for c in ws_launch.paged_configs(128) if c.pack_gqa)
+    with pytest.raises(ValueError, match="packs 4 heads"):
+        paged_plan.plan_paged_attention(*TAIL_LAYOUT, num_heads=8, num_kv_heads=2, head_dim=128, ws=packed,
+                                        ws_tail=(1, 2), device="cpu")
+
+
+def _share_keys(q_len, kv_len, m, share, shares, block_n, wl, wr):
+    """Keys ``[lo, hi)`` of share ``share`` of query block m (``ws_kernel._round_work``'s arithmetic)."""
+    p0 = kv_len - q_len + m * ws_launch.BLOCK_M
+    lo, hi = max(p0 - wl, 0), min(p0 + ws_launch.BLOCK_M - 1 + wr + 1, kv_len)
+    n_lo = lo // block_n * block_n
+    n_hi = hi if hi > lo else n_lo
+    per = math.ceil(math.ceil((n_hi - n_lo) / block_n) / shares) * block_n
+    start = min(n_lo + share * per, n_hi)
+    return start, min(start + per, n_hi)
+
+
+@pytest.mark.parametrize("shares", [3, 7])
+@pytest.mark.parametrize("mask", ["causal", "causal-w100", "full-w64-w200"])
+def test_tail_split_merge(mask, shares):
+    """Runs everywhere (the combine through the interpreter): partials written as ``ws_kernel._store_partial``
+    documents (each share's rows normalized by their own sum, base-2 lse, -inf and zeros where the share has no
+    key; at workspace row ((block, token, head), share)) for a plan's split blocks, merged by ``PagedSplits.merge``
+    with sinks, equal the reference on those blocks' rows and leave every other row alone. The 64 / 128-key tiles of
+    D = 64: 3 shares of 1-6 tiles, 7 shares with empty ones."""
+    causal, wl, wr = MASKS[mask]
+    wl, wr = paged_plan.window_bounds(causal, wl, wr)
+    q_lens, kv_lens = TAIL_LAYOUT
+    h, h_kv, d, sm_scale = 2, 1, 64, 0.125
+    cfg = ws_launch.PAGED_DEFAULTS[d]
+    plan = paged_plan.plan_paged_attention(q_lens, kv_lens, num_heads=h, num_kv_heads=h_kv, head_dim=d, ws=cfg,
+                                           ws_tail=(3, shares), is_causal=causal, window_size_left=MASKS[mask][1],
+                                           window_size_right=MASKS[mask][2], device=runtime.device())
+    (large,) = [ln for ln in plan.launches if ln.kind == "large"]
+    sp = large.ws_splits
+    gen = testing.generator(11)
+    q = torch.randn(sum(q_lens), h, d, generator=gen)
+    keys = [torch.randn(n, h_kv, d, generator=gen) for n in kv_lens]
+    vals = [torch.randn(n, h_kv, d, generator=gen) for n in kv_lens]
+    sinks = torch.randn(h, generator=gen)
+    starts = [sum(q_lens[:b]) for b in range(len(q_lens))]
+    part_o = torch.full(sp.part_o.shape, float("nan"))
+    part_lse = torch.full(sp.part_lse.shape, float("nan"))
+    want = torch.full((sum(q_lens), h, d), float("nan"), dtype=torch.float64)
+    for b, m, share, blk in large.ws_items.tolist():
+        if blk < 0:
+            continue
+        tokens = torch.arange(m * 128, m * 128 + 128)
+        pos = kv_lens[b] - q_lens[b] + tokens
+        j = torch.arange(kv_lens[b])
+        visible = (j[None] >= pos[:, None] - wl) & (j[None] <= pos[:, None] + wr)
+        lo, hi = _share_keys(q_lens[b], kv_lens[b], m, share, shares, cfg.block_n, wl, wr)
+        mine = visible & (j[None] >= lo) & (j[None] < hi)
+        for head in range(h):
+            sc = q[starts[b] + tokens, head] @ keys[b][:, head * h_kv // h].T * sm_scale
+            lse = torch.logsumexp(sc.masked_fill(~mine, float("-inf")), dim=1)
+            p = torch.exp(sc - torch.where(torch.isinf(lse), 0, lse)[:, None]) * mine
+            rows = ((blk * 128 + tokens - m * 128) * h + head) * shares + share
+            part_o[rows] = p @ vals[b][:, head * h_kv // h]
+            part_lse[rows] = lse / torch.log(torch.tensor(2.0))
+            if share == 0:  # the whole block's reference, the sink in its denominator
+                full = sc.double().masked_fill(~visible, float("-inf"))
+                mx = torch.maximum(full.max(dim=1).values, sinks[head].double())
+                w = torch.exp(full - mx[:, None])
+                den = w.sum(dim=1) + torch.exp(sinks[head].double() - mx)
+                want[starts[b] + tokens, head] = (w @ vals[b][:, head * h_kv // h].double()) / den[:, None]
+    dev = runtime.device()
+    splits = ws_launch.PagedSplits(shares, sp.block_start, part_o.to(dev), part_lse.to(dev))
+    out = torch.full((sum(q_lens), h, d), float("nan"), dtype=torch.float16, device=dev)
+    splits.merge(out, sinks.to(dev))
+    split_rows = ~torch.isnan(want[:, 0, 0])
+    assert int(split_rows.sum()) == 3 * 128
+    torch.testing.assert_close(out.cpu().double()[split_rows], want[split_rows], atol=2e-3, rtol=2e-3)
+    assert out[~split_rows.to(dev)].isnan().all()
 
 
 def test_default_rule(monkeypatch):

@@ -61,20 +61,22 @@ PAGED = gl.constexpr(2)
 
 @gluon.jit
 def _tile(tile, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_units, n_work, n_m_blocks, BLOCK_M: gl.constexpr,
-          LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr):
+          LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr,
+          ITEM_COLS: gl.constexpr):
     """Work tile -> (request b, head unit, first query token m0, q_start, q_len, kv_start, kv_len); ``BLOCK_M``:
     query tokens per block, ``n_units``: head units per block (a query head, or a packed group). Unit fastest; then
-    paged: the plan's items in order (``items[i] = (b, query block)``); dense / varlen with ``BLOCK_MAJOR`` (every
-    request as long as the longest): query block from the last (the heaviest under a causal mask) to the first,
-    each over every request, so a round of one tile per program holds blocks of one weight; else request by
-    request, within one its blocks from the last (requests of unequal lengths: the block index alone does not
-    order the work) — with ``SORT_B``, the requests in ``order_ptr``'s order (most keys first, ``_sort_requests``).
+    paged: the plan's items in order (``items[i] = (b, query block, ...)``, ``ITEM_COLS`` ints each); dense /
+    varlen with ``BLOCK_MAJOR`` (every request as long as the longest): query block from the last (the heaviest
+    under a causal mask) to the first, each over every request, so a round of one tile per program holds blocks of
+    one weight; else request by request, within one its blocks from the last (requests of unequal lengths: the
+    block index alone does not order the work) — with ``SORT_B``, the requests in ``order_ptr``'s order (most keys
+    first, ``_sort_requests``).
     ``kv_ptr``: varlen cu_seqlens_kv, paged the per-request key counts."""
     unit = tile % n_units
     rest = tile // n_units
     if LAYOUT == PAGED:
-        b = gl.load(items_ptr + 2 * rest)
-        m0 = gl.load(items_ptr + 2 * rest + 1) * BLOCK_M
+        b = gl.load(items_ptr + ITEM_COLS * rest)
+        m0 = gl.load(items_ptr + ITEM_COLS * rest + 1) * BLOCK_M
     elif BLOCK_MAJOR:
         batch = n_work // n_m_blocks
         b = rest % batch
@@ -117,21 +119,41 @@ def _round_tile(r, pid, n_prog, SNAKE: gl.constexpr):
 
 @gluon.jit
 def _round_work(r, pid, n_prog, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl,
-                wr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr,
-                BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr, PACK: gl.constexpr):
+                wr, n_splits, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, LAYOUT: gl.constexpr,
+                KV_PLUS_Q: gl.constexpr, BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr, PACK: gl.constexpr,
+                SPLITS: gl.constexpr):
     """Program ``pid``'s work tile of round ``r``, the same for the loader and both consumers: (live, b, head,
-    m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi); ``head``: the tile's (first) query head, ``m0``: its first
-    query token (``PACK`` heads share a tile: BLOCK_M / PACK tokens). Not live: the round has no tile for this
-    program (the index is clamped so every read stays inside) or the query block is past its request's end."""
+    m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi); ``head``: the tile's (first) query head, ``m0``:
+    its first query token (``PACK`` heads share a tile: BLOCK_M / PACK tokens). Not live: the round has no tile for
+    this program (the index is clamped so every read stays inside) or the query block is past its request's end.
+    ``SPLITS`` (paged): items ``(b, query block, split, part)``; an item of ``part`` >= 0 is split ``split`` of
+    ``n_splits`` of its block's keys (``[n_lo, n_hi)``: its share of the block's key tiles, possibly none; the
+    kernel writes partials of part ``part``), of part -1 the whole block; without ``SPLITS`` every item is whole."""
     TOKENS: gl.constexpr = BLOCK_M // PACK
-    n_total = n_work * (n_heads // PACK)
+    n_units = n_heads // PACK
+    n_total = n_work * n_units
     tile = _round_tile(r, pid, n_prog, (LAYOUT == PAGED) or (SORT_B > 0))
-    b, unit, m0, q_start, q_len, kv_start, kv_len = _tile(gl.minimum(tile, n_total - 1), cu_q_ptr, kv_ptr, items_ptr,
-                                                          order_ptr, s_q, s_kv, n_heads // PACK, n_work, n_m_blocks,
-                                                          TOKENS, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B)
-    live = (tile < n_total) & (m0 < q_len)
+    in_range = tile < n_total
+    tile = gl.minimum(tile, n_total - 1)
+    b, unit, m0, q_start, q_len, kv_start, kv_len = _tile(tile, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv,
+                                                          n_units, n_work, n_m_blocks, TOKENS, LAYOUT, KV_PLUS_Q,
+                                                          BLOCK_MAJOR, SORT_B, 4 if SPLITS else 2)
+    live = in_range & (m0 < q_len)
     n_lo, n_hi = _block_keys(m0, q_len, kv_len, wl, wr, TOKENS, BLOCK_N)  # (not live: unused)
+    if SPLITS:
+        split, part = _item_split(items_ptr, tile // n_units)
+        # a whole block is its one split: the same range
+        per = gl.cdiv(gl.cdiv(n_hi - n_lo, BLOCK_N), gl.where(part >= 0, n_splits, 1)) * BLOCK_N
+        lo = gl.minimum(n_lo + split * per, n_hi)
+        n_hi = gl.minimum(lo + per, n_hi)
+        n_lo = lo
     return live, b, unit * PACK, m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi
+
+
+@gluon.jit
+def _item_split(items_ptr, item):
+    """(split, part) of a paged item of four ints (``SPLITS``, see ``_round_work``)."""
+    return gl.load(items_ptr + 4 * item + 2), gl.load(items_ptr + 4 * item + 3)
 
 
 @gluon.jit
@@ -243,13 +265,13 @@ def _p_operand(p, dtype: gl.constexpr, p_layout: gl.constexpr):
 
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr, cu_q_ptr,
-              kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q, s_kv, n_heads,
-              n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot, stride_oh,
-              WG: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
-              PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr, BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr,
-              HAS_SINK: gl.constexpr, SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr,
-              PACK: gl.constexpr, THREAD_RELEASE: gl.constexpr):
+              kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, part_o_ptr,
+              part_lse_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, n_splits, qk_scale, cap_scale,
+              cap_log2, stride_ot, stride_oh, WG: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr, BLOCK_MAJOR: gl.constexpr,
+              SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr, SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr,
+              FP8: gl.constexpr, PACK: gl.constexpr, THREAD_RELEASE: gl.constexpr, SPLITS: gl.constexpr):
     """Rows [64·WG, +64) of each of the program's work tiles (``PACK`` > 1: row r is query token r // PACK of the
     warpgroup's tokens, head ``head + r % PACK``): every key tile of the block's range, then
     the store. ``OVERLAP`` (FA3's intra-warpgroup pipelining): S of tile j + 1 and P·V of tile j are in flight
@@ -260,7 +282,8 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     P·V) waits for this consumer's turn. ``FP8``: Q and K are raw e4m3 (S on fp8 tensor cores), V holds the raw
     e4m3 values in 16 bits (exact); request b's ``[B, H_kv]`` dequant multipliers scale the scores
     (q_scale·k_scale, folded into the exp2 scale) and the output (v_scale). ``THREAD_RELEASE``: K / V slots are
-    freed one arrival per thread (``kernel_utils.gluon_fns.release``)."""
+    freed one arrival per thread (``kernel_utils.gluon_fns.release``). ``SPLITS``: a split item's rows go to the
+    workspace as partials (``_store_partial``; its sink is the combine's)."""
     if LAYOUT == PAGED or PINGPONG:
         gl.static_assert(OVERLAP, "the paged layout and the pingpong turns run the overlap configs")
     R: gl.constexpr = ROWS_PER_CONSUMER
@@ -270,7 +293,6 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                                                        instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     dtype: gl.constexpr = v_smem.dtype  # P's (16-bit: fp8 calls run P·V on 16-bit V)
-    st_layout: gl.constexpr = store_layout(HEAD_DIM, o_ptr.dtype.element_ty.primitive_bitwidth)  # o_layout's tile
     zero_s = gl.zeros([R, BLOCK_N], gl.float32, layout=s_layout)
     pid = gl.program_id(0)
     done = pid * 0  # work tiles this program has run (Q buffer done % Q_BUFS, its barriers' phase from done // Q_BUFS)
@@ -280,7 +302,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     for r in range(gl.cdiv(n_work * (n_heads // PACK), n_prog)):
         live, b, head, m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi = _round_work(
             r, pid, n_prog, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr,
-            BLOCK_M, BLOCK_N, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B, PACK)
+            n_splits, BLOCK_M, BLOCK_N, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B, PACK, SPLITS)
         if live:
             r0 = m0 + WG * (R // PACK)  # this warpgroup's first query token
             p0 = kv_len - q_len + r0  # its key position (bottom-right)
@@ -291,8 +313,8 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                 q_pos = p0 + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout))
             tile_qk_scale = qk_scale
             tile_cap_scale = cap_scale
-            if FP8:  # (b, KV head) dequant multipliers, kernel.py's fp8 rule
-                sc = b * (n_heads // group) + head // group
+            sc = b * (n_heads // group) + head // group  # (b, KV head): FP8's dequant multipliers
+            if FP8:  # kernel.py's fp8 rule
                 dequant = gl.load(q_scale_ptr + sc) * gl.load(k_scale_ptr + sc)
                 tile_qk_scale = qk_scale * dequant
                 tile_cap_scale = cap_scale * dequant
@@ -361,46 +383,89 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                     release(kv_free.index((ring + j) % STAGES), THREAD_RELEASE)
                 mbarrier.arrive(q_free.index(q_buf), count=1)
 
-            if HAS_SINK:  # attention_fns.add_sink: 2^sink2 joins each row's denominator (no value vector)
-                if PACK > 1:  # each row's own head
-                    row_heads = head + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout)) % PACK
-                    sink2 = gl.load(sink_ptr + row_heads) * 1.4426950408889634
+            if SPLITS:  # (read again here: fewer registers held through the key loop)
+                split, part = _item_split(items_ptr, gl.minimum(_round_tile(r, pid, n_prog, True), n_work * n_heads - 1)
+                                          // n_heads)
+                if part >= 0:
+                    _store_partial(acc, m_i, l_i, part_o_ptr, part_lse_ptr, part, split, n_splits, head, n_heads, WG,
+                                   HEAD_DIM, o_layout, s_layout)
                 else:
-                    sink2 = gl.load(sink_ptr + head) * 1.4426950408889634
-                m_sink = gl.maximum(m_i, sink2)
-                m_safe = gl.where(m_sink == float("-inf"), 0.0, m_sink)
-                rescale = gl.exp2(m_i - m_safe)
-                l_i = l_i * rescale + gl.exp2(sink2 - m_safe)
-                acc = acc * gl.convert_layout(rescale, gl.SliceLayout(1, o_layout))[:, None]
-            l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-            out = acc / gl.where(l_o == 0.0, 1.0, l_o)[:, None]  # rows that saw no key: 0
-            if FP8:
-                out = out * gl.load(v_scale_ptr + sc)
-            # moved to 16-byte pieces along the rows first (``gluon_fns.store_layout``, warp shuffles): HEAD_DIM / 16
-            # ``STG.E.128`` a thread instead of HEAD_DIM / 4 4-byte ``STG.E``
-            vals = to_store_layout(out.to(o_ptr.dtype.element_ty))
-            o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, st_layout))
-            if PACK > 1:
-                rows = gl.arange(0, R, layout=gl.SliceLayout(1, st_layout))
-                o_rows = r0 + rows // PACK  # query tokens
-                ptrs = (o_ptr + (q_start + o_rows).to(gl.int64)[:, None] * stride_ot
-                        + (head + rows % PACK)[:, None] * stride_oh + o_cols[None, :])
+                    _store_tile(acc, m_i, l_i, o_ptr, sink_ptr, v_scale_ptr, sc, q_start, q_len, r0, head,
+                                stride_ot, stride_oh, HEAD_DIM, o_layout, s_layout, HAS_SINK, FP8, PACK)
             else:
-                o_rows = r0 + gl.arange(0, R, layout=gl.SliceLayout(1, st_layout))
-                ptrs = (o_ptr + (q_start + o_rows).to(gl.int64)[:, None] * stride_ot + head * stride_oh
-                        + o_cols[None, :])
-            gl.store(ptrs, vals, mask=(o_rows < q_len)[:, None])
+                _store_tile(acc, m_i, l_i, o_ptr, sink_ptr, v_scale_ptr, sc, q_start, q_len, r0, head, stride_ot,
+                            stride_oh, HEAD_DIM, o_layout, s_layout, HAS_SINK, FP8, PACK)
             done += 1
             ring += n_tiles
 
 
 @gluon.jit
+def _store_tile(acc, m_i, l_i, o_ptr, sink_ptr, v_scale_ptr, sc, q_start, q_len, r0, head, stride_ot, stride_oh,
+                HEAD_DIM: gl.constexpr, o_layout: gl.constexpr, s_layout: gl.constexpr, HAS_SINK: gl.constexpr,
+                FP8: gl.constexpr, PACK: gl.constexpr):
+    """A warpgroup's 64 rows of a whole block (query tokens from ``r0``), sink added, normalized, into ``o``."""
+    R: gl.constexpr = ROWS_PER_CONSUMER
+    st_layout: gl.constexpr = store_layout(HEAD_DIM, o_ptr.dtype.element_ty.primitive_bitwidth)  # o_layout's tile
+    if HAS_SINK:  # attention_fns.add_sink: 2^sink2 joins each row's denominator (no value vector)
+        if PACK > 1:  # each row's own head
+            row_heads = head + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout)) % PACK
+            sink2 = gl.load(sink_ptr + row_heads) * 1.4426950408889634
+        else:
+            sink2 = gl.load(sink_ptr + head) * 1.4426950408889634
+        m_sink = gl.maximum(m_i, sink2)
+        m_safe = gl.where(m_sink == float("-inf"), 0.0, m_sink)
+        rescale = gl.exp2(m_i - m_safe)
+        l_i = l_i * rescale + gl.exp2(sink2 - m_safe)
+        acc = acc * gl.convert_layout(rescale, gl.SliceLayout(1, o_layout))[:, None]
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+    out = acc / gl.where(l_o == 0.0, 1.0, l_o)[:, None]  # rows that saw no key: 0
+    if FP8:
+        out = out * gl.load(v_scale_ptr + sc)
+    # moved to 16-byte pieces along the rows first (``gluon_fns.store_layout``, warp shuffles): HEAD_DIM / 16
+    # ``STG.E.128`` a thread instead of HEAD_DIM / 4 4-byte ``STG.E``
+    vals = to_store_layout(out.to(o_ptr.dtype.element_ty))
+    o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, st_layout))
+    if PACK > 1:
+        rows = gl.arange(0, R, layout=gl.SliceLayout(1, st_layout))
+        o_rows = r0 + rows // PACK  # query tokens
+        ptrs = (o_ptr + (q_start + o_rows).to(gl.int64)[:, None] * stride_ot
+                + (head + rows % PACK)[:, None] * stride_oh + o_cols[None, :])
+    else:
+        o_rows = r0 + gl.arange(0, R, layout=gl.SliceLayout(1, st_layout))
+        ptrs = (o_ptr + (q_start + o_rows).to(gl.int64)[:, None] * stride_ot + head * stride_oh
+                + o_cols[None, :])
+    gl.store(ptrs, vals, mask=(o_rows < q_len)[:, None])
+
+
+@gluon.jit
+def _store_partial(acc, m_i, l_i, part_o_ptr, part_lse_ptr, part, split, n_splits, head, n_heads, WG: gl.constexpr,
+                   HEAD_DIM: gl.constexpr, o_layout: gl.constexpr, s_layout: gl.constexpr):
+    """A warpgroup's 64 rows of split ``split`` of a split block as the combine reads them
+    (``kernel_utils.split_combine``): fp32 rows normalized by their own sum and their base-2 lse (``-inf``, zeros
+    where the split saw no key), at workspace row ``((part·BLOCK_M + t)·H + head)·n_splits + split`` for the block's
+    query token t."""
+    R: gl.constexpr = ROWS_PER_CONSUMER
+    st_layout: gl.constexpr = store_layout(HEAD_DIM, 32)
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+    vals = to_store_layout(acc / gl.where(l_o == 0.0, 1.0, l_o)[:, None])
+    first = part * (2 * R) + WG * R  # the block's token of this warpgroup's first row
+    rows = first + gl.arange(0, R, layout=gl.SliceLayout(1, st_layout))
+    ws_rows = (rows.to(gl.int64) * n_heads + head) * n_splits + split
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, st_layout))
+    gl.store(part_o_ptr + ws_rows[:, None] * HEAD_DIM + cols[None, :], vals)
+    lse_rows = ((first + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout))).to(gl.int64) * n_heads + head) \
+        * n_splits + split
+    gl.store(part_lse_ptr + lse_rows, gl.where(l_i == 0.0, float("-inf"), m_i + gl.log2(gl.where(l_i == 0.0, 1.0,
+                                                                                                  l_i))))
+
+
+@gluon.jit
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
             cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work, n_m_blocks,
-            group, wl, wr,
+            group, wl, wr, n_splits,
             LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr,
             BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, Q_BUFS: gl.constexpr,
-            BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr, PACK: gl.constexpr):
+            BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr, PACK: gl.constexpr, SPLITS: gl.constexpr):
     """TMA producer: per work tile both Q tiles, then K / V of every key tile of the block's range (paged: the
     tile's page from the table, read only for tiles inside the request's keys). ``PACK`` > 1: a Q tile is
     [64 / PACK tokens, PACK heads, D] of a 3-D descriptor ``[tokens, H, D]``, landing as 64 rows of (token, head)."""
@@ -412,7 +477,7 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_r
     for r in range(gl.cdiv(n_work * (n_heads // PACK), n_prog)):
         live, b, head, m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi = _round_work(
             r, pid, n_prog, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr,
-            BLOCK_M, BLOCK_N, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B, PACK)
+            n_splits, BLOCK_M, BLOCK_N, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B, PACK, SPLITS)
         if live:
             q_buf = done % Q_BUFS
             # a fresh barrier passes parity 1: each buffer's first tile finds it free
@@ -499,14 +564,14 @@ def _sort_requests(cu_kv_ptr, order_ptr, batch, SORT_B: gl.constexpr):
 
 @gluon.jit
 def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, sink_ptr,
-                      q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr,
-                      qk_scale, cap_scale, cap_log2,
+                      q_scale_ptr, k_scale_ptr, v_scale_ptr, part_o_ptr, part_lse_ptr, s_q, s_kv, n_heads, n_work,
+                      n_m_blocks, group, wl, wr, n_splits, qk_scale, cap_scale, cap_log2,
                       stride_ot, stride_oh, stride_tb, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr,
                       PAGE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr,
                       BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr,
                       SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr, PACK: gl.constexpr,
-                      THREAD_RELEASE: gl.constexpr):
+                      THREAD_RELEASE: gl.constexpr, SPLITS: gl.constexpr):
     """Grid: (programs,), at most n_work · n_heads / PACK work tiles (n_work: dense / varlen n_m_blocks · batch, paged
     the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
     loader: 1 warp). ``TAIL_IN_PLACE`` (paged): the last V tile's rows past the keys are zeroed in the ring slot
@@ -514,8 +579,11 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
     q / k descriptors over raw e4m3 rows, v over the same values in 16 bits, scales ``[B, H_kv]`` f32 (see
     ``_consumer``). ``PACK`` (a power of two dividing 64): the G query heads of a KV head share each work tile,
     rows (token, head), ``q_desc`` 3-D (``_loader``); 1: one query head per tile. ``THREAD_RELEASE``: the consumers
-    free K / V slots one arrival per thread, without the warpgroup barrier before a one-thread arrival."""
+    free K / V slots one arrival per thread, without the warpgroup barrier before a one-thread arrival. ``SPLITS``
+    (paged, one head a tile): items ``(b, query block, split, part)`` (``_round_work``); split items write fp32
+    partials and base-2 lse (``part_o_ptr`` / ``part_lse_ptr``, ``_store_partial``) for ``split_combine``."""
     gl.static_assert(BLOCK_M == 2 * ROWS_PER_CONSUMER)
+    gl.static_assert(not SPLITS or (LAYOUT == PAGED and PACK == 1), "splits: paged items, one head a tile")
     gl.static_assert(not FP8 or LAYOUT != PAGED, "fp8 runs the dense / varlen layouts")
     # [buf, WG]; packed Q tiles take K's layout (a [rows, D] tile of the same dtype), q_desc's is their 3-D view
     q_layout: gl.constexpr = k_desc.layout if PACK > 1 else q_desc.layout
@@ -546,19 +614,21 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
         _sort_requests(kv_ptr, order_ptr, n_work // n_m_blocks, SORT_B)
     gl.warp_specialize([
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
-                     cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q,
-                     s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot,
-                     stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
-                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, PACK, THREAD_RELEASE)),
+                     cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr,
+                     part_o_ptr, part_lse_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, n_splits,
+                     qk_scale, cap_scale, cap_log2, stride_ot, stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N,
+                     HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B,
+                     TAIL_IN_PLACE, FP8, PACK, THREAD_RELEASE, SPLITS)),
         (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
-                     cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q,
-                     s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot,
-                     stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
-                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, PACK, THREAD_RELEASE)),
+                     cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr,
+                     part_o_ptr, part_lse_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, n_splits,
+                     qk_scale, cap_scale, cap_log2, stride_ot, stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N,
+                     HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B,
+                     TAIL_IN_PLACE, FP8, PACK, THREAD_RELEASE, SPLITS)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
                    cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work,
-                   n_m_blocks, group, wl, wr, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, Q_BUFS,
-                   BLOCK_MAJOR, SORT_B, PACK)),
+                   n_m_blocks, group, wl, wr, n_splits, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM,
+                   STAGES, Q_BUFS, BLOCK_MAJOR, SORT_B, PACK, SPLITS)),
     ], [4, 1], [240, 24])  # FA3's split: 240 + 240 + 24 registers x 128 threads = 168 x 384
     for i in gl.static_range(Q_BUFS):
         mbarrier.invalidate(q_ready.index(i))

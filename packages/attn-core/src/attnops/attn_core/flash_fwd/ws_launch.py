@@ -13,10 +13,11 @@ import triton
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from attnops.kernel_utils import runtime
+from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.attention_fns import LOG2E
 from attnops.kernel_utils.cast import scaled_cast
 from attnops.kernel_utils.fp8 import E4M3
+from attnops.kernel_utils.split_combine import combine_splits
 
 from . import ws_kernel
 from .ws_kernel import ROWS_PER_CONSUMER, gqa_fwd_ws_kernel
@@ -277,13 +278,43 @@ def _packed_q_desc(q: torch.Tensor, heads_per_tile: int):
     return TensorDescriptor(q, [rows, h, d], [stride, d, 1], box, smem_layout(box, q.dtype))
 
 
+@dataclass(frozen=True)
+class PagedSplits:
+    """The split query blocks of a paged launch (``gqa_paged_fwd.plan``'s tail splits): every item of such a block
+    computes its share of the block's key tiles for every query head (``ws_kernel._round_work``) into the
+    workspace, and ``split_combine`` merges the shares into the output. Only whole blocks (``BLOCK_M`` query tokens
+    inside their request) are split, so the combine writes every row of a block."""
+
+    n_splits: int
+    block_start: torch.Tensor  # [blocks] int32: the first query token (row of q / out) of each split block
+    part_o: torch.Tensor  # [blocks · BLOCK_M · H · n_splits, D] fp32: rows (block, token, head, split)
+    part_lse: torch.Tensor  # [blocks · BLOCK_M · H · n_splits] fp32, base 2
+
+    @staticmethod
+    def allocate(n_splits: int, block_start: torch.Tensor, heads: int, head_dim: int) -> PagedSplits:
+        rows = block_start.shape[0] * BLOCK_M * heads * n_splits
+        dev = block_start.device
+        return PagedSplits(n_splits, block_start, testing.kernel_buffer((rows, head_dim), torch.float32, dev),
+                           testing.kernel_buffer((rows,), torch.float32, dev))
+
+    def merge(self, o: torch.Tensor, sinks: torch.Tensor | None) -> None:
+        """The split blocks' rows of ``o`` (``[T, H, D]``) from the workspace, ``sinks`` (f32 ``[H]``) added."""
+        heads = o.shape[-2]
+        combine_splits(self.part_o, self.part_lse, o, rows=self.block_start.shape[0] * BLOCK_M * heads, heads=heads,
+                       num_splits=self.n_splits, row_stride=self.n_splits, split_stride=1,
+                       out_strides=(BLOCK_M, o.stride(0), o.stride(0), o.stride(1)), sinks=sinks,
+                       block_index=self.block_start)
+
+
 def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, n_work: int,
          sm_scale: float, wl: int, wr: int, softcap: float, sinks: torch.Tensor | None, kv_box: int | None = None,
-         scales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, **layout) -> None:
+         scales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, splits: PagedSplits | None = None,
+         **layout) -> None:
     """One launch over ``n_work`` (request, query block) units of every query head; ``softcap`` 0 = off,
     ``sinks`` f32 ``[H]`` or None; ``kv_box``: rows of a K / V copy (default a whole key tile); ``scales``: fp8
-    q / k (e4m3) with v in 16 bits, their contiguous ``[B, H_kv]`` multipliers; ``layout``: the kernel's layout
-    arguments (pointers, sizes, strides, LAYOUT / KV_PLUS_Q / PAGE_SIZE / BLOCK_MAJOR)."""
+    q / k (e4m3) with v in 16 bits, their contiguous ``[B, H_kv]`` multipliers; ``splits``: paged items of four
+    ints with split blocks' workspace (``PagedSplits``); ``layout``: the kernel's layout arguments (pointers,
+    sizes, strides, LAYOUT / KV_PLUS_Q / PAGE_SIZE / BLOCK_MAJOR)."""
     h, d = q.shape[-2], q.shape[-1]
     heads_per_tile = pack(cfg, q, k)
     tiles = n_work * h // heads_per_tile
@@ -292,7 +323,10 @@ def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
     gqa_fwd_ws_kernel[(min(tiles, runtime.num_sms()) if cfg.persistent else tiles,)](
         q_desc, _desc(k, cfg.block_n, kv_box), _desc(v, cfg.block_n, kv_box),
         o, sink_ptr=sinks if sinks is not None else o, q_scale_ptr=q_scale, k_scale_ptr=k_scale,
-        v_scale_ptr=v_scale, FP8=scales is not None, n_heads=h, n_work=n_work, group=h // k.shape[-2],
+        v_scale_ptr=v_scale, FP8=scales is not None,
+        part_o_ptr=o if splits is None else splits.part_o, part_lse_ptr=o if splits is None else splits.part_lse,
+        n_splits=1 if splits is None else splits.n_splits, SPLITS=splits is not None,
+        n_heads=h, n_work=n_work, group=h // k.shape[-2],
         wl=wl, wr=wr, qk_scale=sm_scale * LOG2E,
         # attention_fns.softcap_scores' cap_scale with tanh_f32's 2·log2(e) folded in, and cap_log2
         cap_scale=2 * LOG2E * sm_scale / softcap if softcap else 0.0, cap_log2=softcap * LOG2E,
@@ -331,16 +365,21 @@ def launch(p: Problem, cfg: WsConfig) -> None:
 def launch_paged(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,
                  cu_q: torch.Tensor, kv_lens: torch.Tensor, table: torch.Tensor, items: torch.Tensor, page_size: int,
                  sm_scale: float, wl: int, wr: int, kv_plus_q: bool, softcap: float = 0.0,
-                 sinks: torch.Tensor | None = None) -> None:
-    """Run the (request, query block) ``items`` ([n, 2] int32, blocks of ``block_tokens`` query tokens) of a paged
-    call (``paged_applies`` holds) over every query head. ``k_pool`` / ``v_pool``: pools whose rows are tokens
-    (``[pages, page_size, H_kv, D]`` or ``[pages · page_size, H_kv, D]``, ``token_rows`` views); request b's keys
-    are its first ``kv_lens[b]`` tokens (plus its query tokens with ``kv_plus_q``) through ``table[b]``."""
+                 sinks: torch.Tensor | None = None, splits: PagedSplits | None = None) -> None:
+    """Run the (request, query block) ``items`` ([n, 2] int32, blocks of ``block_tokens`` query tokens; with
+    ``splits`` [n, 4]: (request, query block, split, split block or -1), see ``PagedSplits``) of a paged call
+    (``paged_applies`` holds) over every query head, then merge the split blocks. ``k_pool`` / ``v_pool``: pools
+    whose rows are tokens (``[pages, page_size, H_kv, D]`` or ``[pages · page_size, H_kv, D]``, ``token_rows``
+    views); request b's keys are its first ``kv_lens[b]`` tokens (plus its query tokens with ``kv_plus_q``) through
+    ``table[b]``."""
     if items.shape[0] == 0 or q.numel() == 0:
         return
     _run(cfg, q, k_pool, v_pool, o, items.shape[0], sm_scale, wl, wr,
-         softcap, sinks, kv_box=math.gcd(page_size, cfg.block_n), cu_q_ptr=cu_q, kv_ptr=kv_lens, items_ptr=items,
+         softcap, sinks, kv_box=math.gcd(page_size, cfg.block_n), splits=splits, cu_q_ptr=cu_q, kv_ptr=kv_lens,
+         items_ptr=items,
          order_ptr=items, table_ptr=table, s_q=0, s_kv=0, n_m_blocks=0,
          stride_ot=o.stride(0), stride_oh=o.stride(1), stride_tb=table.stride(0),
          LAYOUT=ws_kernel.PAGED.value, KV_PLUS_Q=kv_plus_q, PAGE_SIZE=page_size, BLOCK_MAJOR=False, SORT_B=0,
          TAIL_IN_PLACE=tail_in_place(cfg, q.shape[-1]))
+    if splits is not None:
+        splits.merge(o, sinks)

@@ -127,7 +127,8 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
             continue
         if ln.ws is not None and ws_launch.paged_applies(ln.ws, q, k_pool, v_pool, o, page_size, plain):
             ws_launch.launch_paged(ln.ws, q, k_pool, v_pool, o, cu_q, cache_lens, table, ln.ws_items, page_size,
-                                   sm_scale, wl, wr, kv_plus_q=k_new is not None, softcap=cap, sinks=sinks)
+                                   sm_scale, wl, wr, kv_plus_q=k_new is not None, softcap=cap, sinks=sinks,
+                                   splits=ln.ws_splits)
             continue
 
         def launch(cfg, ln=ln):

@@ -24,6 +24,8 @@ from attnops.attn_core.flash_fwd import ws_launch
 from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.attention_fns import window_bounds
 
+from . import tail_split
+
 SMALL_ROWS = 16
 # Programs per SM the latency rule's decision counts with (rounded up): a decode launch whose 256-key splits of
 # that many programs would still leave half the SMs idle is latency-bound.
@@ -130,6 +132,12 @@ MERGE_LAUNCH_KEYS = 256
 # Where the unpacked config already runs, packing did not pay: serving-step 247.2 against 251.6 (within 2 %),
 # qwen3-ragged-odd 196.9 / 182.0, llama-8b (no decode requests, packed alone) 495.4 / 480.3.
 PACKED_MERGE_DEFAULTS: dict[int, ws_launch.WsConfig] = {128: ws_launch.WsConfig(64, 3, True, pack_gqa=True)}
+# The warp-specialized launch's lightest query blocks split over their keys where its last round of tiles would
+# leave SMs idle (``tail_split``; one head a tile). Written 2026-12-04 without a GPU: qwen35-9b-rope's 2048 tiles of
+# ~33 k keys are 15.5 rounds on 132 SMs, run in 16; splitting its 3 lightest blocks in 3 shortens the modelled
+# launch by 2.0 % (the split build's key loop is 3 SASS longer, ~0.7 %). Off until an H200 sweep has timed it
+# (``ws_tail=True`` per plan; benchmarks/tune_attn_core_paged.py --ws times both).
+WS_TAIL_SPLITS_DEFAULT = False
 
 
 def config_key(kind: str, head_dim: int) -> tuple[str, int]:
@@ -168,6 +176,7 @@ class Launch:
     # heaviest first): run_plan launches it instead of the Triton kernel where ws_launch.paged_applies holds
     ws: ws_launch.WsConfig | None = None
     ws_items: torch.Tensor | None = None
+    ws_splits: ws_launch.PagedSplits | None = None  # its split blocks (``ws_tail``): ws_items then has 4 columns
 
     @property
     def n_items(self) -> int:
@@ -200,6 +209,10 @@ class PagedAttentionPlan:
             splits = int(ln.items[:, 3].max()) if ln.n_items else 0
             parts.append(f"{ln.kind}: {ln.n_items} items (max {splits} splits, {ln.n_combine} combined), "
                          f"BM={ln.cfg.block_m} BN={ln.cfg.block_n} w={ln.cfg.num_warps} s={ln.cfg.num_stages}")
+            if ln.ws is not None:
+                tail = ln.ws_splits
+                parts[-1] += f", ws {ln.ws.name}" + (f" ({tail.block_start.shape[0]} blocks in {tail.n_splits} "
+                                                     f"splits)" if tail is not None else "")
         return "; ".join(parts)
 
     def check_matches(self, q_lens, num_heads: int, num_kv_heads: int, head_dim: int, window, new_keys: bool):
@@ -237,7 +250,8 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
                          min_split_keys: int | None = None, pow2_pages: bool | None = None,
                          ws: ws_launch.WsConfig | bool | None = None,
                          latency: bool | None = None, merge_small: bool | None = None,
-                         resident_per_sm: int | None = None) -> PagedAttentionPlan:
+                         resident_per_sm: int | None = None,
+                         ws_tail: bool | tuple[int, int] | None = None) -> PagedAttentionPlan:
     """Schedule one batch layout. ``q_lens`` / ``kv_lens``: per-request host ints (``kv_lens`` = pool keys;
     with ``new_keys`` the request also has its q_len new keys). Tuning / test knobs: ``num_splits`` forces
     the KV split count of every item; ``configs`` overrides ``CONFIGS`` entries; ``programs_per_sm``
@@ -259,7 +273,9 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     launch runs the Triton tile (None: where ``_merge_pays`` and ``MERGE_SMALL_DEFAULT``, True: always, and with
     a warp-specialized large class whose config packs GQA heads, into its launch too; False: never). Outside the
     latency rule, a small class whose every split reads >= ``LONG_SPLIT_KEYS`` keys takes ``LONG_SPLIT_CONFIGS``'
-    tile for its head dim (unless ``configs`` names one)."""
+    tile for its head dim (unless ``configs`` names one). ``ws_tail``: the warp-specialized launch's lightest whole
+    blocks split over their keys where ``tail_split.choose`` finds its last round fuller (None:
+    ``WS_TAIL_SPLITS_DEFAULT``, True: that rule, False: never, ``(k, s)``: the last k blocks in s shares)."""
     device = torch.device(device) if device is not None else runtime.device()
     group = num_heads // num_kv_heads
     wl, wr = window_bounds(is_causal, window_size_left, window_size_right)
@@ -269,8 +285,8 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     plan = PagedAttentionPlan(q_lens, kv_lens, num_heads, num_kv_heads, head_dim, (wl, wr), new_keys, device,
                               pow2_pages=POW2_PAGES_DEFAULT if pow2_pages is None else pow2_pages)
     sms = runtime.num_sms()
-    ws_cfg, ws_items, ws_merged = _ws_work(q_lens, kv_lens, num_heads, head_dim, wl, wr, new_keys, group, ws,
-                                           device, merge_small)
+    ws_cfg, ws_items, ws_merged, ws_splits = _ws_work(q_lens, kv_lens, num_heads, head_dim, wl, wr, new_keys, group,
+                                                      ws, device, merge_small, ws_tail)
     small = [q * group <= SMALL_ROWS for q in q_lens]
     large_key = config_key("large", head_dim)
     merged_cfg = MERGED_CONFIGS.get(large_key) if large_key not in (configs or {}) else None
@@ -334,7 +350,7 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
         tile = kind in TILE_IN_PAGE_DEFAULT if tile_in_page is None else tile_in_page
         ln = Launch(kind, cfg, item_t, comb_t, part_o, part_lse, counters, tile)
         if kind == "large":
-            ln.ws, ln.ws_items = ws_cfg, ws_items
+            ln.ws, ln.ws_items, ln.ws_splits = ws_cfg, ws_items, ws_splits
         plan.launches.append(ln)
     return plan
 
@@ -377,22 +393,22 @@ def _merge_pays(large_blocks, small_blocks, num_kv_heads: int, sms: int, cfg: Ti
 
 
 def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, new_keys: bool, group: int, ws,
-             device, merge_small: bool | None = None
-             ) -> tuple[ws_launch.WsConfig | None, torch.Tensor | None, bool]:
+             device, merge_small: bool | None = None, ws_tail: bool | tuple[int, int] | None = None
+             ) -> tuple[ws_launch.WsConfig | None, torch.Tensor | None, bool, ws_launch.PagedSplits | None]:
     """The large class's work for the warp-specialized kernel: (config, items heaviest first, whether the small
-    class's requests are items too), or (None, None, False) when ``ws`` (see ``plan_paged_attention``) or its
-    default rule says no. The small class's requests join where the config packs a KV head's query heads into one
-    tile and ``merge_small`` is True, or by default where ``_packed_merge`` takes the batch (one launch for a
-    mixed batch; without packing a decode item filled a 128-row tile per query head: 33.6 against 23.1 µs on
-    llama-8b-noncausal, H200 2026-12-03)."""
+    class's requests are items too, the split blocks (``_tail_items``) or None), or (None, None, False, None) when
+    ``ws`` (see ``plan_paged_attention``) or its default rule says no. The small class's requests join where the
+    config packs a KV head's query heads into one tile and ``merge_small`` is True, or by default where
+    ``_packed_merge`` takes the batch (one launch for a mixed batch; without packing a decode item filled a 128-row
+    tile per query head: 33.6 against 23.1 µs on llama-8b-noncausal, H200 2026-12-03)."""
     if ws is None:
         ws = WS_DEFAULT
     if ws is False or head_dim not in ws_launch.CONFIGS or (ws is True and head_dim not in ws_launch.PAGED_DEFAULTS):
-        return None, None, False
+        return None, None, False, None
     large = [(b, q, c + q if new_keys else c) for b, (q, c) in enumerate(zip(q_lens, kv_lens))
              if q and q * group > SMALL_ROWS]
     if not large:
-        return None, None, False
+        return None, None, False, None
     small = [(b, q, c + q if new_keys else c) for b, (q, c) in enumerate(zip(q_lens, kv_lens))
              if q and q * group <= SMALL_ROWS]
     with_small = merge_small is True
@@ -406,21 +422,52 @@ def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, n
     else:
         cfg = _packed_merge(large, small, num_heads, head_dim, group, wl, wr, merge_small)
         if cfg is None:
-            return None, None, False
+            return None, None, False, None
         with_small = True
     heads_per_tile = ws_launch.heads_per_tile(cfg, group)
     with_small = with_small and heads_per_tile > 1 and bool(small)
     if with_small:
         large = sorted(large + small)
     bm = ws_launch.BLOCK_M // heads_per_tile  # query tokens per block
-    blocks = []  # (cost, b, query block)
+    blocks = []  # (cost, b, query block, keys, rows)
     for b, q, total in large:
         for m in range(math.ceil(q / bm)):
             rows = min(bm, q - m * bm)
-            blocks.append((_key_span(q, total, m * bm, m * bm + rows - 1, wl, wr) * rows, b, m))
+            keys = _key_span(q, total, m * bm, m * bm + rows - 1, wl, wr)
+            blocks.append((keys * rows, b, m, keys, rows))
     blocks.sort(key=lambda x: -x[0])
-    items = torch.tensor([(b, m) for _, b, m in blocks], dtype=torch.int32).reshape(-1, 2).to(device)
-    return cfg, items, with_small
+    tail = WS_TAIL_SPLITS_DEFAULT if ws_tail is None else ws_tail
+    forced = tuple(tail) if isinstance(tail, (tuple, list)) else None
+    if tail is not False and (heads_per_tile == 1 or forced):
+        whole_tail = next((i for i, blk in enumerate(reversed(blocks)) if blk[4] < bm), len(blocks))
+        choice = tail_split.choose([blk[3] for blk in blocks], whole_tail, num_heads, runtime.num_sms(),
+                                   cfg.persistent, forced)
+        if forced and (choice is None or heads_per_tile > 1):
+            raise ValueError(f"ws_tail={forced}: the launch's last {forced[0]} blocks are not all whole "
+                             f"{bm}-token blocks of one query head each ({whole_tail} are; {cfg.name} packs "
+                             f"{heads_per_tile} heads a tile), or the split count is below 2")
+        if choice is not None:
+            items, splits = _tail_items(blocks, *choice, q_lens, bm, num_heads, head_dim, device)
+            return cfg, items, with_small, splits
+    items = torch.tensor([(b, m) for _, b, m, _, _ in blocks], dtype=torch.int32).reshape(-1, 2).to(device)
+    return cfg, items, with_small, None
+
+
+def _tail_items(blocks, k: int, s: int, q_lens, bm: int, num_heads: int, head_dim: int,
+                device) -> tuple[torch.Tensor, ws_launch.PagedSplits]:
+    """Items ``(b, query block, split, split block)`` of the ws launch with its last ``k`` blocks (whole ones) in
+    ``s`` shares each (``ws_kernel._round_work``), and their workspace: split block i is the (k − i)-th lightest,
+    its first query token ``cu_seqlens_q[b] + m·bm``."""
+    starts = [0]
+    for q in q_lens:
+        starts.append(starts[-1] + q)
+    n = len(blocks)
+    items = [(b, m, 0, -1) for _, b, m, _, _ in blocks[:n - k]]
+    for i, (_, b, m, _, _) in enumerate(blocks[n - k:]):
+        items += [(b, m, j, i) for j in range(s)]
+    block_start = torch.tensor([starts[b] + m * bm for _, b, m, _, _ in blocks[n - k:]], dtype=torch.int32)
+    return (torch.tensor(items, dtype=torch.int32).to(device),
+            ws_launch.PagedSplits.allocate(s, block_start.to(device), num_heads, head_dim))
 
 
 def _paged_default(large, head_dim: int, wl: int, wr: int) -> ws_launch.WsConfig:
