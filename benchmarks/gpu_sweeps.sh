@@ -66,11 +66,11 @@ tune tune-dsa-half-ready 300 tune_attn_mla --filter "mla-d576-h128-kv32k,mla-d51
 # qwen35-9b-rope (issue 4: 17.9 ms, 17.68 needed for 0.8x FA3's published 14.1): its default is now the pingpong
 # config (LONG_PAGED_DEFAULTS: ahead of the 4-slot config in four earlier sweeps), beside the 4-slot config, that
 # one's per-thread release twin and the 3-slot form, each also with its 3 lightest blocks split in 3 (`+tail`,
-# plan.WS_TAIL_SPLITS_DEFAULT: modelled 2.0 % shorter); ~4 % run-to-run noise, hence 40 iterations
+# plan.WS_TAIL_SPLITS_DEFAULT: modelled 1.9 % shorter); ~4 % run-to-run noise, hence 40 iterations
 tune tune-qwen35-thread-release 200 tune_attn_core_paged --ws --filter qwen35-9b-rope --variants ws-n32 --iters 40
-# the other seed rows the tail rule would split (modelled: qwen35-9b-mixed 1 block in 4, 2.0 %; falcon-7b 3 in 3, 2.8 %;
-# the fp8-pool qwen35-9b row as qwen35-9b-rope), each default beside its config with `+tail`
-tune tune-ws-tail 150 tune_attn_core_paged --ws --filter "qwen35-9b-mixed,falcon-7b,qwen35-9b/f16/fp8" \
+# the other seed rows the tail rule would split (modelled: qwen35-9b-mixed 1 block in 4, 1.5 %; the fp8-pool qwen35-9b
+# row as qwen35-9b-rope), each default beside its config with `+tail`
+tune tune-ws-tail 150 tune_attn_core_paged --ws --filter "qwen35-9b-mixed,qwen35-9b/f16/fp8" \
   --variants "+tail" --iters 20
 # the dense / varlen default and its -t twin where the forward is furthest from the peers
 tune tune-fwd-thread-release 150 tune_attn_core --ws --only "n64s3-ov-bm-lpt" \

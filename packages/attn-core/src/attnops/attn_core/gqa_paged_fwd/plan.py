@@ -135,8 +135,8 @@ PACKED_MERGE_DEFAULTS: dict[int, ws_launch.WsConfig] = {128: ws_launch.WsConfig(
 # The warp-specialized launch's lightest query blocks split over their keys where its last round of tiles would
 # leave SMs idle (``tail_split``; one head a tile). Written 2026-12-04 without a GPU: qwen35-9b-rope's 2048 tiles of
 # ~33 k keys are 15.5 rounds on 132 SMs, run in 16; splitting its 3 lightest blocks in 3 shortens the modelled
-# launch by 2.0 % (the split build's key loop is 3 SASS longer, ~0.7 %). Off until an H200 sweep has timed it
-# (``ws_tail=True`` per plan; benchmarks/tune_attn_core_paged.py --ws times both).
+# launch by 1.9 %, the combine included (the split build's key loop is 3 SASS longer, ~0.7 %). Off until an H200 sweep
+# has timed it (``ws_tail=True`` per plan; benchmarks/tune_attn_core_paged.py --ws times both).
 WS_TAIL_SPLITS_DEFAULT = False
 
 
@@ -440,7 +440,7 @@ def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, n
     forced = tuple(tail) if isinstance(tail, (tuple, list)) else None
     if tail is not False and (heads_per_tile == 1 or forced):
         whole_tail = next((i for i, blk in enumerate(reversed(blocks)) if blk[4] < bm), len(blocks))
-        choice = tail_split.choose([blk[3] for blk in blocks], whole_tail, num_heads, runtime.num_sms(),
+        choice = tail_split.choose([blk[3] for blk in blocks], whole_tail, num_heads, head_dim, runtime.num_sms(),
                                    cfg.persistent, forced)
         if forced and (choice is None or heads_per_tile > 1):
             raise ValueError(f"ws_tail={forced}: the launch's last {forced[0]} blocks are not all whole "
