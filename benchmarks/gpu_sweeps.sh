@@ -66,13 +66,15 @@ tune tune-dsa-half-ready 300 tune_attn_mla --filter "mla-d576-h128-kv32k,mla-d51
 # qwen35-9b-rope (issue 4: 17.9 ms, 17.68 needed for 0.8x FA3's published 14.1): its default is now the pingpong
 # config (LONG_PAGED_DEFAULTS: ahead of the 4-slot config in four earlier sweeps), beside the 4-slot config, that
 # one's per-thread release twin and the 3-slot form, each also with its 3 lightest blocks split in 3 (`+tail`,
-# plan.WS_TAIL_SPLITS_DEFAULT: modelled 1.9 % shorter); ~4 % run-to-run noise, hence 40 iterations
-tune tune-qwen35-thread-release 200 tune_attn_core_paged --ws --filter qwen35-9b-rope --variants ws-n32 --iters 40
-# the other seed rows the tail rule would split (modelled: qwen35-9b-mixed 1 block in 4, 1.5 %; the fp8-pool qwen35-9b
-# row as qwen35-9b-rope), each default beside its config with `+tail`
-tune tune-ws-tail 150 tune_attn_core_paged --ws --filter "qwen35-9b-mixed,qwen35-9b/f16/fp8" \
-  --variants "+tail" --iters 20
-# the dense / varlen default and its -t twin where the forward is furthest from the peers
+# plan.WS_TAIL_SPLITS_DEFAULT: modelled 1.9 % shorter), and the 64-key 2-slot tile with K freed before V (`-kr`: its
+# score wgmmas fit the shared-memory port, the 32-key ones do not); ~4 % run-to-run noise, hence 40 iterations
+tune tune-qwen35-thread-release 300 tune_attn_core_paged --ws --filter qwen35-9b-rope --variants "ws-n32,kr" --iters 40
+# the other seed rows the tail rule would split (modelled: qwen35-9b-mixed 3 blocks in 2, 1.3 %; the fp8-pool qwen35-9b
+# row as qwen35-9b-rope), each default beside its config with `+tail`, and the D = 256 `-kr` configs on those and
+# gemma-2b
+tune tune-ws-tail 150 tune_attn_core_paged --ws --filter "qwen35-9b-mixed,qwen35-9b/f16/fp8,gemma-2b" \
+  --variants "+tail,kr" --iters 20
+# the dense / varlen default and its -t / -kr twins where the forward is furthest from the peers
 tune tune-fwd-thread-release 150 tune_attn_core --ws --only "n64s3-ov-bm-lpt" \
   --filter "llama-8b-uniform/bf16,llama-70b-q-lt-kv/bf16,qwen3-8b-chunked-b8"
 tune tune-mla-half-ready 120 tune_attn_mla --filter "mla-b128-8192/bf16" --skip h200,ws-n32s3,ws-n32s2

@@ -264,14 +264,16 @@ def _p_operand(p, dtype: gl.constexpr, p_layout: gl.constexpr):
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr, cu_q_ptr,
+def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, k_free, kv_free, sched, o_ptr,
+              cu_q_ptr,
               kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, part_o_ptr,
               part_lse_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, n_splits, qk_scale, cap_scale,
               cap_log2, stride_ot, stride_oh, WG: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
               OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr, BLOCK_MAJOR: gl.constexpr,
               SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr, SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr,
-              FP8: gl.constexpr, PACK: gl.constexpr, THREAD_RELEASE: gl.constexpr, SPLITS: gl.constexpr):
+              FP8: gl.constexpr, PACK: gl.constexpr, THREAD_RELEASE: gl.constexpr, SPLITS: gl.constexpr,
+              K_EARLY: gl.constexpr):
     """Rows [64·WG, +64) of each of the program's work tiles (``PACK`` > 1: row r is query token r // PACK of the
     warpgroup's tokens, head ``head + r % PACK``): every key tile of the block's range, then
     the store. ``OVERLAP`` (FA3's intra-warpgroup pipelining): S of tile j + 1 and P·V of tile j are in flight
@@ -283,7 +285,8 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     e4m3 values in 16 bits (exact); request b's ``[B, H_kv]`` dequant multipliers scale the scores
     (q_scale·k_scale, folded into the exp2 scale) and the output (v_scale). ``THREAD_RELEASE``: K / V slots are
     freed one arrival per thread (``kernel_utils.gluon_fns.release``). ``SPLITS``: a split item's rows go to the
-    workspace as partials (``_store_partial``; its sink is the combine's)."""
+    workspace as partials (``_store_partial``; its sink is the combine's). ``K_EARLY``: a slot's K is released
+    (``k_free``) as soon as the scores of it are done, its V (``kv_free``) after P·V; else both after P·V."""
     if LAYOUT == PAGED or PINGPONG:
         gl.static_assert(OVERLAP, "the paged layout and the pingpong turns run the overlap configs")
     R: gl.constexpr = ROWS_PER_CONSUMER
@@ -332,6 +335,8 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                     _turn_end(sched, WG, PINGPONG)
                     turn += 1
                     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+                    if K_EARLY:
+                        release(k_free.index(ring % STAGES), THREAD_RELEASE)
                     p, alpha, m_i, l_i = _softmax(s, n_lo, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr,
                                                   tile_qk_scale, tile_cap_scale, cap_log2, BLOCK_N, o_layout,
                                                   s_layout, SOFTCAP)
@@ -343,6 +348,8 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                         _turn_end(sched, WG, PINGPONG)
                         turn += 1
                         s_next = warpgroup_mma_wait(num_outstanding=1, deps=(s_next, ))  # S of j; P·V may run
+                        if K_EARLY:
+                            release(k_free.index((ring + j) % STAGES), THREAD_RELEASE)
                         # (ptxas places the P·V wait below at the top of the softmax's block: P·V overlaps the other
                         # warpgroup's softmax, not this one's. Holding it below with the softmax in a block of its
                         # own was 0-19 % slower on every row timed, 2026-12-03, docs/perf/attn-core.md.)
@@ -374,6 +381,8 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                 for j in range(n_tiles):
                     s = warpgroup_mma_wait(num_outstanding=0,
                                            deps=(_scores(q_tile, k_smem, k_ready, ring + j, zero_s, STAGES), ))
+                    if K_EARLY:
+                        release(k_free.index((ring + j) % STAGES), THREAD_RELEASE)
                     p, alpha, m_i, l_i = _softmax(s, n_lo + j * BLOCK_N, m_i, l_i, q_pos, full_lo, full_hi, kv_len,
                                                   wl, wr, tile_qk_scale, tile_cap_scale, cap_log2, BLOCK_N, o_layout,
                                                   s_layout, SOFTCAP)
@@ -460,15 +469,18 @@ def _store_partial(acc, m_i, l_i, part_o_ptr, part_lse_ptr, part, split, n_split
 
 
 @gluon.jit
-def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
+def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, k_free, kv_free,
             cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work, n_m_blocks,
             group, wl, wr, n_splits,
             LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr,
             BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, Q_BUFS: gl.constexpr,
-            BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr, PACK: gl.constexpr, SPLITS: gl.constexpr):
+            BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr, PACK: gl.constexpr, SPLITS: gl.constexpr,
+            K_EARLY: gl.constexpr):
     """TMA producer: per work tile both Q tiles, then K / V of every key tile of the block's range (paged: the
     tile's page from the table, read only for tiles inside the request's keys). ``PACK`` > 1: a Q tile is
-    [64 / PACK tokens, PACK heads, D] of a 3-D descriptor ``[tokens, H, D]``, landing as 64 rows of (token, head)."""
+    [64 / PACK tokens, PACK heads, D] of a 3-D descriptor ``[tokens, H, D]``, landing as 64 rows of (token, head).
+    ``K_EARLY``: a slot's K is refilled once ``k_free`` says both consumers' scores of it are done, its V once
+    ``kv_free`` says their P·V is (else ``k_free`` is ``kv_free``: both wait for P·V)."""
     R: gl.constexpr = ROWS_PER_CONSUMER
     pid = gl.program_id(0)
     done = pid * 0
@@ -497,16 +509,26 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_r
             kv_col = (head // group) * HEAD_DIM
             for j in range(n_tiles):
                 slot = (ring + j) % STAGES
-                mbarrier.wait(kv_free.index(slot), (((ring + j) // STAGES) & 1) ^ 1)
+                phase = (((ring + j) // STAGES) & 1) ^ 1
+                mbarrier.wait(k_free.index(slot), phase)
                 n = n_lo + j * BLOCK_N
                 if LAYOUT == PAGED:
-                    _load_paged_tile(k_desc, v_desc, k_smem.index(slot), v_smem.index(slot), k_ready.index(slot),
-                                     v_ready.index(slot), table_ptr + b.to(gl.int64) * stride_tb, n, kv_len, kv_col,
-                                     PAGE_SIZE, BLOCK_N)
+                    table_row = table_ptr + b.to(gl.int64) * stride_tb
+                    if K_EARLY:
+                        _load_paged_tile(k_desc, v_desc, k_smem.index(slot), v_smem.index(slot), k_ready.index(slot),
+                                         v_ready.index(slot), table_row, n, kv_len, kv_col, PAGE_SIZE, BLOCK_N, 1)
+                        mbarrier.wait(kv_free.index(slot), phase)
+                        _load_paged_tile(k_desc, v_desc, k_smem.index(slot), v_smem.index(slot), k_ready.index(slot),
+                                         v_ready.index(slot), table_row, n, kv_len, kv_col, PAGE_SIZE, BLOCK_N, 2)
+                    else:
+                        _load_paged_tile(k_desc, v_desc, k_smem.index(slot), v_smem.index(slot), k_ready.index(slot),
+                                         v_ready.index(slot), table_row, n, kv_len, kv_col, PAGE_SIZE, BLOCK_N, 3)
                 else:
                     row = kv_start + n
                     mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
                     tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready.index(slot), k_smem.index(slot))
+                    if K_EARLY:
+                        mbarrier.wait(kv_free.index(slot), phase)
                     mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
                     tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready.index(slot), v_smem.index(slot))
             done += 1
@@ -515,12 +537,12 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_r
 
 @gluon.jit
 def _load_paged_tile(k_desc, v_desc, k_slot, v_slot, k_ready, v_ready, table_row, n, kv_len, kv_col,
-                     PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr):
-    """K / V of keys [n, n + BLOCK_N) of one request into a ring slot, in chunks of the descriptors' box rows
-    (``gcd(PAGE_SIZE, BLOCK_N)``: each chunk lies in one page, ``table_row[key // PAGE_SIZE]``). Each chunk
-    arrives once on the slot's barriers (they count ``BLOCK_N // CHUNK``): with its bytes, or, past the request's
-    keys, with none and no copy (its table entry need not exist). Rows not loaded keep older data: scores there
-    are masked, and the consumers copy the last V tile with those rows zeroed (``_pv_tail``)."""
+                     PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, PARTS: gl.constexpr):
+    """K (``PARTS`` bit 1) and / or V (bit 2) of keys [n, n + BLOCK_N) of one request into a ring slot, in chunks of
+    the descriptors' box rows (``gcd(PAGE_SIZE, BLOCK_N)``: each chunk lies in one page, ``table_row[key //
+    PAGE_SIZE]``). Each chunk arrives once on the slot's barriers (they count ``BLOCK_N // CHUNK``): with its bytes,
+    or, past the request's keys, with none and no copy (its table entry need not exist). Rows not loaded keep older
+    data: scores there are masked, and the consumers copy the last V tile with those rows zeroed (``_pv_tail``)."""
     CHUNK: gl.constexpr = k_desc.block_type.shape[0]
     gl.static_assert(PAGE_SIZE % CHUNK == 0 and BLOCK_N % CHUNK == 0)
     for c in gl.static_range(BLOCK_N // CHUNK):
@@ -528,12 +550,16 @@ def _load_paged_tile(k_desc, v_desc, k_slot, v_slot, k_ready, v_ready, table_row
         live = key < kv_len
         # (a clamped index: a chunk past the keys reads the request's last entry, then copies nothing)
         row = gl.load(table_row + gl.minimum(key, kv_len - 1) // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
-        mbarrier.expect(k_ready, k_desc.block_type.nbytes, pred=live)
-        mbarrier.expect(k_ready, 0, pred=key >= kv_len)
-        tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready, k_slot.slice(c * CHUNK, CHUNK), pred=live)
-        mbarrier.expect(v_ready, v_desc.block_type.nbytes, pred=live)
-        mbarrier.expect(v_ready, 0, pred=key >= kv_len)
-        tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready, v_slot.slice(c * CHUNK, CHUNK), pred=live)
+        if PARTS & 1:
+            mbarrier.expect(k_ready, k_desc.block_type.nbytes, pred=live)
+            mbarrier.expect(k_ready, 0, pred=key >= kv_len)
+            tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready, k_slot.slice(c * CHUNK, CHUNK),
+                                            pred=live)
+        if PARTS & 2:
+            mbarrier.expect(v_ready, v_desc.block_type.nbytes, pred=live)
+            mbarrier.expect(v_ready, 0, pred=key >= kv_len)
+            tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready, v_slot.slice(c * CHUNK, CHUNK),
+                                            pred=live)
 
 
 @gluon.jit
@@ -571,7 +597,7 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                       STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr,
                       BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr,
                       SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr, PACK: gl.constexpr,
-                      THREAD_RELEASE: gl.constexpr, SPLITS: gl.constexpr):
+                      THREAD_RELEASE: gl.constexpr, SPLITS: gl.constexpr, K_EARLY: gl.constexpr):
     """Grid: (programs,), at most n_work · n_heads / PACK work tiles (n_work: dense / varlen n_m_blocks · batch, paged
     the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
     loader: 1 warp). ``TAIL_IN_PLACE`` (paged): the last V tile's rows past the keys are zeroed in the ring slot
@@ -581,7 +607,9 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
     rows (token, head), ``q_desc`` 3-D (``_loader``); 1: one query head per tile. ``THREAD_RELEASE``: the consumers
     free K / V slots one arrival per thread, without the warpgroup barrier before a one-thread arrival. ``SPLITS``
     (paged, one head a tile): items ``(b, query block, split, part)`` (``_round_work``); split items write fp32
-    partials and base-2 lse (``part_o_ptr`` / ``part_lse_ptr``, ``_store_partial``) for ``split_combine``."""
+    partials and base-2 lse (``part_o_ptr`` / ``part_lse_ptr``, ``_store_partial``) for ``split_combine``.
+    ``K_EARLY``: each slot's K and V are freed apart, K once its scores are done (FA3's separate K / V pipelines): with
+    2 slots the next K no longer waits for the P·V of the tile two back."""
     gl.static_assert(BLOCK_M == 2 * ROWS_PER_CONSUMER)
     gl.static_assert(not SPLITS or (LAYOUT == PAGED and PACK == 1), "splits: paged items, one head a tile")
     gl.static_assert(not FP8 or LAYOUT != PAGED, "fp8 runs the dense / varlen layouts")
@@ -599,6 +627,10 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    if K_EARLY:
+        k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    else:
+        k_free = kv_free  # a slot's K and V freed together, after P·V
     sched = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # issue turns (PINGPONG)
     for i in gl.static_range(Q_BUFS):
         mbarrier.init(q_ready.index(i), count=1)
@@ -609,26 +641,28 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
         mbarrier.init(k_ready.index(i), count=BLOCK_N // k_desc.block_type.shape[0])
         mbarrier.init(v_ready.index(i), count=BLOCK_N // v_desc.block_type.shape[0])
         mbarrier.init(kv_free.index(i), count=release_count(2, THREAD_RELEASE))  # both consumers release a slot
+        if K_EARLY:
+            mbarrier.init(k_free.index(i), count=release_count(2, THREAD_RELEASE))
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
     if SORT_B > 0:
         _sort_requests(kv_ptr, order_ptr, n_work // n_m_blocks, SORT_B)
     gl.warp_specialize([
-        (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
-                     cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr,
+        (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, k_free, kv_free, sched,
+                     o_ptr, cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr,
                      part_o_ptr, part_lse_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, n_splits,
                      qk_scale, cap_scale, cap_log2, stride_ot, stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N,
                      HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B,
-                     TAIL_IN_PLACE, FP8, PACK, THREAD_RELEASE, SPLITS)),
-        (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
-                     cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr,
+                     TAIL_IN_PLACE, FP8, PACK, THREAD_RELEASE, SPLITS, K_EARLY)),
+        (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, k_free, kv_free, sched,
+                     o_ptr, cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr,
                      part_o_ptr, part_lse_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, n_splits,
                      qk_scale, cap_scale, cap_log2, stride_ot, stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N,
                      HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B,
-                     TAIL_IN_PLACE, FP8, PACK, THREAD_RELEASE, SPLITS)),
-        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
-                   cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work,
+                     TAIL_IN_PLACE, FP8, PACK, THREAD_RELEASE, SPLITS, K_EARLY)),
+        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, k_free,
+                   kv_free, cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work,
                    n_m_blocks, group, wl, wr, n_splits, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM,
-                   STAGES, Q_BUFS, BLOCK_MAJOR, SORT_B, PACK, SPLITS)),
+                   STAGES, Q_BUFS, BLOCK_MAJOR, SORT_B, PACK, SPLITS, K_EARLY)),
     ], [4, 1], [240, 24])  # FA3's split: 240 + 240 + 24 registers x 128 threads = 168 x 384
     for i in gl.static_range(Q_BUFS):
         mbarrier.invalidate(q_ready.index(i))
@@ -639,3 +673,5 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
         mbarrier.invalidate(k_ready.index(i))
         mbarrier.invalidate(v_ready.index(i))
         mbarrier.invalidate(kv_free.index(i))
+        if K_EARLY:
+            mbarrier.invalidate(k_free.index(i))

@@ -49,12 +49,17 @@ class WsConfig:
     # the consumers free K / V slots one arrival per thread, without the warpgroup barrier Triton puts before a
     # single thread's arrival (``kernel_utils.gluon_fns.release``; untimed twins below)
     thread_release: bool = False
+    # each K / V slot freed in two halves: K as soon as both consumers' scores of it are done, V after their P·V
+    # (``ws_kernel`` ``K_EARLY``, FA3's separate K / V pipelines): with 2 slots the loader no longer waits for the
+    # P·V of the tile two back before it loads the next K (untimed twins below)
+    early_k_release: bool = False
 
     @property
     def name(self) -> str:
         return (f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}{'' if self.persistent else '-np'}"
                 f"{'-pp' if self.pingpong else ''}{'-bm' if self.block_major else ''}{'-lpt' if self.lpt else ''}"
-                f"{'-pk' if self.pack_gqa else ''}{'-t' if self.thread_release else ''}")
+                f"{'-pk' if self.pack_gqa else ''}{'-t' if self.thread_release else ''}"
+                f"{'-kr' if self.early_k_release else ''}")
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
@@ -80,11 +85,18 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
           WsConfig(64, 3, True, pack_gqa=True), WsConfig(64, 3, True, block_major=True, lpt=True, pack_gqa=True),
           # the dense / varlen and paged defaults with per-thread slot releases (``thread_release``; untimed)
           WsConfig(64, 3, True, block_major=True, lpt=True, thread_release=True),
-          WsConfig(64, 3, True, thread_release=True)),
+          WsConfig(64, 3, True, thread_release=True),
+          # K freed before V (``early_k_release``; untimed): the 2-slot 128-key tile, and the dense / varlen default
+          WsConfig(128, 2, True, early_k_release=True),
+          WsConfig(64, 3, True, block_major=True, lpt=True, early_k_release=True)),
     # D = 256 (one Q buffer; written 2026-12-02 without device time: candidates for the prefill op's D 256 rows)
     256: (WsConfig(32, 3, True), WsConfig(32, 4, True), WsConfig(64, 2, True), WsConfig(64, 2),
           WsConfig(32, 3, True, pingpong=True),
-          WsConfig(32, 4, True, thread_release=True)),  # (the paged default, per-thread slot releases; untimed)
+          WsConfig(32, 4, True, thread_release=True),  # (the paged default, per-thread slot releases; untimed)
+          # the 64-key tile with K freed before V (untimed): its score wgmmas (m64n64k16, 4 KB of shared-memory
+          # operands per 32 clocks) fit the 128 B / clock shared-memory port where the 32-key tiles' (3 KB per 16)
+          # do not, but its 2 slots starved on the joint K / V release
+          WsConfig(64, 2, True, early_k_release=True), WsConfig(64, 2, True, pingpong=True, early_k_release=True)),
 }
 DEFAULT_HEAD_DIMS = (128,)
 # fp8 q / k with requests of unequal lengths: the 128-key tile with 2 slots and the overlap (2026-12-03 sweep, every
@@ -332,7 +344,7 @@ def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
         cap_scale=2 * LOG2E * sm_scale / softcap if softcap else 0.0, cap_log2=softcap * LOG2E,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
         PINGPONG=cfg.pingpong, Q_BUFS=q_buffers(d), SOFTCAP=bool(softcap), HAS_SINK=sinks is not None,
-        PACK=heads_per_tile, THREAD_RELEASE=cfg.thread_release, num_warps=4, **layout)
+        PACK=heads_per_tile, THREAD_RELEASE=cfg.thread_release, K_EARLY=cfg.early_k_release, num_warps=4, **layout)
 
 
 def launch(p: Problem, cfg: WsConfig) -> None:
