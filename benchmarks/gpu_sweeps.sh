@@ -41,8 +41,9 @@ if [ "$PHASE" != sweeps ]; then
     "$mla/test_mla_decode_ws.py"
   # the attn-core forward's per-thread slot release twins (-t) and split blocks (test_paged_tail_splits,
   # test_prefill_paged_tail_splits): the ws tests loop over every config inside each test (the ids name no config),
-  # so the whole ws file and the paged ws tests (2026-12-04: 176 passed in 121 s at -n 14)
-  step gpu-tests-fwd "${TESTS_CAP:-200}" python3 -m pytest -v -rf -n 14 --timeout 150 \
+  # so the whole ws file and the paged ws tests (2026-12-04: 176 passed in 121 s at -n 14; since then 4 `-kr` configs
+  # and the split builds: their compiles, hence a 300 s cap)
+  step gpu-tests-fwd "${TESTS_CAP:-300}" python3 -m pytest -v -rf -n 14 --timeout 150 \
     -p no:cacheprovider -k ws "$core/test_flash_fwd_ws.py" "$core/test_gqa_paged_fwd.py"
 fi
 if [ "$PHASE" = tests ]; then
@@ -74,8 +75,9 @@ tune tune-qwen35-thread-release 300 tune_attn_core_paged --ws --filter qwen35-9b
 # gemma-2b
 tune tune-ws-tail 150 tune_attn_core_paged --ws --filter "qwen35-9b-mixed,qwen35-9b/f16/fp8,gemma-2b" \
   --variants "+tail,kr" --iters 20
-# the dense / varlen default and its -t / -kr twins where the forward is furthest from the peers
-tune tune-fwd-thread-release 150 tune_attn_core --ws --only "n64s3-ov-bm-lpt" \
+# the dense / varlen default and its -t / -kr twins where the forward is furthest from the peers, and the 128-key 2-slot
+# tile with K freed before V (its score wgmmas read 96 B a clock of shared memory against the 64-key tile's 128)
+tune tune-fwd-thread-release 150 tune_attn_core --ws --only "n64s3-ov-bm-lpt,n128s2-ov" \
   --filter "llama-8b-uniform/bf16,llama-70b-q-lt-kv/bf16,qwen3-8b-chunked-b8"
 tune tune-mla-half-ready 120 tune_attn_mla --filter "mla-b128-8192/bf16" --skip h200,ws-n32s3,ws-n32s2
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
