@@ -287,8 +287,8 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     freed one arrival per thread (``kernel_utils.gluon_fns.release``). ``SPLITS``: a split item's rows go to the
     workspace as partials (``_store_partial``; its sink is the combine's). ``K_EARLY``: a slot's K is released
     (``k_free``) as soon as the scores of it are done, its V (``kv_free``) after P·V; else both after P·V."""
-    if LAYOUT == PAGED or PINGPONG:
-        gl.static_assert(OVERLAP, "the paged layout and the pingpong turns run the overlap configs")
+    if LAYOUT == PAGED or PINGPONG or K_EARLY:
+        gl.static_assert(OVERLAP, "the paged layout, the pingpong turns and K_EARLY run the overlap configs")
     R: gl.constexpr = ROWS_PER_CONSUMER
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 32 if FP8 else 16])
@@ -381,8 +381,6 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                 for j in range(n_tiles):
                     s = warpgroup_mma_wait(num_outstanding=0,
                                            deps=(_scores(q_tile, k_smem, k_ready, ring + j, zero_s, STAGES), ))
-                    if K_EARLY:
-                        release(k_free.index((ring + j) % STAGES), THREAD_RELEASE)
                     p, alpha, m_i, l_i = _softmax(s, n_lo + j * BLOCK_N, m_i, l_i, q_pos, full_lo, full_hi, kv_len,
                                                   wl, wr, tile_qk_scale, tile_cap_scale, cap_log2, BLOCK_N, o_layout,
                                                   s_layout, SOFTCAP)
