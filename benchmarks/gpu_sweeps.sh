@@ -80,5 +80,8 @@ tune tune-ws-tail 150 tune_attn_core_paged --ws --filter "qwen35-9b-mixed,qwen35
 tune tune-fwd-thread-release 150 tune_attn_core --ws --only "n64s3-ov-bm-lpt,n128s2-ov" \
   --filter "llama-8b-uniform/bf16,llama-70b-q-lt-kv/bf16,qwen3-8b-chunked-b8"
 tune tune-mla-half-ready 120 tune_attn_mla --filter "mla-b128-8192/bf16" --skip h200,ws-n32s3,ws-n32s2
+# the paged D = 128 compute-bound rows (GQAPagedFwd llama-8b at 0.91x FA3) with the 128-key 2-slot tile, K freed first
+tune tune-paged-kr 150 tune_attn_core_paged --ws --filter "GQAPagedFwd/llama-8b/,starcoder,llama-8b-rope/f16" --variants kr \
+  --iters 20
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"
