@@ -442,10 +442,12 @@ def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, n
         whole_tail = next((i for i, blk in enumerate(reversed(blocks)) if blk[4] < bm), len(blocks))
         choice = tail_split.choose([blk[3] for blk in blocks], whole_tail, num_heads, head_dim, runtime.num_sms(),
                                    cfg.persistent, forced)
-        if forced and (choice is None or heads_per_tile > 1):
-            raise ValueError(f"ws_tail={forced}: the launch's last {forced[0]} blocks are not all whole "
-                             f"{bm}-token blocks of one query head each ({whole_tail} are; {cfg.name} packs "
-                             f"{heads_per_tile} heads a tile), or the split count is below 2")
+        if forced and heads_per_tile > 1:
+            raise ValueError(f"ws_tail={forced}: split blocks hold one query head a tile; {cfg.name} packs "
+                             f"{heads_per_tile} heads a tile")
+        if forced and choice is None:
+            raise ValueError(f"ws_tail={forced}: expected 1 <= k <= {whole_tail} (the whole {bm}-token blocks at "
+                             f"the end of the launch's order) and s >= 2")
         if choice is not None:
             items, splits = _tail_items(blocks, *choice, q_lens, bm, num_heads, head_dim, device)
             return cfg, items, with_small, splits
