@@ -60,16 +60,17 @@ tune tune-bwd-order 100 tune_gqa_bwd --order --filter "short-mha/bf16"
 # them the Gluon default ran these rows at 144.4 against 139.8 us (2026-12-03), and the stores took 7 % off the long
 # MHA rows
 tune tune-bwd-short-mha 120 tune_gqa_bwd --ws-only --filter short-mha/bf16
-# The half-slot ready barriers and DSA's 64-key blocks against the persistent default on the rows below 0.8x FlashMLA
-# (each variant checked first; the channel split and the one-item configs left out), then MLA's 64-key form
-tune tune-dsa-half-ready 300 tune_attn_mla --filter "mla-d576-h128-kv32k,mla-d512-h128-kv8k,mla-d512-h64-kv32k" \
-  --skip h200,ws-n32s3,ws-n32s2,ws-alt-n32s4
-# qwen35-9b-rope (issue 4: 17.9 ms, 17.68 needed for 0.8x FA3's published 14.1): its default is now the pingpong
-# config (LONG_PAGED_DEFAULTS: ahead of the 4-slot config in four earlier sweeps), beside the 4-slot config, that
+# qwen35-9b-rope (issue 4: 17.9 ms, 17.68 needed for 0.8x FA3's published 14.1; ahead of the DSA sweep: it is the
+# nearer of the two to its floor): its default is now the pingpong config (LONG_PAGED_DEFAULTS: ahead of the 4-slot
+# config in four earlier sweeps), beside the 4-slot config, that
 # one's per-thread release twin and the 3-slot form, each also with its 3 lightest blocks split in 3 (`+tail`,
 # plan.WS_TAIL_SPLITS_DEFAULT: modelled 1.9 % shorter), and the 64-key 2-slot tile with K freed before V (`-kr`: its
 # score wgmmas fit the shared-memory port, the 32-key ones do not); ~4 % run-to-run noise, hence 40 iterations
 tune tune-qwen35-thread-release 300 tune_attn_core_paged --ws --filter qwen35-9b-rope --variants "ws-n32,kr" --iters 40
+# The half-slot ready barriers and DSA's 64-key blocks against the persistent default on the rows below 0.8x FlashMLA
+# (each variant checked first; the channel split and the one-item configs left out), then MLA's 64-key form
+tune tune-dsa-half-ready 300 tune_attn_mla --filter "mla-d576-h128-kv32k,mla-d512-h128-kv8k,mla-d512-h64-kv32k" \
+  --skip h200,ws-n32s3,ws-n32s2,ws-alt-n32s4
 # the other seed rows the tail rule would split (modelled: qwen35-9b-mixed 3 blocks in 2, 1.3 %; the fp8-pool qwen35-9b
 # row as qwen35-9b-rope), each default beside its config with `+tail`, and the D = 256 `-kr` configs on those and
 # gemma-2b
