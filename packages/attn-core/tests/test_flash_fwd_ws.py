@@ -837,6 +837,15 @@ def test_packed_merge_default(monkeypatch):
     assert [ln.ws for ln in mixed] == [ws_launch.PAGED_DEFAULTS[128], None]
 
 
+def test_config_knobs_that_need_the_overlap():
+    """Runs everywhere: the pingpong turns and the early K release exist only in the overlap consumer; a config
+    asking for them without it is refused when it is made, not at compile time."""
+    for knob in ("pingpong", "early_k_release"):
+        with pytest.raises(ValueError, match="overlap"):
+            ws_launch.WsConfig(64, 2, **{knob: True})
+    assert ws_launch.WsConfig(64, 2, True, early_k_release=True).name == "ws-n64s2-ov-kr"
+
+
 def test_last_v_zeroed_in_place_only_where_its_buffers_do_not_fit():
     """Runs everywhere: every paged config fits in shared memory with its way of zeroing the last V tile's rows
     past the keys; the defaults keep the per-consumer buffers (the path the H200 benchmarks ran); the 64-key D = 256

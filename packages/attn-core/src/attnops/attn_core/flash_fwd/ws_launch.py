@@ -54,6 +54,12 @@ class WsConfig:
     # P·V of the tile two back before it loads the next K (untimed twins below)
     early_k_release: bool = False
 
+    def __post_init__(self):
+        if (self.pingpong or self.early_k_release) and not self.overlap:
+            raise ValueError(f"WsConfig: pingpong and early_k_release run the overlap configs (overlap=True), got "
+                             f"block_n={self.block_n}, stages={self.stages}, pingpong={self.pingpong}, "
+                             f"early_k_release={self.early_k_release}")
+
     @property
     def name(self) -> str:
         return (f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}{'' if self.persistent else '-np'}"
