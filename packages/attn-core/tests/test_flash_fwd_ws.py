@@ -652,7 +652,8 @@ def test_plan_tail_items():
     """Runs everywhere: ``ws_tail=(k, s)`` replaces the last k (lightest, whole) blocks of the ws items by s items
     each, ``(b, block, share, split block)``, whole items ``(b, block, 0, -1)``; the split blocks' first query tokens
     and workspace rows ((block, token, head, share)); the default leaves the items as they were; a forced split of a
-    partial block, into fewer than 2 shares, or of a packing config is refused."""
+    partial block, into fewer than 2 shares, or of a packing config is refused, and a ``ws_tail`` that is neither a
+    bool nor a pair of ints is a TypeError."""
     cfg = ws_launch.PAGED_DEFAULTS[128]
     plan = paged_plan.plan_paged_attention(*TAIL_LAYOUT, num_heads=8, num_kv_heads=2, head_dim=128, ws=cfg,
                                            ws_tail=(2, 3), device="cpu")
@@ -672,6 +673,10 @@ def test_plan_tail_items():
     with pytest.raises(ValueError, match="k <= 0"):  # (request 0's last block holds 44 tokens)
         paged_plan.plan_paged_attention([300], [3000], num_heads=8, num_kv_heads=2, head_dim=128, ws=cfg,
                                         ws_tail=(1, 2), device="cpu")
+    for bad in ("yes", (2, 3, 1), (2.0, 3)):
+        with pytest.raises(TypeError, match="ws_tail"):
+            paged_plan.plan_paged_attention(*TAIL_LAYOUT, num_heads=8, num_kv_heads=2, head_dim=128, ws=cfg,
+                                            ws_tail=bad, device="cpu")
     with pytest.raises(ValueError, match="s >= 2"):
         paged_plan.plan_paged_attention(*TAIL_LAYOUT, num_heads=8, num_kv_heads=2, head_dim=128, ws=cfg,
                                         ws_tail=(1, 1), device="cpu")

@@ -14,6 +14,7 @@ compute-bound). Each class is one launch (+ one combine launch when some of its 
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -438,6 +439,9 @@ def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, n
     blocks.sort(key=lambda x: -x[0])
     tail = WS_TAIL_SPLITS_DEFAULT if ws_tail is None else ws_tail
     forced = tuple(tail) if isinstance(tail, (tuple, list)) else None
+    if not isinstance(tail, bool) and (forced is None or len(forced) != 2
+                                       or not all(isinstance(x, int) and not isinstance(x, bool) for x in forced)):
+        raise TypeError(f"ws_tail: expected None, a bool or a (blocks, shares) pair of ints, got {ws_tail!r}")
     if tail is not False and (heads_per_tile == 1 or forced):
         whole_tail = next((i for i, blk in enumerate(reversed(blocks)) if blk[4] < bm), len(blocks))
         choice = tail_split.choose([blk[3] for blk in blocks], whole_tail, num_heads, head_dim, runtime.num_sms(),
@@ -460,9 +464,7 @@ def _tail_items(blocks, k: int, s: int, q_lens, bm: int, num_heads: int, head_di
     """Items ``(b, query block, split, split block)`` of the ws launch with its last ``k`` blocks (whole ones) in
     ``s`` shares each (``ws_kernel._round_work``), and their workspace: split block i is the (k − i)-th lightest,
     its first query token ``cu_seqlens_q[b] + m·bm``."""
-    starts = [0]
-    for q in q_lens:
-        starts.append(starts[-1] + q)
+    starts = [0, *itertools.accumulate(q_lens)]
     n = len(blocks)
     items = [(b, m, 0, -1) for _, b, m, _, _ in blocks[:n - k]]
     for i, (_, b, m, _, _) in enumerate(blocks[n - k:]):
