@@ -1,6 +1,7 @@
 """Gluon (Hopper) device helpers shared by the families' warp-specialized kernels: the layouts of one 4-warp
 warpgroup's wgmma, the move of its accumulator tile to 16-byte row pieces for the output stores
-(``store_layout`` / ``to_store_layout``), and the allocation / init / teardown of a TMA ring's mbarriers.
+(``store_layout`` / ``to_store_layout``), the allocation / init / teardown of a TMA ring's mbarriers, and the
+partition wrapper that lets two consumer warpgroups share one argument list (``warpgroup_partition``).
 Imported only by Gluon kernels (Triton 3.4+), never by the portable Triton ones."""
 
 from __future__ import annotations
@@ -98,6 +99,23 @@ def to_store_layout(x):
     if STEPS == 3:
         x = gl.convert_layout(x, store_layout(N, BITS, 3))
     return x
+
+
+@gluon.jit
+def warpgroup_partition(fn: gl.constexpr, args, WG: gl.constexpr, flags: gl.constexpr):
+    """Runs ``fn(*args, WG, *flags)``: one consumer warpgroup's partition of ``gl.warp_specialize``, for kernels
+    whose consumer warpgroups differ only in their index ``WG``, so that the kernel names their arguments once::
+
+        consumer_args = (q_smem, ..., stride_oh)        # values: tensors, shared buffers, barriers
+        consumer_flags: gl.constexpr = (LAYOUT, ...)   # the compile-time parameters after WG
+        gl.warp_specialize([(warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
+                            (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)), ...
+
+    Why the indirection (Triton 3.6): the frontend turns constexprs assigned to a plain name into tensors, also
+    inside a tuple, so a shared argument tuple would lose its compile-time parameters; kept as one constexpr tuple,
+    they are unpacked here (``gl.tuple``) and reach ``fn`` as constexprs. ``fn`` goes in as a constexpr because a
+    worker partition's arguments are flattened to IR values."""
+    fn(*args, WG, *gl.tuple(flags))
 
 
 @gluon.jit

@@ -49,7 +49,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from attnops.kernel_utils.gluon_fns import release, release_count, store_layout, to_store_layout
+from attnops.kernel_utils.gluon_fns import release, release_count, store_layout, to_store_layout, warpgroup_partition
 
 ROWS_PER_CONSUMER = gl.constexpr(64)  # one warpgroup's wgmma M (a constexpr: kernels read it)
 
@@ -265,8 +265,7 @@ def _p_operand(p, dtype: gl.constexpr, p_layout: gl.constexpr):
 
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, k_free, kv_free, sched, o_ptr,
-              cu_q_ptr,
-              kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, part_o_ptr,
+              cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, part_o_ptr,
               part_lse_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, n_splits, qk_scale, cap_scale,
               cap_log2, stride_ot, stride_oh, WG: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
@@ -644,19 +643,16 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
     if SORT_B > 0:
         _sort_requests(kv_ptr, order_ptr, n_work // n_m_blocks, SORT_B)
+    consumer_args = (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, k_free, kv_free, sched,
+                     o_ptr, cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr,
+                     part_o_ptr, part_lse_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, n_splits,
+                     qk_scale, cap_scale, cap_log2, stride_ot, stride_oh)
+    consumer_flags: gl.constexpr = (LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
+                                    BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, PACK, THREAD_RELEASE,
+                                    SPLITS, K_EARLY)
     gl.warp_specialize([
-        (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, k_free, kv_free, sched,
-                     o_ptr, cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr,
-                     part_o_ptr, part_lse_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, n_splits,
-                     qk_scale, cap_scale, cap_log2, stride_ot, stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N,
-                     HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B,
-                     TAIL_IN_PLACE, FP8, PACK, THREAD_RELEASE, SPLITS, K_EARLY)),
-        (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, k_free, kv_free, sched,
-                     o_ptr, cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr,
-                     part_o_ptr, part_lse_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, n_splits,
-                     qk_scale, cap_scale, cap_log2, stride_ot, stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N,
-                     HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS, BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B,
-                     TAIL_IN_PLACE, FP8, PACK, THREAD_RELEASE, SPLITS, K_EARLY)),
+        (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
+        (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, k_free,
                    kv_free, cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work,
                    n_m_blocks, group, wl, wr, n_splits, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM,
