@@ -34,6 +34,7 @@ from attnops.kernel_utils.gluon_fns import (
     ring_barriers,
     store_layout,
     to_store_layout,
+    warpgroup_partition,
     wgmma_acc_layout,
     wgmma_lhs_layout,
 )
@@ -91,24 +92,19 @@ def _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stri
 
 
 @gluon.jit
-def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_mine, x_theirs, xchg, p_mine, p_theirs, st_mine, st_theirs,
-              full, empty, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
-              head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, HAS_PE: gl.constexpr, ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr,
-              THREAD_RELEASE: gl.constexpr):
+def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, p0, p1, st0, st1, full, empty, q_ready,
+              q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group, head_blocks_per_kv, qk_scale,
+              stride_ob, stride_os, stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              HAS_PE: gl.constexpr, ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr, THREAD_RELEASE: gl.constexpr):
     """Per work item, latent columns [256·WG, +256) of its 64 heads over the row's selected keys, then their store.
     Channel split (``latent_ws.consume_keys``): this warpgroup scores its latent half of every tile, the partial
-    scores summed through ``x_mine`` / ``x_theirs`` / ``xchg``. ``ALTERNATING`` (``latent_alt.consume_blocks``):
-    it scores every other tile whole and hands P over through ``p_*`` / ``st_*`` / ``full`` / ``empty``. (The other
-    form's buffers are placeholders.)"""
+    scores summed through ``x_lo`` / ``x_hi`` (warpgroup 0's / 1's) and ``xchg``. ``ALTERNATING``
+    (``latent_alt.consume_blocks``): it scores every other tile whole and hands P over through ``p0`` / ``st0``
+    (warpgroup 0's), ``p1`` / ``st1`` and ``full`` / ``empty``. (The other form's buffers are placeholders.)"""
     s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
     o_layout: gl.constexpr = wgmma_acc_layout(HALF)
-    if WG == 0:  # this warpgroup's latent half of the queries and keys
-        q_half = q_lo
-        k_half = k_lo
-    else:
-        q_half = q_hi
-        k_half = k_hi
+    q_half = (q_lo, q_hi)[WG]  # this warpgroup's latent half of the queries and keys
+    k_half = (k_lo, k_hi)[WG]
     r0 = 0  # ring position of the item's first tile
     n_q = 0  # items whose queries were loaded before this one
     h0 = 0  # (ALTERNATING) hand-offs published so far by warpgroup 0 (it scores each item's tiles 0, 2, ...)
@@ -126,15 +122,16 @@ def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_mine, x_theirs, xchg
                     h_mine = h1
                     h_theirs = h0
                 # (consume_blocks releases the queries after this warpgroup's last scores: RELEASE_Q)
-                acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs,
-                                               st_mine, st_theirs, full, empty, k_ready, kv_free, q_free, 0, count,
-                                               n_tiles, r0, h_mine, h_theirs, qk_scale, WG, BLOCK_N, STAGES, HAS_PE,
-                                               s_layout, o_layout, wgmma_lhs_layout(HALF), True, True, HALF_READY,
-                                               THREAD_RELEASE)
+                acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, (p0, p1)[WG],
+                                               (p0, p1)[1 - WG], (st0, st1)[WG], (st0, st1)[1 - WG], full, empty,
+                                               k_ready, kv_free, q_free, 0, count, n_tiles, r0, h_mine, h_theirs,
+                                               qk_scale, WG, BLOCK_N, STAGES, HAS_PE, s_layout, o_layout,
+                                               wgmma_lhs_layout(HALF), True, True, HALF_READY, THREAD_RELEASE)
             else:
-                acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, x_mine, x_theirs,
-                                             k_ready, kv_free, xchg, 0, count, n_tiles, r0, qk_scale, WG, BLOCK_N,
-                                             STAGES, HAS_PE, s_layout, o_layout, wgmma_lhs_layout(HALF), True)
+                acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, (x_lo, x_hi)[WG],
+                                             (x_lo, x_hi)[1 - WG], k_ready, kv_free, xchg, 0, count, n_tiles, r0,
+                                             qk_scale, WG, BLOCK_N, STAGES, HAS_PE, s_layout, o_layout,
+                                             wgmma_lhs_layout(HALF), True)
                 mbarrier.arrive(q_free.index(0), count=1)  # every wgmma reading the queries has retired
             out = _normalized(acc, l_i, o_layout)
         else:  # no valid slot: zeros (the loader copies nothing)
@@ -293,15 +290,13 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
         # each warpgroup's P hand-off slot (64-key tiles with the rope tail: the rope slots) and its row maxima / sums
         p0, p1, st0, st1, full, empty = handoff_buffers(kpe_smem, BLOCK_N, TAIL)
         fence_async_shared()
+        consumer_args = (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p0, p1, q_ready, p0, p1, st0, st1, full, empty,
+                         q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
+                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh)
+        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, TAIL > 0, True, HALF_READY, THREAD_RELEASE)
         gl.warp_specialize([
-            (_consumer, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p0, p1, q_ready, p0, p1, st0, st1, full, empty,
-                         q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
-                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 0, BLOCK_N, STAGES, TAIL > 0,
-                         True, HALF_READY, THREAD_RELEASE)),
-            (_consumer, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p1, p0, q_ready, p1, p0, st1, st0, full, empty,
-                         q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
-                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 1, BLOCK_N, STAGES, TAIL > 0,
-                         True, HALF_READY, THREAD_RELEASE)),
+            (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
+            (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
             (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem,
                        q_ready, q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb,
                        stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, 64, HALF_READY)),
@@ -314,15 +309,13 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
         for i in gl.static_range(2):
             mbarrier.init(xchg.index(i), count=2)
         fence_async_shared()
+        consumer_args = (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, x_lo, x_hi, x_lo, x_hi, xchg,
+                         xchg, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
+                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh)
+        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, TAIL > 0, False, False, False)
         gl.warp_specialize([
-            (_consumer, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, x_lo, x_hi, x_lo, x_hi, xchg,
-                         xchg, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
-                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 0, BLOCK_N, STAGES, TAIL > 0,
-                         False, False, False)),
-            (_consumer, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_hi, x_lo, xchg, x_hi, x_lo, x_hi, x_lo, xchg,
-                         xchg, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
-                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 1, BLOCK_N, STAGES, TAIL > 0,
-                         False, False, False)),
+            (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
+            (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
             (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem,
                        q_ready, q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb,
                        stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, HALF, False)),

@@ -34,6 +34,7 @@ from attnops.kernel_utils.gluon_fns import (
     ring_barriers,
     store_layout,
     to_store_layout,
+    warpgroup_partition,
     wgmma_acc_layout,
     wgmma_lhs_layout,
 )
@@ -87,38 +88,41 @@ def _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_bloc
 
 
 @gluon.jit
-def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready, kv_free, xchg, out_ptr, part_o_ptr,
-              part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits, qk_scale, stride_ob, stride_oh,
-              WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr):
+def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, q_ready, k_ready, kv_free, xchg, out_ptr,
+              part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits, qk_scale, stride_ob,
+              stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr):
     """Channel split: latent columns [256·WG, +256) of the program's 64 heads over the split's key tiles
-    (``latent_ws.consume_keys``), then their store."""
+    (``latent_ws.consume_keys``; ``x_lo`` / ``x_hi``: each warpgroup's partial scores), then their store."""
+    q_half = (q_lo, q_hi)[WG]
+    k_half = (k_lo, k_hi)[WG]
     s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
     o_layout: gl.constexpr = wgmma_acc_layout(HALF)
     start, end, n_tiles = _split_keys(n_kv, split_len, BLOCK_N)
     mbarrier.wait(q_ready.index(0), 0)
-    acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, mine, theirs, k_ready, kv_free,
-                                 xchg, start, end, n_tiles, 0, qk_scale, WG, BLOCK_N, STAGES, True, s_layout,
-                                 o_layout, wgmma_lhs_layout(HALF), False)
+    acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, (x_lo, x_hi)[WG],
+                                 (x_lo, x_hi)[1 - WG], k_ready, kv_free, xchg, start, end, n_tiles, 0, qk_scale, WG,
+                                 BLOCK_N, STAGES, True, s_layout, o_layout, wgmma_lhs_layout(HALF), False)
     _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_blocks_per_kv, n_splits, stride_ob,
            stride_oh, q_half.dtype, WG, s_layout, o_layout, SPLIT)
 
 
 @gluon.jit
-def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs, st_mine, st_theirs, full,
-                  empty, q_ready, k_ready, kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group,
-                  head_blocks_per_kv, split_len, n_splits, qk_scale, stride_ob, stride_oh, WG: gl.constexpr,
-                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr, HALF_READY: gl.constexpr,
-                  THREAD_RELEASE: gl.constexpr):
+def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p0, p1, st0, st1, full, empty, q_ready, k_ready,
+                  kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits,
+                  qk_scale, stride_ob, stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                  SPLIT: gl.constexpr, HALF_READY: gl.constexpr, THREAD_RELEASE: gl.constexpr):
     """Alternating blocks: latent columns [256·WG, +256) of the program's 64 heads, this warpgroup scoring every
-    other key block (``latent_alt.consume_blocks``), then their store."""
+    other key block (``latent_alt.consume_blocks``; ``p0`` / ``st0``: warpgroup 0's hand-off, ``p1`` / ``st1``
+    warpgroup 1's), then their store."""
     s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
     o_layout: gl.constexpr = wgmma_acc_layout(HALF)
     start, end, n_tiles = _split_keys(n_kv, split_len, BLOCK_N)
     mbarrier.wait(q_ready.index(0), 0)
-    acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs, st_mine,
-                                   st_theirs, full, empty, k_ready, kv_free, kv_free, start, end, n_tiles, 0, 0, 0,
-                                   qk_scale, WG, BLOCK_N, STAGES, True, s_layout, o_layout, wgmma_lhs_layout(HALF),
-                                   False, False, HALF_READY, THREAD_RELEASE)  # (the queries are never released)
+    acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, (k_lo, k_hi)[WG], (p0, p1)[WG],
+                                   (p0, p1)[1 - WG], (st0, st1)[WG], (st0, st1)[1 - WG], full, empty, k_ready,
+                                   kv_free, kv_free, start, end, n_tiles, 0, 0, 0, qk_scale, WG, BLOCK_N, STAGES, True,
+                                   s_layout, o_layout, wgmma_lhs_layout(HALF), False, False, HALF_READY,
+                                   THREAD_RELEASE)  # (the queries are never released)
     _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_blocks_per_kv, n_splits, stride_ob,
            stride_oh, q_lo.dtype, WG, s_layout, o_layout, SPLIT)
 
@@ -199,15 +203,13 @@ def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr
         # each warpgroup's P hand-off slot (64-key blocks: the rope slots) and its row maxima / sums
         p0, p1, st0, st1, full, empty = handoff_buffers(kpe_smem, BLOCK_N, PE)
         fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
+        consumer_args = (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p0, p1, st0, st1, full, empty, q_ready, k_ready,
+                         kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len,
+                         n_splits, qk_scale, stride_ob, stride_oh)
+        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, SPLIT, HALF_READY, THREAD_RELEASE)
         gl.warp_specialize([
-            (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_lo, p0, p1, st0, st1, full, empty, q_ready,
-                             k_ready, kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv,
-                             split_len, n_splits, qk_scale, stride_ob, stride_oh, 0, BLOCK_N, STAGES, SPLIT,
-                             HALF_READY, THREAD_RELEASE)),
-            (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_hi, p1, p0, st1, st0, full, empty, q_ready,
-                             k_ready, kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv,
-                             split_len, n_splits, qk_scale, stride_ob, stride_oh, 1, BLOCK_N, STAGES, SPLIT,
-                             HALF_READY, THREAD_RELEASE)),
+            (warpgroup_partition, (gl.constexpr(_consumer_alt), consumer_args, 0, consumer_flags)),
+            (warpgroup_partition, (gl.constexpr(_consumer_alt), consumer_args, 1, consumer_flags)),
             (_loader, (q_desc, qpe_desc, k_desc, kpe_desc, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
                        k_ready, kv_free, H, n_kv, group, head_blocks_per_kv, split_len, BLOCK_N, STAGES, HALF_READY)),
         ], [4, 1], [232, 24])  # (240: ptxas spilled 12 B of the second consumer)
@@ -219,13 +221,13 @@ def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr
         for i in gl.static_range(2):
             mbarrier.init(xchg.index(i), count=2)  # both consumers meet at an exchange
         fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
+        consumer_args = (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, q_ready, k_ready, kv_free, xchg,
+                         out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits,
+                         qk_scale, stride_ob, stride_oh)
+        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, SPLIT)
         gl.warp_specialize([
-            (_consumer, (q_lo, qpe_smem, k_lo, kpe_smem, x_lo, x_hi, q_ready, k_ready, kv_free, xchg, out_ptr,
-                         part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits, qk_scale,
-                         stride_ob, stride_oh, 0, BLOCK_N, STAGES, SPLIT)),
-            (_consumer, (q_hi, qpe_smem, k_hi, kpe_smem, x_hi, x_lo, q_ready, k_ready, kv_free, xchg, out_ptr,
-                         part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits, qk_scale,
-                         stride_ob, stride_oh, 1, BLOCK_N, STAGES, SPLIT)),
+            (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
+            (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
             (_loader, (q_desc, qpe_desc, k_desc, kpe_desc, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
                        k_ready, kv_free, H, n_kv, group, head_blocks_per_kv, split_len, BLOCK_N, STAGES, False)),
         ], [4, 1], [240, 24])
