@@ -76,6 +76,10 @@ tune tune-dsa-half-ready 300 tune_attn_mla --filter "mla-d576-h128-kv32k,mla-d51
 # gemma-2b
 tune tune-ws-tail 150 tune_attn_core_paged --ws --filter "qwen35-9b-mixed,qwen35-9b/f16/fp8,gemma-2b" \
   --variants "+tail,kr" --iters 20
+# mixed serving batches: the decode launch beside the persistent ws prefill launch on the SMs it leaves (plan
+# small_beside: the model's count, and forced ones; modelled serving-step 252 -> ~192 us), with the per-kernel times
+tune tune-paged-beside 90 tune_attn_core_paged --ws --filter "serving-step,qwen3-ragged-odd" --variants beside \
+  --iters 20
 # the dense / varlen default and its -t / -kr twins where the forward is furthest from the peers, and the 128-key 2-slot
 # tile with K freed before V (its score wgmmas read 96 B a clock of shared memory against the 64-key tile's 128)
 tune tune-fwd-thread-release 150 tune_attn_core --ws --only "n64s3-ov-bm-lpt,n128s2-ov" \

@@ -20,9 +20,9 @@ from attnops.attn_core.flash_fwd import ws_kernel, ws_launch
 from attnops.attn_core.flash_fwd.reference import rope_ref
 from attnops.attn_core.gqa_dense_fwd import spec as dense_spec
 from attnops.attn_core.gqa_dense_fwd.reference import gqa_dense_fwd_ref
+from attnops.attn_core.gqa_paged_fwd import beside, tail_split
 from attnops.attn_core.gqa_paged_fwd import plan as paged_plan
 from attnops.attn_core.gqa_paged_fwd import spec as paged_spec
-from attnops.attn_core.gqa_paged_fwd import tail_split
 from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd import spec as prefill_spec
 from attnops.attn_core.gqa_varlen_fwd import spec as varlen_spec
 from attnops.attn_core.gqa_varlen_fwd.reference import gqa_varlen_fwd_ref
@@ -368,6 +368,55 @@ def test_prefill_paged_tail_splits(d):
 
 @pytest.mark.gpu
 @hopper
+@pytest.mark.parametrize("d", [64, 128])
+def test_paged_small_beside(d):
+    """``small_beside``: the decode launch (split over its keys, merged in the kernel) on a side stream beside the
+    ws launch on fewer programs: the model's count and forced ones (1, 40 and 131 SMs left), on the caller's stream,
+    on a user's stream whose next work reads the output, and captured in a CUDA graph and replayed (the fork and
+    the join), against the reference; 1-token and 3-token decodes (the small class) beside a ragged prefill, one
+    request empty. The prefill op (its append first, then the pair) with the model's count."""
+    case = paged_spec.build_case([700, 1, 3, 0, 1, 260], [4000, 3000, 4096, 10, 77, 1300], 8, 2, d, 64,
+                                 torch.float16, torch.float16, "cuda", seed=d + 1)
+    a = case.inputs
+    expected = case.fresh().run(paged_spec.SPEC.reference)
+    for count in (True, 1, 40, 131):
+        plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d, ws=ws_launch.PAGED_DEFAULTS[d],
+                              small_beside=count)
+        large, small = plan.launches
+        assert small.beside == (large.ws_programs is not None)
+        assert count is True or large.ws_programs == runtime.num_sms() - count
+        _plan_case(paged_spec.SPEC, case, plan)
+    plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d, ws=ws_launch.PAGED_DEFAULTS[d],
+                          small_beside=40)
+    user = torch.cuda.Stream()
+    with torch.cuda.stream(user):
+        ours = case.fresh()
+        ours.inputs["plan"] = plan
+        out = ours.run(paged_spec.SPEC.fn)
+        read_next = {name: t.clone() for name, t in out.items()}  # ordered after the call on ``user`` only
+    user.synchronize()
+    paged_spec.SPEC.compare(read_next, expected, case)
+    static = case.fresh()
+    static.inputs["plan"] = plan
+    static.run(paged_spec.SPEC.fn)  # compiled before the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = static.run(paged_spec.SPEC.fn)
+    graph.replay()
+    torch.cuda.synchronize()
+    paged_spec.SPEC.compare(captured, expected, case)
+    prefill = prefill_spec.build_case([700, 1, 3, 260], [3000, 2999, 4093, 1040], 8, 2, d, 64, torch.float16,
+                                      torch.float16, "cuda", seed=d + 2)
+    b = prefill.inputs
+    plan = gqa_prefill_paged_plan(b["cu_seqlens_q"], b["cache_seqlens"], 8, 2, d, ws=ws_launch.PAGED_DEFAULTS[d],
+                                  small_beside=40)
+    assert [ln.beside for ln in plan.attn.launches] == [False, True]
+    _plan_case(prefill_spec.SPEC, prefill, plan)
+
+
+@pytest.mark.gpu
+@hopper
 @pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
 def test_paged_softcap_and_sinks(d):
     """The paged layout with softcap and sinks together (48-token pages: chunked copies)."""
@@ -684,6 +733,79 @@ def test_plan_tail_items():
     with pytest.raises(ValueError, match="packs 4 heads"):
         paged_plan.plan_paged_attention(*TAIL_LAYOUT, num_heads=8, num_kv_heads=2, head_dim=128, ws=packed,
                                         ws_tail=(1, 2), device="cpu")
+
+
+# llama-8b-serving-step's layout: one 1024-token prefill and 31 decodes over 4096 keys each (H 32, H_kv 8, D 128)
+SERVING_STEP = ([1024] + [1] * 30 + [0], [4096] * 32)
+
+
+def test_small_beside_model():
+    """Runs everywhere: ``beside``'s model of serving-step (256 prefill tiles, 31 decodes reading 520 MB): one
+    launch after the other ~252 µs (measured 255 on the H200); the prefill on 132 − R programs beside the decodes on
+    R SMs is shortest around R = 40-46 (3 rounds of tiles against the reads on R SMs), and 50 SMs cost the prefill a
+    fourth round; qwen3-ragged-odd's 7 decodes (117 MB) gain nothing: the prefill needs all 132 programs for 2
+    rounds."""
+    keys = sorted((3072 + 128 * (m + 1) for m in range(8)), reverse=True)
+    tiles = [k for k in keys for _ in range(32)]
+    decode_bytes = 31 * 4096 * 8 * 128 * 2 * 2
+    after = beside.seconds(tiles, 128, 132, decode_bytes, 0)
+    assert 240e-6 < after < 265e-6
+    reserved = beside.choose(tiles, 128, 132, decode_bytes)
+    assert 36 <= reserved <= 46
+    assert beside.seconds(tiles, 128, 132, decode_bytes, reserved) < 0.8 * after
+    assert beside.seconds(tiles, 128, 132, decode_bytes, 50) > 0.95 * after  # 82 programs: 4 rounds
+    ragged = sorted((3099 + min(128 * (m + 1), 1000) for m in range(8)), reverse=True)
+    assert beside.choose([k for k in ragged for _ in range(32)], 128, 132, 7 * 4099 * 8 * 128 * 4) is None
+    assert beside.choose(tiles, 128, 132, 0) is None and beside.choose([], 128, 132, decode_bytes) is None
+
+
+def test_plan_small_beside(monkeypatch):
+    """Runs everywhere: ``small_beside`` on serving-step's layout (132 SMs): True leaves the model's SMs to the decode
+    launch (the ws launch's persistent grid is the rest, its ``ws_programs``; the decode launch marked ``beside``),
+    an int forces the count and the decode launch's splits are planned for those SMs; the default and False keep
+    one launch after the other; a count out of range, or where no decode launch runs beside a persistent ws launch
+    (none in the batch, a one-program-per-tile config, the decodes merged into a packed launch), is a ValueError,
+    any other type a TypeError. The launch passes ``ws_programs`` as the grid (a recording stand-in kernel)."""
+    monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 132)
+
+    def plan(q_lens=SERVING_STEP[0], kv_lens=SERVING_STEP[1], **kw):
+        return paged_plan.plan_paged_attention(q_lens, kv_lens, num_heads=32, num_kv_heads=8, head_dim=128,
+                                               device="cpu", **kw)
+
+    for knob in ({}, {"small_beside": False}):
+        large, small = plan(**knob).launches
+        assert large.ws_programs is None and not small.beside
+    large, small = plan(small_beside=True).launches
+    assert 86 <= large.ws_programs <= 96 and small.beside and not large.beside
+    assert f"on {large.ws_programs} programs" in plan(small_beside=True).describe()
+    large, small = plan(small_beside=46).launches
+    assert large.ws_programs == 86 and small.beside
+    # the decode class planned for 46 SMs: 240 programs a split overflow its 92 slots, so the splits fill waves
+    assert small.n_items == 30 * paged_plan.wave_splits(30 * 8, paged_plan.SPLIT_PROGRAMS_PER_SM * 46)
+    for bad in (0, 132, -3):
+        with pytest.raises(ValueError, match="small_beside"):
+            plan(small_beside=bad)
+    with pytest.raises(ValueError, match="no decode launch"):
+        plan([1024], [4096], small_beside=40)
+    non_persistent = next(c for c in ws_launch.paged_configs(128) if not c.persistent)
+    with pytest.raises(ValueError, match="not persistent"):
+        plan(ws=non_persistent, small_beside=40)
+    packed = next(c for c in ws_launch.paged_configs(128) if c.pack_gqa)
+    with pytest.raises(ValueError, match="no decode launch"):
+        plan(ws=packed, merge_small=True, small_beside=40)
+    assert plan(ws=packed, merge_small=True, small_beside=True).launches[0].ws_programs is None
+    with pytest.raises(TypeError, match="small_beside"):
+        plan(small_beside=40.0)
+    rec = _Recorder()
+    monkeypatch.setattr(ws_launch, "gqa_fwd_ws_kernel", rec)
+    pool = torch.zeros(10, 64, 2, 128, dtype=torch.float16)
+    q = torch.zeros(300, 8, 128, dtype=torch.float16)
+    items = torch.tensor([[0, 2], [0, 1], [0, 0]], dtype=torch.int32)
+    for programs in (None, 5):
+        ws_launch.launch_paged(large.ws, q, pool, pool, torch.empty_like(q), torch.tensor([0, 300], dtype=torch.int32),
+                               torch.tensor([600], dtype=torch.int32), torch.arange(10, dtype=torch.int32)[None],
+                               items, 64, 0.1, 1 << 30, 0, kv_plus_q=False, programs=programs)
+    assert [grid for grid, _, _ in rec.calls] == [(24,), (5,)]
 
 
 def _share_keys(q_len, kv_len, m, share, shares, block_n, wl, wr):

@@ -97,6 +97,20 @@ def arrival_counters(dev: torch.device, n: int) -> torch.Tensor:
     return buf
 
 
+_SIDE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def side_stream(dev: torch.device) -> torch.cuda.Stream:
+    """A second stream of ``dev`` (one per device, shared by every caller) for a launch that runs beside what the
+    current stream runs next. A caller forks it (``side.wait_stream(current)``) before it queues the work the side
+    launch must not wait for, and joins it (``current.wait_stream(side)``) before returning: CUDA-graph capture then
+    sees a fork and a join, later work on the current stream (and the caching allocator's reuse of the tensors the
+    side launch touched) is ordered after it, and calls that take turns on it never overlap each other."""
+    if dev not in _SIDE_STREAMS:
+        _SIDE_STREAMS[dev] = torch.cuda.Stream(device=dev)
+    return _SIDE_STREAMS[dev]
+
+
 @contextlib.contextmanager
 def pinned(store: dict, **values):
     """Set the non-None ``values`` in a launcher's override ``store`` for the block, then restore it (how

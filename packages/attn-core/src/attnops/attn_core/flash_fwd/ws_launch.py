@@ -327,18 +327,19 @@ class PagedSplits:
 def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, n_work: int,
          sm_scale: float, wl: int, wr: int, softcap: float, sinks: torch.Tensor | None, kv_box: int | None = None,
          scales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, splits: PagedSplits | None = None,
-         **layout) -> None:
+         programs: int | None = None, **layout) -> None:
     """One launch over ``n_work`` (request, query block) units of every query head; ``softcap`` 0 = off,
     ``sinks`` f32 ``[H]`` or None; ``kv_box``: rows of a K / V copy (default a whole key tile); ``scales``: fp8
     q / k (e4m3) with v in 16 bits, their contiguous ``[B, H_kv]`` multipliers; ``splits``: paged items of four
-    ints with split blocks' workspace (``PagedSplits``); ``layout``: the kernel's layout arguments (pointers,
+    ints with split blocks' workspace (``PagedSplits``); ``programs``: a persistent grid's size cap (default
+    ``runtime.num_sms()``); ``layout``: the kernel's layout arguments (pointers,
     sizes, strides, LAYOUT / KV_PLUS_Q / PAGE_SIZE / BLOCK_MAJOR)."""
     h, d = q.shape[-2], q.shape[-1]
     heads_per_tile = pack(cfg, q, k)
     tiles = n_work * h // heads_per_tile
     q_scale, k_scale, v_scale = scales if scales is not None else (o, o, o)
     q_desc = _packed_q_desc(q, heads_per_tile) if heads_per_tile > 1 else _desc(q, ROWS_PER_CONSUMER.value)
-    gqa_fwd_ws_kernel[(min(tiles, runtime.num_sms()) if cfg.persistent else tiles,)](
+    gqa_fwd_ws_kernel[(min(tiles, programs or runtime.num_sms()) if cfg.persistent else tiles,)](
         q_desc, _desc(k, cfg.block_n, kv_box), _desc(v, cfg.block_n, kv_box),
         o, sink_ptr=sinks if sinks is not None else o, q_scale_ptr=q_scale, k_scale_ptr=k_scale,
         v_scale_ptr=v_scale, FP8=scales is not None,
@@ -383,19 +384,20 @@ def launch(p: Problem, cfg: WsConfig) -> None:
 def launch_paged(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,
                  cu_q: torch.Tensor, kv_lens: torch.Tensor, table: torch.Tensor, items: torch.Tensor, page_size: int,
                  sm_scale: float, wl: int, wr: int, kv_plus_q: bool, softcap: float = 0.0,
-                 sinks: torch.Tensor | None = None, splits: PagedSplits | None = None) -> None:
+                 sinks: torch.Tensor | None = None, splits: PagedSplits | None = None,
+                 programs: int | None = None) -> None:
     """Run the (request, query block) ``items`` ([n, 2] int32, blocks of ``block_tokens`` query tokens; with
     ``splits`` [n, 4]: (request, query block, split, split block or -1), see ``PagedSplits``) of a paged call
     (``paged_applies`` holds) over every query head, then merge the split blocks. ``k_pool`` / ``v_pool``: pools
     whose rows are tokens (``[pages, page_size, H_kv, D]`` or ``[pages · page_size, H_kv, D]``, ``token_rows``
     views); request b's keys are its first ``kv_lens[b]`` tokens (plus its query tokens with ``kv_plus_q``) through
-    ``table[b]``."""
+    ``table[b]``. ``programs``: a persistent config's grid at most this many programs (default one per SM), the
+    other SMs left to a launch beside it."""
     if items.shape[0] == 0 or q.numel() == 0:
         return
     _run(cfg, q, k_pool, v_pool, o, items.shape[0], sm_scale, wl, wr,
-         softcap, sinks, kv_box=math.gcd(page_size, cfg.block_n), splits=splits, cu_q_ptr=cu_q, kv_ptr=kv_lens,
-         items_ptr=items,
-         order_ptr=items, table_ptr=table, s_q=0, s_kv=0, n_m_blocks=0,
+         softcap, sinks, kv_box=math.gcd(page_size, cfg.block_n), splits=splits, programs=programs, cu_q_ptr=cu_q,
+         kv_ptr=kv_lens, items_ptr=items, order_ptr=items, table_ptr=table, s_q=0, s_kv=0, n_m_blocks=0,
          stride_ot=o.stride(0), stride_oh=o.stride(1), stride_tb=table.stride(0),
          LAYOUT=ws_kernel.PAGED.value, KV_PLUS_Q=kv_plus_q, PAGE_SIZE=page_size, BLOCK_MAJOR=False, SORT_B=0,
          TAIL_IN_PLACE=tail_in_place(cfg, q.shape[-1]))

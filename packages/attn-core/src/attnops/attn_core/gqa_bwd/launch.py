@@ -199,17 +199,6 @@ CONCURRENT_DQ = True
 # Δ there, instead of starting after the preprocess has drained. Prediction (2026-12-04, not yet measured): 2-5 us
 # off the 512-token rows' ~115-140 us.
 DEPENDENT_LAUNCH = True
-_DQ_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
-
-
-def _dq_stream(dev: torch.device) -> torch.cuda.Stream:
-    """The side stream of ``CONCURRENT_DQ`` (one per device; the caller's stream joins it before returning, so
-    CUDA-graph capture sees a fork and a join)."""
-    if dev not in _DQ_STREAMS:
-        _DQ_STREAMS[dev] = torch.cuda.Stream(device=dev)
-    return _DQ_STREAMS[dev]
-
-
 def _bsh(t: torch.Tensor) -> tuple[int, int, int]:
     return t.stride(0), t.stride(1), t.stride(2)
 
@@ -250,7 +239,7 @@ def launch(p: Problem) -> None:
         splits = _FORCED.get("splits") or head_splits(ws_launch.BLOCK_KEYS, B, S_kv, H, p.k.shape[2],
                                                       runtime.num_sms())
         part = _partials(p, splits) if splits > 1 else None
-        side = _dq_stream(p.q.device) if ws.gluon_dq and CONCURRENT_DQ else None
+        side = runtime.side_stream(p.q.device) if ws.gluon_dq and CONCURRENT_DQ else None
         ws_launch.run(ws, p, delta, part, side)
         if part is not None:
             _head_sum(p, part, splits)

@@ -6,6 +6,7 @@ GQAPrefillPagedWithKVCacheFwd.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 
@@ -122,13 +123,22 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
     # reads every key from the pool (the prefill op appended the new rows first, rotated when rope_new_k)
     plain = (cu_q is not None and not q_uniform and q_scale is None and k_scale is None
              and not (rope_q or rope_pool_k))
-    for ln in plan.launches:
+    ws_runs = [ln.n_items > 0 and ln.ws is not None
+               and ws_launch.paged_applies(ln.ws, q, k_pool, v_pool, o, page_size, plain) for ln in plan.launches]
+    # a decode launch beside the persistent ws launch (``plan.SMALL_BESIDE_DEFAULT``): forked before the ws launch is
+    # queued (the side stream must not wait for it), queued after it (its programs would otherwise take every SM
+    # first), joined before returning
+    side = None
+    if q.is_cuda and any(ws_runs) and any(ln.beside and ln.n_items for ln in plan.launches):
+        side = runtime.side_stream(q.device)
+        side.wait_stream(torch.cuda.current_stream(q.device))
+    for ln, ws_run in zip(plan.launches, ws_runs):
         if ln.n_items == 0:
             continue
-        if ln.ws is not None and ws_launch.paged_applies(ln.ws, q, k_pool, v_pool, o, page_size, plain):
+        if ws_run:
             ws_launch.launch_paged(ln.ws, q, k_pool, v_pool, o, cu_q, cache_lens, table, ln.ws_items, page_size,
                                    sm_scale, wl, wr, kv_plus_q=k_new is not None, softcap=cap, sinks=sinks,
-                                   splits=ln.ws_splits)
+                                   splits=ln.ws_splits, programs=ln.ws_programs)
             continue
 
         def launch(cfg, ln=ln):
@@ -153,15 +163,18 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
             )
 
         key = (ln.kind, ln.cfg, str(q.dtype), str(k_pool.dtype), *sorted(flags.items()))
-        _launch(ln.cfg, key, launch)
-        if ln.n_combine:
-            rows = min(COMBINE_ROWS, ln.cfg.block_m)
-            paged_attention_combine_kernel[(ln.n_combine * num_kv * (ln.cfg.block_m // rows),)](
-                o, cu_q if cu_q is not None else dummy, ln.combine, ln.part_o, ln.part_lse,
-                sinks if sinks is not None else dummy,
-                num_kv, group, q_uniform, o.stride(-3), o.stride(-2), HAS_SINKS=sinks is not None,
-                BLOCK_M=ln.cfg.block_m, BLOCK_R=rows, BLOCK_D=d, num_warps=4,
-            )
+        with torch.cuda.stream(side) if side is not None and ln.beside else contextlib.nullcontext():
+            _launch(ln.cfg, key, launch)
+            if ln.n_combine:
+                rows = min(COMBINE_ROWS, ln.cfg.block_m)
+                paged_attention_combine_kernel[(ln.n_combine * num_kv * (ln.cfg.block_m // rows),)](
+                    o, cu_q if cu_q is not None else dummy, ln.combine, ln.part_o, ln.part_lse,
+                    sinks if sinks is not None else dummy,
+                    num_kv, group, q_uniform, o.stride(-3), o.stride(-2), HAS_SINKS=sinks is not None,
+                    BLOCK_M=ln.cfg.block_m, BLOCK_R=rows, BLOCK_D=d, num_warps=4,
+                )
+    if side is not None:  # the decode launch done before anything after the call on the caller's stream
+        torch.cuda.current_stream(q.device).wait_stream(side)
 
 
 # --------------------------------------------------------------------------------------------------

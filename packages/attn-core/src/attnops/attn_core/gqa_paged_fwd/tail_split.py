@@ -36,6 +36,11 @@ COPY_BYTES_S = 4.2e12
 COMBINE_LAUNCH_S = 4e-6
 
 
+def tile_seconds(keys: float, head_dim: int) -> float:
+    """The modelled time of one 128-row work tile over ``keys`` keys (its fixed cost included)."""
+    return (keys + TILE_OVERHEAD_KEYS) * BLOCK_M * 4 * head_dim / SM_FLOPS
+
+
 def round_program(tile: int, programs: int) -> int:
     """The program of the persistent grid that runs ``tile`` (``ws_kernel._round_tile`` with ``SNAKE``)."""
     r, i = divmod(tile, programs)
@@ -60,13 +65,11 @@ def launch_seconds(block_keys: list[int], units: int, head_dim: int, sms: int, p
                    s: int = 1) -> float:
     """The modelled time of the launch with its last ``k`` blocks in ``s`` shares (k = 0: none split), the
     combine of the shares included."""
-    key_s = BLOCK_M * 4 * head_dim / SM_FLOPS  # one key of a 128-row tile
     store_s = BLOCK_M * head_dim * 4 / (COPY_BYTES_S / sms)  # a share's fp32 partial, at one SM's share of the copy
 
     def tiles(keys: list[int], shares: int) -> list[float]:
         extra = store_s if shares > 1 else 0.0
-        return [(math.ceil(x / shares) + TILE_OVERHEAD_KEYS) * key_s + extra
-                for x in keys for _ in range(units * shares)]
+        return [tile_seconds(math.ceil(x / shares), head_dim) + extra for x in keys for _ in range(units * shares)]
 
     n = len(block_keys)
     costs = tiles(block_keys[:n - k], 1) + tiles(block_keys[n - k:], s)
