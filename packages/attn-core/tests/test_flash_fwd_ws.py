@@ -374,7 +374,7 @@ def test_paged_small_beside(d):
     ws launch on fewer programs: the model's count and forced ones (1, 40 and 131 SMs left), on the caller's stream,
     on a user's stream whose next work reads the output, and captured in a CUDA graph and replayed (the fork and
     the join), against the reference; 1-token and 3-token decodes (the small class) beside a ragged prefill, one
-    request empty. The prefill op (its append first, then the pair) with the model's count."""
+    request empty."""
     case = paged_spec.build_case([700, 1, 3, 0, 1, 260], [4000, 3000, 4096, 10, 77, 1300], 8, 2, d, 64,
                                  torch.float16, torch.float16, "cuda", seed=d + 1)
     a = case.inputs
@@ -406,10 +406,17 @@ def test_paged_small_beside(d):
     graph.replay()
     torch.cuda.synchronize()
     paged_spec.SPEC.compare(captured, expected, case)
-    prefill = prefill_spec.build_case([700, 1, 3, 260], [3000, 2999, 4093, 1040], 8, 2, d, 64, torch.float16,
-                                      torch.float16, "cuda", seed=d + 2)
+
+
+@pytest.mark.gpu
+@hopper
+def test_prefill_paged_small_beside():
+    """GQAPrefillPagedWithKVCacheFwd with ``small_beside=40``: its append first, then the ws launch and the decode
+    launch beside it (1- and 3-token requests), against the reference."""
+    prefill = prefill_spec.build_case([700, 1, 3, 260], [3000, 2999, 4093, 1040], 8, 2, 128, 64, torch.float16,
+                                      torch.float16, "cuda", seed=2)
     b = prefill.inputs
-    plan = gqa_prefill_paged_plan(b["cu_seqlens_q"], b["cache_seqlens"], 8, 2, d, ws=ws_launch.PAGED_DEFAULTS[d],
+    plan = gqa_prefill_paged_plan(b["cu_seqlens_q"], b["cache_seqlens"], 8, 2, 128, ws=ws_launch.PAGED_DEFAULTS[128],
                                   small_beside=40)
     assert [ln.beside for ln in plan.attn.launches] == [False, True]
     _plan_case(prefill_spec.SPEC, prefill, plan)
