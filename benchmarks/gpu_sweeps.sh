@@ -45,6 +45,13 @@ if [ "$PHASE" != sweeps ]; then
   # and the split builds: their compiles, hence a 300 s cap)
   step gpu-tests-fwd "${TESTS_CAP:-300}" python3 -m pytest -v -rf -n 14 --timeout 150 \
     -p no:cacheprovider -k ws "$core/test_flash_fwd_ws.py" "$core/test_gqa_paged_fwd.py"
+  # the thirty-fifth session's changes: TopK's rank launch (every config on shrunk rows, the split path's edge cases;
+  # not the 8.6 GB full-size rows) and the Gluon GQABwd kernels' shared consumer arguments (their PTX unchanged but
+  # for the dQ kernel's barrier offsets: its seed rows and side stream)
+  step gpu-tests-topk "${TESTS_CAP:-90}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 120 \
+    -p no:cacheprovider -k "not full_size" "$mla/test_topk_select_fwd.py"
+  step gpu-tests-bwd-ws "${TESTS_CAP:-120}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 120 \
+    -p no:cacheprovider -k "seed_rows or dq_stream or head_splits_seed_row" "$core/test_gqa_bwd_ws.py"
 fi
 if [ "$PHASE" = tests ]; then
   grep -h "^FAILED\|^ERROR" "$OUT"/gpu-tests*.log 2>/dev/null | head -20  # the failing node ids, before packing
@@ -71,6 +78,10 @@ tune tune-qwen35-thread-release 300 tune_attn_core_paged --ws --filter qwen35-9b
 # (each variant checked first; the channel split and the one-item configs left out), then MLA's 64-key form
 tune tune-dsa-half-ready 300 tune_attn_mla --filter "mla-d576-h128-kv32k,mla-d512-h128-kv8k,mla-d512-h64-kv32k" \
   --skip h200,ws-n32s3,ws-n32s2,ws-alt-n32s4
+# TopK's decode row (issue 6: 15.1 us against FlashInfer's 9.9): the split path's candidates ranked by a third launch
+# over the row's 32 programs (h200-split-rank) against the last-program select (h200-split, the default)
+tune tune-topk-rank 60 tune_attn_mla --filter topk-decode --iters 20 \
+  --skip h200,h200-4w,h200-radix,h200-latency-radix,h200-latency-4x,h200-split-w8,h200-split-w16
 # the other seed rows the tail rule would split (modelled: qwen35-9b-mixed 3 blocks in 2, 1.3 %; the fp8-pool qwen35-9b
 # row as qwen35-9b-rope), each default beside its config with `+tail`, and the D = 256 `-kr` configs on those and
 # gemma-2b

@@ -46,6 +46,7 @@ from attnops.attn_mla.topk_select_fwd import op as topk_op  # noqa: E402
 from attnops.attn_mla.topk_select_fwd.kernel import (  # noqa: E402
     topk_select_kernel,
     topk_split_histogram_kernel,
+    topk_split_rank_kernel,
     topk_split_select_kernel,
 )
 
@@ -97,8 +98,8 @@ def topk_variants():
 
 
 def topk_split_variants(name, cfg):
-    """The split path's two kernels on the decode row (1 × 16384 keys): NOT-PIPELINED is expected (one chunk per
-    program, no streaming loop)."""
+    """The split path's kernels on the decode row (1 × 16384 keys; the rank launch's third where the config has it):
+    NOT-PIPELINED is expected (one chunk per program, no streaming loop)."""
     s_kv = 16384
     ints = dict(row0=0, S=1, G=1, S_kv=s_kv, topk=2048, stride_sb=s_kv, stride_ss=s_kv, stride_st=1, stride_sg=1,
                 stride_wb=1, stride_ws=1, stride_eb=1, stride_es=1)
@@ -108,9 +109,14 @@ def topk_split_variants(name, cfg):
     yield f"topk {name} histogram", lambda: compile_sm90(topk_split_histogram_kernel, ptrs, ints, cx,
                                                            cfg.num_warps, 1), cfg
     for k in (1024, 2048):
-        sel = dict(cx, CAP=cfg.cap(k), BLOCK=cfg.block, RADIX=cfg.radix)
+        sel = dict(cx, CAP=cfg.cap(k), BLOCK=cfg.block, RADIX=cfg.radix, RANK_LAUNCH=cfg.rank_launch)
         yield f"topk {name} select k={k}", lambda sel=sel, k=k: compile_sm90(
             topk_split_select_kernel, ptrs, dict(ints, topk=k), sel, cfg.num_warps, 1), cfg
+        if cfg.rank_launch:
+            rank = dict(HIST_BITS=cfg.hist_bits, CAP=cfg.cap(k), BLOCK=cfg.block, SLICE=topk_op.RANK_SLICE,
+                        RANK_BLOCK=topk_op.RANK_BLOCK)
+            yield f"topk {name} rank k={k}", lambda rank=rank, k=k: compile_sm90(
+                topk_split_rank_kernel, ptrs, dict(ints, topk=k), rank, cfg.num_warps, 1), cfg
 
 
 def indexer_variants():
