@@ -91,13 +91,15 @@ tune tune-ws-tail 150 tune_attn_core_paged --ws --filter "qwen35-9b-mixed,qwen35
 # small_beside: the model's count, and forced ones; modelled serving-step 252 -> ~192 us), with the per-kernel times
 tune tune-paged-beside 90 tune_attn_core_paged --ws --filter "serving-step,qwen3-ragged-odd" --variants beside \
   --iters 20
-# the dense / varlen default and its -t / -kr twins where the forward is furthest from the peers, and the 128-key 2-slot
-# tile with K freed before V (its score wgmmas read 96 B a clock of shared memory against the 64-key tile's 128)
+# the dense / varlen default and its -t / -kr / -qr twins where the forward is furthest from the peers (-qr: Q in
+# registers, 125 -> 94 B a clock of shared-memory traffic against the port's 128), and the 128-key 2-slot tile with K
+# freed before V (its score wgmmas read 96 B a clock of shared memory against the 64-key tile's 128)
 tune tune-fwd-thread-release 150 tune_attn_core --ws --only "n64s3-ov-bm-lpt,n128s2-ov" \
   --filter "llama-8b-uniform/bf16,llama-70b-q-lt-kv/bf16,qwen3-8b-chunked-b8"
 tune tune-mla-half-ready 120 tune_attn_mla --filter "mla-b128-8192/bf16" --skip h200,ws-n32s3,ws-n32s2
-# the paged D = 128 compute-bound rows (GQAPagedFwd llama-8b at 0.91x FA3) with the 128-key 2-slot tile, K freed first
-tune tune-paged-kr 150 tune_attn_core_paged --ws --filter "GQAPagedFwd/llama-8b/,starcoder,llama-8b-rope/f16" --variants kr \
+# the paged D = 128 compute-bound rows (GQAPagedFwd llama-8b at 0.91x FA3) with the 128-key 2-slot tile, K freed
+# first, and the paged default with Q in registers
+tune tune-paged-kr 150 tune_attn_core_paged --ws --filter "GQAPagedFwd/llama-8b/,starcoder,llama-8b-rope/f16" --variants kr,qr \
   --iters 20
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"

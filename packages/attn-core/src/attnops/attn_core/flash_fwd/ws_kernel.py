@@ -272,7 +272,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
               OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr, BLOCK_MAJOR: gl.constexpr,
               SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr, SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr,
               FP8: gl.constexpr, PACK: gl.constexpr, THREAD_RELEASE: gl.constexpr, SPLITS: gl.constexpr,
-              K_EARLY: gl.constexpr):
+              K_EARLY: gl.constexpr, Q_REGS: gl.constexpr):
     """Rows [64·WG, +64) of each of the program's work tiles (``PACK`` > 1: row r is query token r // PACK of the
     warpgroup's tokens, head ``head + r % PACK``): every key tile of the block's range, then
     the store. ``OVERLAP`` (FA3's intra-warpgroup pipelining): S of tile j + 1 and P·V of tile j are in flight
@@ -285,7 +285,11 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     (q_scale·k_scale, folded into the exp2 scale) and the output (v_scale). ``THREAD_RELEASE``: K / V slots are
     freed one arrival per thread (``kernel_utils.gluon_fns.release``). ``SPLITS``: a split item's rows go to the
     workspace as partials (``_store_partial``; its sink is the combine's). ``K_EARLY``: a slot's K is released
-    (``k_free``) as soon as the scores of it are done, its V (``kv_free``) after P·V; else both after P·V."""
+    (``k_free``) as soon as the scores of it are done, its V (``kv_free``) after P·V; else both after P·V.
+    ``Q_REGS``: the warpgroup's Q tile is loaded into registers once per work tile (the score wgmmas' A operand
+    from registers: each then reads only its K slice from shared memory, where Q and K slices together exceed the
+    shared-memory port at 32-key tiles), and its Q buffer is released at once."""
+    gl.static_assert(not (Q_REGS and FP8), "Q in registers: 16-bit queries")
     if LAYOUT == PAGED or PINGPONG or K_EARLY:
         gl.static_assert(OVERLAP, "the paged layout, the pingpong turns and K_EARLY run the overlap configs")
     R: gl.constexpr = ROWS_PER_CONSUMER
@@ -294,6 +298,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    q_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)  # (Q_REGS)
     dtype: gl.constexpr = v_smem.dtype  # P's (16-bit: fp8 calls run P·V on 16-bit V)
     zero_s = gl.zeros([R, BLOCK_N], gl.float32, layout=s_layout)
     pid = gl.program_id(0)
@@ -327,6 +332,9 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
             q_buf = done % Q_BUFS
             q_tile = q_smem.index(2 * q_buf + WG)
             mbarrier.wait(q_ready.index(q_buf), (done // Q_BUFS) & 1)
+            if Q_REGS:
+                q_tile = q_tile.load(q_op_layout)
+                mbarrier.arrive(q_free.index(q_buf), count=1)  # (after the warpgroup's loads: Triton's bar.sync)
             if OVERLAP:
                 if n_tiles > 0:
                     _turn_begin(sched, turn, WG, PINGPONG)
@@ -361,7 +369,8 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                         acc = acc * alpha[:, None]
                         # packed after the wait (FA3's order): the new operand may take the old one's registers
                         p_op = _p_operand(p, dtype, p_layout)
-                    mbarrier.arrive(q_free.index(q_buf), count=1)  # every S of this tile is done: Q may be overwritten
+                    if not Q_REGS:
+                        mbarrier.arrive(q_free.index(q_buf), count=1)  # every S of this tile is done: Q may go
                     _turn_begin(sched, turn, WG, PINGPONG)
                     if LAYOUT == PAGED:
                         n_last = n_lo + (n_tiles - 1) * BLOCK_N
@@ -374,7 +383,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                     turn += 1
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
                     release(kv_free.index((ring + n_tiles - 1) % STAGES), THREAD_RELEASE)
-                else:
+                elif not Q_REGS:
                     mbarrier.arrive(q_free.index(q_buf), count=1)
             else:
                 for j in range(n_tiles):
@@ -387,7 +396,8 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                     acc = _pv(p_op, acc * alpha[:, None], v_smem, v_ready, ring + j, STAGES)
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
                     release(kv_free.index((ring + j) % STAGES), THREAD_RELEASE)
-                mbarrier.arrive(q_free.index(q_buf), count=1)
+                if not Q_REGS:
+                    mbarrier.arrive(q_free.index(q_buf), count=1)
 
             if SPLITS:  # (read again here: fewer registers held through the key loop)
                 split, part = _item_split(items_ptr, gl.minimum(_round_tile(r, pid, n_prog, True), n_work * n_heads - 1)
@@ -594,7 +604,8 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                       STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr,
                       BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr,
                       SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr, PACK: gl.constexpr,
-                      THREAD_RELEASE: gl.constexpr, SPLITS: gl.constexpr, K_EARLY: gl.constexpr):
+                      THREAD_RELEASE: gl.constexpr, SPLITS: gl.constexpr, K_EARLY: gl.constexpr,
+                      Q_REGS: gl.constexpr):
     """Grid: (programs,), at most n_work · n_heads / PACK work tiles (n_work: dense / varlen n_m_blocks · batch, paged
     the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
     loader: 1 warp). ``TAIL_IN_PLACE`` (paged): the last V tile's rows past the keys are zeroed in the ring slot
@@ -606,7 +617,8 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
     (paged, one head a tile): items ``(b, query block, split, part)`` (``_round_work``); split items write fp32
     partials and base-2 lse (``part_o_ptr`` / ``part_lse_ptr``, ``_store_partial``) for ``split_combine``.
     ``K_EARLY``: each slot's K and V are freed apart, K once its scores are done (FA3's separate K / V pipelines): with
-    2 slots the next K no longer waits for the P·V of the tile two back."""
+    2 slots the next K no longer waits for the P·V of the tile two back. ``Q_REGS``: each consumer holds its Q tile
+    in registers (16-bit queries; see ``_consumer``)."""
     gl.static_assert(BLOCK_M == 2 * ROWS_PER_CONSUMER)
     gl.static_assert(not SPLITS or (LAYOUT == PAGED and PACK == 1), "splits: paged items, one head a tile")
     gl.static_assert(not FP8 or LAYOUT != PAGED, "fp8 runs the dense / varlen layouts")
@@ -649,7 +661,7 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                      qk_scale, cap_scale, cap_log2, stride_ot, stride_oh)
     consumer_flags: gl.constexpr = (LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
                                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, PACK, THREAD_RELEASE,
-                                    SPLITS, K_EARLY)
+                                    SPLITS, K_EARLY, Q_REGS)
     gl.warp_specialize([
         (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
         (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),

@@ -53,6 +53,13 @@ class WsConfig:
     # (``ws_kernel`` ``K_EARLY``, FA3's separate K / V pipelines): with 2 slots the loader no longer waits for the
     # P·V of the tile two back before it loads the next K (untimed twins below)
     early_k_release: bool = False
+    # each consumer's Q tile in registers, the score wgmmas' A operand (``ws_kernel`` ``Q_REGS``; untimed twins
+    # below): each score wgmma then reads only its K slice from shared memory. The count behind it (one SM, one key
+    # tile of the D = 128 default, 64 keys): ~1024 clocks of wgmmas against 128 KB of shared-memory traffic (both
+    # consumers' Q re-read, 32 KB; K and V read by both, 64 KB; the TMA writes of K and V, 32 KB): 125 B a clock
+    # against the port's 128. Q in registers leaves 96 KB. 16-bit calls only (fp8 calls keep Q in shared memory);
+    # 32 registers a thread at D = 128 (D = 256's 64 do not fit, see CONFIGS).
+    q_registers: bool = False
 
     def __post_init__(self):
         if (self.pingpong or self.early_k_release) and not self.overlap:
@@ -65,7 +72,7 @@ class WsConfig:
         return (f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}{'' if self.persistent else '-np'}"
                 f"{'-pp' if self.pingpong else ''}{'-bm' if self.block_major else ''}{'-lpt' if self.lpt else ''}"
                 f"{'-pk' if self.pack_gqa else ''}{'-t' if self.thread_release else ''}"
-                f"{'-kr' if self.early_k_release else ''}")
+                f"{'-kr' if self.early_k_release else ''}{'-qr' if self.q_registers else ''}")
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
@@ -94,7 +101,9 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
           WsConfig(64, 3, True, thread_release=True),
           # K freed before V (``early_k_release``; untimed): the 2-slot 128-key tile, and the dense / varlen default
           WsConfig(128, 2, True, early_k_release=True),
-          WsConfig(64, 3, True, block_major=True, lpt=True, early_k_release=True)),
+          WsConfig(64, 3, True, block_major=True, lpt=True, early_k_release=True),
+          # Q in registers (``q_registers``; untimed): the dense / varlen and paged defaults' twins
+          WsConfig(64, 3, True, block_major=True, lpt=True, q_registers=True), WsConfig(64, 3, True, q_registers=True)),
     # D = 256 (one Q buffer; written 2026-12-02 without device time: candidates for the prefill op's D 256 rows)
     256: (WsConfig(32, 3, True), WsConfig(32, 4, True), WsConfig(64, 2, True), WsConfig(64, 2),
           WsConfig(32, 3, True, pingpong=True),
@@ -103,6 +112,8 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
           # operands per 32 clocks) fit the 128 B / clock shared-memory port where the 32-key tiles' (3 KB per 16)
           # do not, but its 2 slots starved on the joint K / V release
           WsConfig(64, 2, True, early_k_release=True), WsConfig(64, 2, True, pingpong=True, early_k_release=True)),
+    # (no Q-in-registers twins at D = 256: its Q fragment, 64 registers a thread beside the 128 of the accumulator,
+    # made ptxas spill 160-1060 B and serialize the wgmmas, offline sm_90 2026-12-05)
 }
 DEFAULT_HEAD_DIMS = (128,)
 # fp8 q / k with requests of unequal lengths: the 128-key tile with 2 slots and the overlap (2026-12-03 sweep, every
@@ -351,7 +362,8 @@ def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
         cap_scale=2 * LOG2E * sm_scale / softcap if softcap else 0.0, cap_log2=softcap * LOG2E,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
         PINGPONG=cfg.pingpong, Q_BUFS=q_buffers(d), SOFTCAP=bool(softcap), HAS_SINK=sinks is not None,
-        PACK=heads_per_tile, THREAD_RELEASE=cfg.thread_release, K_EARLY=cfg.early_k_release, num_warps=4, **layout)
+        PACK=heads_per_tile, THREAD_RELEASE=cfg.thread_release, K_EARLY=cfg.early_k_release,
+        Q_REGS=cfg.q_registers and scales is None, num_warps=4, **layout)
 
 
 def launch(p: Problem, cfg: WsConfig) -> None:
