@@ -72,7 +72,8 @@ tune tune-bwd-short-mha 120 tune_gqa_bwd --ws-only --filter short-mha/bf16
 # config in four earlier sweeps), beside the 4-slot config, that
 # one's per-thread release twin and the 3-slot form, each also with its 3 lightest blocks split in 3 (`+tail`,
 # plan.WS_TAIL_SPLITS_DEFAULT: modelled 1.9 % shorter), and the 64-key 2-slot tile with K freed before V (`-kr`: its
-# score wgmmas fit the shared-memory port, the 32-key ones do not); ~4 % run-to-run noise, hence 40 iterations
+# score wgmmas fit the shared-memory port, the 32-key ones do not), and the 32-key configs with half of Q in registers
+# (`-qr128`: 156 -> 125 B a clock of shared-memory traffic); ~4 % run-to-run noise, hence 40 iterations
 tune tune-qwen35-thread-release 300 tune_attn_core_paged --ws --filter qwen35-9b-rope --variants "ws-n32,kr" --iters 40
 # The half-slot ready barriers and DSA's 64-key blocks against the persistent default on the rows below 0.8x FlashMLA
 # (each variant checked first; the channel split and the one-item configs left out), then MLA's 64-key form
@@ -86,7 +87,7 @@ tune tune-topk-rank 60 tune_attn_mla --filter topk-decode --iters 20 \
 # row as qwen35-9b-rope), each default beside its config with `+tail`, and the D = 256 `-kr` configs on those and
 # gemma-2b
 tune tune-ws-tail 150 tune_attn_core_paged --ws --filter "qwen35-9b-mixed,qwen35-9b/f16/fp8,gemma-2b" \
-  --variants "+tail,kr" --iters 20
+  --variants "+tail,kr,qr" --iters 20
 # mixed serving batches: the decode launch beside the persistent ws prefill launch on the SMs it leaves (plan
 # small_beside: the model's count, and forced ones; modelled serving-step 252 -> ~192 us), with the per-kernel times
 tune tune-paged-beside 90 tune_attn_core_paged --ws --filter "serving-step,qwen3-ragged-odd" --variants beside \

@@ -63,7 +63,7 @@ def compile_ws(cfg: ws_launch.WsConfig, d: int, layout: int, dtype=torch.float16
               "SORT_B": 64 if cfg.lpt and layout == VARLEN else 0,
               "TAIL_IN_PLACE": layout == PAGED and ws_launch.tail_in_place(cfg, d), "FP8": fp8, "PACK": pack,
               "THREAD_RELEASE": cfg.thread_release, "SPLITS": splits, "K_EARLY": cfg.early_k_release,
-              "Q_REGS": cfg.q_registers and not fp8,
+              "Q_REGS": 0 if fp8 else min(cfg.q_registers, d),
               "_float_args": ("qk_scale", "cap_scale", "cap_log2")}
     return compile_sm90(gqa_fwd_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 

@@ -980,6 +980,29 @@ def test_config_knobs_that_need_the_overlap():
     assert ws_launch.WsConfig(64, 2, True, early_k_release=True).name == "ws-n64s2-ov-kr"
 
 
+def test_q_in_registers_binds_its_columns(monkeypatch):
+    """Runs everywhere: a ``q_registers`` config passes its columns as ``Q_REGS`` on a 16-bit call (D = 128: all of
+    Q; D = 256: its first 128 columns) and 0 on an fp8 call (Q stays in shared memory); a count that is not a
+    multiple of 64 columns is refused when the config is made."""
+    rec = _Recorder()
+    monkeypatch.setattr(ws_launch, "gqa_fwd_ws_kernel", rec)
+    dev = runtime.device()
+    for d, cfg in ((128, next(c for c in ws_launch.CONFIGS[128] if c.q_registers)),
+                   (256, next(c for c in ws_launch.CONFIGS[256] if c.q_registers))):
+        q = torch.zeros(2, 300, 8, d, dtype=torch.bfloat16, device=dev)
+        k = torch.zeros(2, 500, 2, d, dtype=torch.bfloat16, device=dev)
+        ws_launch.launch(fwd.Problem(q, k, k, torch.empty_like(q), varlen=False, batch=2, max_q=300, max_kv=500,
+                                     wr=0), cfg)
+        assert rec.calls[-1][2]["Q_REGS"] == 128 and cfg.name.endswith("-qr128")
+        scales = [torch.ones((2, 2), dtype=torch.float32, device=dev) for _ in range(3)]
+        ws_launch.launch(fwd.Problem(q.to(torch.float8_e4m3fn), k.to(torch.float8_e4m3fn), k.to(torch.float8_e4m3fn),
+                                     torch.empty_like(q), varlen=False, batch=2, max_q=300, max_kv=500, wr=0,
+                                     q_scale=scales[0], k_scale=scales[1], v_scale=scales[2]), cfg)
+        assert rec.calls[-1][2]["Q_REGS"] == 0
+    with pytest.raises(ValueError, match="multiple of 64"):
+        ws_launch.WsConfig(32, 4, True, q_registers=96)
+
+
 def test_last_v_zeroed_in_place_only_where_its_buffers_do_not_fit():
     """Runs everywhere: every paged config fits in shared memory with its way of zeroing the last V tile's rows
     past the keys; the defaults keep the per-consumer buffers (the path the H200 benchmarks ran); the 64-key D = 256

@@ -183,11 +183,20 @@ def _block_keys(m0, q_len, kv_len, wl, wr, BLOCK_M: gl.constexpr, BLOCK_N: gl.co
 
 
 @gluon.jit
-def _scores(q_tile, k_smem, k_ready, i, zero_s, STAGES: gl.constexpr):
-    """Issue S = Q·Kᵀ of the ring's i-th key tile (async) once its K has landed."""
+def _scores(q_tile, k_smem, k_ready, i, zero_s, STAGES: gl.constexpr, Q_SPLIT: gl.constexpr):
+    """Issue S = Q·Kᵀ of the ring's i-th key tile (async) once its K has landed. ``Q_SPLIT`` > 0: ``q_tile`` is
+    (Q's first Q_SPLIT columns in registers, the rest in shared memory), two chained wgmmas."""
     slot = i % STAGES
     mbarrier.wait(k_ready.index(slot), (i // STAGES) & 1)
-    return warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    k = k_smem.index(slot)
+    if Q_SPLIT > 0:
+        s = warpgroup_mma(q_tile[0], k.slice(0, Q_SPLIT, dim=1).permute((1, 0)), zero_s, use_acc=False,
+                          is_async=True)
+        s = warpgroup_mma(q_tile[1], k.slice(Q_SPLIT, k.shape[1] - Q_SPLIT, dim=1).permute((1, 0)), s,
+                          is_async=True)
+    else:
+        s = warpgroup_mma(q_tile, k.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    return s
 
 
 @gluon.jit
@@ -286,10 +295,12 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     freed one arrival per thread (``kernel_utils.gluon_fns.release``). ``SPLITS``: a split item's rows go to the
     workspace as partials (``_store_partial``; its sink is the combine's). ``K_EARLY``: a slot's K is released
     (``k_free``) as soon as the scores of it are done, its V (``kv_free``) after P·V; else both after P·V.
-    ``Q_REGS``: the warpgroup's Q tile is loaded into registers once per work tile (the score wgmmas' A operand
-    from registers: each then reads only its K slice from shared memory, where Q and K slices together exceed the
-    shared-memory port at 32-key tiles), and its Q buffer is released at once."""
-    gl.static_assert(not (Q_REGS and FP8), "Q in registers: 16-bit queries")
+    ``Q_REGS``: the first Q_REGS columns of the warpgroup's Q tile are loaded into registers once per work tile,
+    the score wgmmas' A operand from there (they then read only K's slice from shared memory: see
+    ``ws_launch.WsConfig.q_registers``); all of them (Q_REGS = HEAD_DIM): the Q buffer is released at once."""
+    gl.static_assert(Q_REGS == 0 or not FP8, "Q in registers: 16-bit queries")
+    Q_SPLIT: gl.constexpr = Q_REGS if Q_REGS < HEAD_DIM else 0  # (Q partly in registers: _scores' two wgmmas)
+    Q_HELD: gl.constexpr = Q_REGS == HEAD_DIM  # (Q wholly in registers: its buffer freed before the key loop)
     if LAYOUT == PAGED or PINGPONG or K_EARLY:
         gl.static_assert(OVERLAP, "the paged layout, the pingpong turns and K_EARLY run the overlap configs")
     R: gl.constexpr = ROWS_PER_CONSUMER
@@ -332,13 +343,16 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
             q_buf = done % Q_BUFS
             q_tile = q_smem.index(2 * q_buf + WG)
             mbarrier.wait(q_ready.index(q_buf), (done // Q_BUFS) & 1)
-            if Q_REGS:
+            if Q_HELD:
                 q_tile = q_tile.load(q_op_layout)
                 mbarrier.arrive(q_free.index(q_buf), count=1)  # (after the warpgroup's loads: Triton's bar.sync)
+            elif Q_SPLIT > 0:
+                q_tile = (q_tile.slice(0, Q_SPLIT, dim=1).load(q_op_layout),
+                          q_tile.slice(Q_SPLIT, HEAD_DIM - Q_SPLIT, dim=1))
             if OVERLAP:
                 if n_tiles > 0:
                     _turn_begin(sched, turn, WG, PINGPONG)
-                    s = _scores(q_tile, k_smem, k_ready, ring, zero_s, STAGES)
+                    s = _scores(q_tile, k_smem, k_ready, ring, zero_s, STAGES, Q_SPLIT)
                     _turn_end(sched, WG, PINGPONG)
                     turn += 1
                     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
@@ -350,7 +364,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                     p_op = _p_operand(p, dtype, p_layout)
                     for j in range(1, n_tiles):
                         _turn_begin(sched, turn, WG, PINGPONG)
-                        s_next = _scores(q_tile, k_smem, k_ready, ring + j, zero_s, STAGES)
+                        s_next = _scores(q_tile, k_smem, k_ready, ring + j, zero_s, STAGES, Q_SPLIT)
                         acc = _pv(p_op, acc, v_smem, v_ready, ring + j - 1, STAGES)
                         _turn_end(sched, WG, PINGPONG)
                         turn += 1
@@ -369,7 +383,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                         acc = acc * alpha[:, None]
                         # packed after the wait (FA3's order): the new operand may take the old one's registers
                         p_op = _p_operand(p, dtype, p_layout)
-                    if not Q_REGS:
+                    if not Q_HELD:
                         mbarrier.arrive(q_free.index(q_buf), count=1)  # every S of this tile is done: Q may go
                     _turn_begin(sched, turn, WG, PINGPONG)
                     if LAYOUT == PAGED:
@@ -383,12 +397,13 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                     turn += 1
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
                     release(kv_free.index((ring + n_tiles - 1) % STAGES), THREAD_RELEASE)
-                elif not Q_REGS:
+                elif not Q_HELD:
                     mbarrier.arrive(q_free.index(q_buf), count=1)
             else:
                 for j in range(n_tiles):
                     s = warpgroup_mma_wait(num_outstanding=0,
-                                           deps=(_scores(q_tile, k_smem, k_ready, ring + j, zero_s, STAGES), ))
+                                           deps=(_scores(q_tile, k_smem, k_ready, ring + j, zero_s, STAGES,
+                                                          Q_SPLIT), ))
                     p, alpha, m_i, l_i = _softmax(s, n_lo + j * BLOCK_N, m_i, l_i, q_pos, full_lo, full_hi, kv_len,
                                                   wl, wr, tile_qk_scale, tile_cap_scale, cap_log2, BLOCK_N, o_layout,
                                                   s_layout, SOFTCAP)
@@ -396,7 +411,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                     acc = _pv(p_op, acc * alpha[:, None], v_smem, v_ready, ring + j, STAGES)
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
                     release(kv_free.index((ring + j) % STAGES), THREAD_RELEASE)
-                if not Q_REGS:
+                if not Q_HELD:
                     mbarrier.arrive(q_free.index(q_buf), count=1)
 
             if SPLITS:  # (read again here: fewer registers held through the key loop)
@@ -617,8 +632,8 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
     (paged, one head a tile): items ``(b, query block, split, part)`` (``_round_work``); split items write fp32
     partials and base-2 lse (``part_o_ptr`` / ``part_lse_ptr``, ``_store_partial``) for ``split_combine``.
     ``K_EARLY``: each slot's K and V are freed apart, K once its scores are done (FA3's separate K / V pipelines): with
-    2 slots the next K no longer waits for the P·V of the tile two back. ``Q_REGS``: each consumer holds its Q tile
-    in registers (16-bit queries; see ``_consumer``)."""
+    2 slots the next K no longer waits for the P·V of the tile two back. ``Q_REGS``: each consumer holds that many
+    of its Q tile's columns in registers (16-bit queries; see ``_consumer``)."""
     gl.static_assert(BLOCK_M == 2 * ROWS_PER_CONSUMER)
     gl.static_assert(not SPLITS or (LAYOUT == PAGED and PACK == 1), "splits: paged items, one head a tile")
     gl.static_assert(not FP8 or LAYOUT != PAGED, "fp8 runs the dense / varlen layouts")

@@ -53,15 +53,20 @@ class WsConfig:
     # (``ws_kernel`` ``K_EARLY``, FA3's separate K / V pipelines): with 2 slots the loader no longer waits for the
     # P·V of the tile two back before it loads the next K (untimed twins below)
     early_k_release: bool = False
-    # each consumer's Q tile in registers, the score wgmmas' A operand (``ws_kernel`` ``Q_REGS``; untimed twins
-    # below): each score wgmma then reads only its K slice from shared memory. The count behind it (one SM, one key
-    # tile of the D = 128 default, 64 keys): ~1024 clocks of wgmmas against 128 KB of shared-memory traffic (both
-    # consumers' Q re-read, 32 KB; K and V read by both, 64 KB; the TMA writes of K and V, 32 KB): 125 B a clock
-    # against the port's 128. Q in registers leaves 96 KB. 16-bit calls only (fp8 calls keep Q in shared memory);
-    # 32 registers a thread at D = 128 (D = 256's 64 do not fit, see CONFIGS).
-    q_registers: bool = False
+    # the first q_registers columns of each consumer's Q tile in registers, the score wgmmas' A operand there
+    # (``ws_kernel`` ``Q_REGS``; untimed twins below; 0: Q in shared memory): those wgmmas then read only K's slice
+    # from shared memory. The count behind it (one SM, both consumers, one key tile): the D = 128 default's 64-key
+    # tile takes ~1024 clocks of wgmmas against 128 KB of shared-memory traffic (each score wgmma re-reading Q,
+    # 2 x 16 KB; K and V read by both consumers, 64 KB; their TMA writes, 32 KB): 125 B a clock against the port's
+    # 128. Q wholly in registers leaves 96 KB. A D = 256 32-key tile: 160 KB in ~1024 clocks (156 B a clock: at
+    # most 82 % of the tensor rate; measured 502 TF/s against FA3's 635); its first 128 columns in registers
+    # leave 128 KB. 16-bit calls only (fp8 calls keep Q in shared memory); a multiple of 64 (a 128-byte swizzle
+    # atom) whose rest of HEAD_DIM is a power of two; 16 registers a thread per 64 columns.
+    q_registers: int = 0
 
     def __post_init__(self):
+        if self.q_registers % 64:
+            raise ValueError(f"WsConfig: q_registers must be a multiple of 64 columns, got {self.q_registers}")
         if (self.pingpong or self.early_k_release) and not self.overlap:
             raise ValueError(f"WsConfig: pingpong and early_k_release run the overlap configs (overlap=True), got "
                              f"block_n={self.block_n}, stages={self.stages}, pingpong={self.pingpong}, "
@@ -72,7 +77,7 @@ class WsConfig:
         return (f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}{'' if self.persistent else '-np'}"
                 f"{'-pp' if self.pingpong else ''}{'-bm' if self.block_major else ''}{'-lpt' if self.lpt else ''}"
                 f"{'-pk' if self.pack_gqa else ''}{'-t' if self.thread_release else ''}"
-                f"{'-kr' if self.early_k_release else ''}{'-qr' if self.q_registers else ''}")
+                f"{'-kr' if self.early_k_release else ''}{f'-qr{self.q_registers}' if self.q_registers else ''}")
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
@@ -103,7 +108,7 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
           WsConfig(128, 2, True, early_k_release=True),
           WsConfig(64, 3, True, block_major=True, lpt=True, early_k_release=True),
           # Q in registers (``q_registers``; untimed): the dense / varlen and paged defaults' twins
-          WsConfig(64, 3, True, block_major=True, lpt=True, q_registers=True), WsConfig(64, 3, True, q_registers=True)),
+          WsConfig(64, 3, True, block_major=True, lpt=True, q_registers=128), WsConfig(64, 3, True, q_registers=128)),
     # D = 256 (one Q buffer; written 2026-12-02 without device time: candidates for the prefill op's D 256 rows)
     256: (WsConfig(32, 3, True), WsConfig(32, 4, True), WsConfig(64, 2, True), WsConfig(64, 2),
           WsConfig(32, 3, True, pingpong=True),
@@ -111,9 +116,11 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
           # the 64-key tile with K freed before V (untimed): its score wgmmas (m64n64k16, 4 KB of shared-memory
           # operands per 32 clocks) fit the 128 B / clock shared-memory port where the 32-key tiles' (3 KB per 16)
           # do not, but its 2 slots starved on the joint K / V release
-          WsConfig(64, 2, True, early_k_release=True), WsConfig(64, 2, True, pingpong=True, early_k_release=True)),
-    # (no Q-in-registers twins at D = 256: its Q fragment, 64 registers a thread beside the 128 of the accumulator,
-    # made ptxas spill 160-1060 B and serialize the wgmmas, offline sm_90 2026-12-05)
+          WsConfig(64, 2, True, early_k_release=True), WsConfig(64, 2, True, pingpong=True, early_k_release=True),
+          # half of Q in registers (untimed; all of it, 64 registers a thread beside the accumulator's 128, made
+          # ptxas spill 160-1060 B and serialize the wgmmas, offline sm_90 2026-12-05): the paged default's and the
+          # long-block default's twins
+          WsConfig(32, 4, True, q_registers=128), WsConfig(32, 3, True, pingpong=True, q_registers=128)),
 }
 DEFAULT_HEAD_DIMS = (128,)
 # fp8 q / k with requests of unequal lengths: the 128-key tile with 2 slots and the overlap (2026-12-03 sweep, every
@@ -363,7 +370,7 @@ def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
         PINGPONG=cfg.pingpong, Q_BUFS=q_buffers(d), SOFTCAP=bool(softcap), HAS_SINK=sinks is not None,
         PACK=heads_per_tile, THREAD_RELEASE=cfg.thread_release, K_EARLY=cfg.early_k_release,
-        Q_REGS=cfg.q_registers and scales is None, num_warps=4, **layout)
+        Q_REGS=min(cfg.q_registers, d) if scales is None else 0, num_warps=4, **layout)
 
 
 def launch(p: Problem, cfg: WsConfig) -> None:
