@@ -119,8 +119,9 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
           WsConfig(64, 2, True, early_k_release=True), WsConfig(64, 2, True, pingpong=True, early_k_release=True),
           # half of Q in registers (untimed; all of it, 64 registers a thread beside the accumulator's 128, made
           # ptxas spill 160-1060 B and serialize the wgmmas, offline sm_90 2026-12-05): the paged default's and the
-          # long-block default's twins
-          WsConfig(32, 4, True, q_registers=128), WsConfig(32, 3, True, pingpong=True, q_registers=128)),
+          # long-block default's twins, and the 64-key tile's with K freed first
+          WsConfig(32, 4, True, q_registers=128), WsConfig(32, 3, True, pingpong=True, q_registers=128),
+          WsConfig(64, 2, True, early_k_release=True, q_registers=128)),
 }
 DEFAULT_HEAD_DIMS = (128,)
 # fp8 q / k with requests of unequal lengths: the 128-key tile with 2 slots and the overlap (2026-12-03 sweep, every
