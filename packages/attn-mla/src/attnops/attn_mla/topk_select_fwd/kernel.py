@@ -423,6 +423,20 @@ def _finish_row(row_ptr, stride_t, lo, n, topk, S_kv, out_row_ptr, cand_row_ptr,
 
 
 @triton.jit
+def _row_counters(counter_ptr, i):
+    """Row i's three counters: keys written above the threshold bin, candidates written, programs arrived."""
+    return counter_ptr + 3 * i, counter_ptr + 3 * i + 1, counter_ptr + 3 * i + 2
+
+
+@triton.jit
+def _reset_counters(above_counter, cand_counter, arrivals):
+    """The row's counters back at 0 for the next call (by its last program to arrive: every other has read them)."""
+    tl.atomic_xchg(above_counter, 0, sem="relaxed", scope="gpu")
+    tl.atomic_xchg(cand_counter, 0, sem="relaxed", scope="gpu")
+    tl.atomic_xchg(arrivals, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
 def topk_split_select_kernel(
     score_ptr, starts_ptr, ends_ptr, out_ptr, hist_ptr, counter_ptr, cand_ptr,
     row0, S, G, S_kv, topk,
@@ -451,9 +465,7 @@ def topk_split_select_kernel(
     hist_row = hist_ptr + (i.to(tl.int64) << HIST_BITS)
     out_row = out_ptr + r.to(tl.int64) * topk
     cand_row = cand_ptr + i.to(tl.int64) * CAP
-    above_counter = counter_ptr + 3 * i
-    cand_counter = counter_ptr + 3 * i + 1
-    arrivals = counter_ptr + 3 * i + 2
+    above_counter, cand_counter, arrivals = _row_counters(counter_ptr, i)
     # The chunk is loaded before the histogram is scanned (not inside the branch): the two loads overlap.
     j = p * CHUNK + tl.arange(0, CHUNK // 4)[:, None] * 4 + tl.arange(0, 4)[None, :]  # [CHUNK / 4, 4]
     m = j < n
@@ -475,9 +487,7 @@ def topk_split_select_kernel(
         _finish_row(row_ptr, stride_st, lo, n, topk, S_kv, out_row, cand_row, b, above, in_bin, CAP, BLOCK,
                     HIST_BITS, RADIX)
         tl.store(hist_row + tl.arange(0, 1 << HIST_BITS), 0)
-        tl.atomic_xchg(above_counter, 0, sem="relaxed", scope="gpu")
-        tl.atomic_xchg(cand_counter, 0, sem="relaxed", scope="gpu")
-        tl.atomic_xchg(arrivals, 0, sem="relaxed", scope="gpu")
+        _reset_counters(above_counter, cand_counter, arrivals)
 
 
 @triton.jit
@@ -509,9 +519,7 @@ def topk_split_rank_kernel(
                                     stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
     out_row = out_ptr + r.to(tl.int64) * topk
     cand_row = cand_ptr + i.to(tl.int64) * CAP
-    above_counter = counter_ptr + 3 * i
-    cand_counter = counter_ptr + 3 * i + 1
-    arrivals = counter_ptr + 3 * i + 2
+    above_counter, cand_counter, arrivals = _row_counters(counter_ptr, i)
     above = tl.load(above_counter)
     n_cand = tl.load(cand_counter)
     if n <= topk:
@@ -540,6 +548,4 @@ def topk_split_rank_kernel(
         tl.store(hist_row + z, 0, mask=z < (1 << HIST_BITS))
     tl.debug_barrier()  # every thread's counter reads done before the arrival is released
     if tl.atomic_add(arrivals, 1, sem="acq_rel", scope="gpu") == nprog - 1:
-        tl.atomic_xchg(above_counter, 0, sem="relaxed", scope="gpu")
-        tl.atomic_xchg(cand_counter, 0, sem="relaxed", scope="gpu")
-        tl.atomic_xchg(arrivals, 0, sem="relaxed", scope="gpu")
+        _reset_counters(above_counter, cand_counter, arrivals)
