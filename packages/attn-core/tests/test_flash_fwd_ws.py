@@ -669,6 +669,22 @@ def test_paged_ws_falls_back_off_hopper():
     _plan_case(paged_spec.SPEC, case, plan)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the fallback off a GPU (on Hopper the ws kernel runs)")
+def test_paged_small_beside_falls_back_off_hopper(monkeypatch):
+    """Runs on CPU (the interpreter): a ``small_beside`` plan (built as for 8 SMs, 3 left to the decode launch and
+    its splits planned for those) on a call the ws kernel cannot take runs its Triton launches one after the other
+    and matches the reference."""
+    monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 8)
+    case = paged_spec.build_case([70, 1, 1], [200, 90, 333], 4, 1, 64, 64, torch.float16, torch.float16,
+                                 runtime.device(), seed=6)
+    a = case.inputs
+    plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 4, 1, 64, ws=ws_launch.PAGED_DEFAULTS[64],
+                          small_beside=3)
+    large, small = plan.launches
+    assert large.ws_programs == 5 and small.beside
+    _plan_case(paged_spec.SPEC, case, plan)
+
+
 def _varlen_problem(d=128, heads=32, batch=8, s=512, window=None, softcap=0.0, dtype=torch.float16, ragged=False):
     """A varlen call of ``batch`` requests of ``s`` queries and keys (``ragged``: the first request's keys one
     longer) (shapes only: the rule reads no data)."""
