@@ -100,15 +100,30 @@ def arrival_counters(dev: torch.device, n: int) -> torch.Tensor:
 _SIDE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
 
 
-def side_stream(dev: torch.device) -> torch.cuda.Stream:
-    """A second stream of ``dev`` (one per device, shared by every caller) for a launch that runs beside what the
-    current stream runs next. A caller forks it (``side.wait_stream(current)``) before it queues the work the side
-    launch must not wait for, and joins it (``current.wait_stream(side)``) before returning: CUDA-graph capture then
-    sees a fork and a join, later work on the current stream (and the caching allocator's reuse of the tensors the
-    side launch touched) is ordered after it, and calls that take turns on it never overlap each other."""
+@contextlib.contextmanager
+def side_stream(dev: torch.device, enabled: bool = True):
+    """Yield a second stream of ``dev`` (one per device, shared by every caller) forked from the current stream, for
+    launches that may run beside what the current stream queues inside the block (queue them with
+    ``on_stream``); the current stream joins it on exit. So CUDA-graph capture sees a fork and a join, later work on
+    the current stream (and the caching allocator's reuse of the tensors the side launches touched) is ordered
+    after them, and calls that take turns on it never overlap each other. Yields None where not ``enabled`` or off
+    CUDA (then every launch stays on the current stream)."""
+    if not enabled or dev.type != "cuda":
+        yield None
+        return
     if dev not in _SIDE_STREAMS:
         _SIDE_STREAMS[dev] = torch.cuda.Stream(device=dev)
-    return _SIDE_STREAMS[dev]
+    main, side = torch.cuda.current_stream(dev), _SIDE_STREAMS[dev]
+    side.wait_stream(main)
+    try:
+        yield side
+    finally:
+        main.wait_stream(side)
+
+
+def on_stream(stream: torch.cuda.Stream | None):
+    """``torch.cuda.stream(stream)``; for None, no change of stream."""
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
 
 @contextlib.contextmanager

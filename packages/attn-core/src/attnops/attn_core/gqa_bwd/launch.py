@@ -199,6 +199,8 @@ CONCURRENT_DQ = True
 # Δ there, instead of starting after the preprocess has drained. Prediction (2026-12-04, not yet measured): 2-5 us
 # off the 512-token rows' ~115-140 us.
 DEPENDENT_LAUNCH = True
+
+
 def _bsh(t: torch.Tensor) -> tuple[int, int, int]:
     return t.stride(0), t.stride(1), t.stride(2)
 
@@ -239,12 +241,11 @@ def launch(p: Problem) -> None:
         splits = _FORCED.get("splits") or head_splits(ws_launch.BLOCK_KEYS, B, S_kv, H, p.k.shape[2],
                                                       runtime.num_sms())
         part = _partials(p, splits) if splits > 1 else None
-        side = runtime.side_stream(p.q.device) if ws.gluon_dq and CONCURRENT_DQ else None
-        ws_launch.run(ws, p, delta, part, side)
-        if part is not None:
-            _head_sum(p, part, splits)
-        if side is not None:  # dQ done before anything after the call on the caller's stream
-            torch.cuda.current_stream(p.q.device).wait_stream(side)
+        # (the side stream joined at the block's end: dQ done before anything after the call on the caller's stream)
+        with runtime.side_stream(p.q.device, ws.gluon_dq and CONCURRENT_DQ) as side:
+            ws_launch.run(ws, p, delta, part, side)
+            if part is not None:
+                _head_sum(p, part, splits)
     if not (ws and ws.gluon_dq):
         _launch_any(p, delta, dq_acc, dq_only=ws is not None, dependent=dependent)
     if not p.deterministic:

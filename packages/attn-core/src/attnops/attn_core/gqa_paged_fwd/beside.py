@@ -8,7 +8,7 @@ alone does not overlap them: the persistent grid takes every SM (a program holds
 where the decode launch came first (the reverted ``run_beside`` of 2026-12-03) its programs spread over every SM and
 kept the prefill's programs waiting. So the large launch goes first with a persistent grid of ``P − R`` programs,
 and the decode launch, planned for the ``R`` SMs left (its split count), runs beside it on a side stream
-(``runtime.side_stream``).
+(``kernel_utils.runtime.side_stream``).
 
 Model: the large launch's tiles on ``P − R`` programs (``tail_split``'s static rounds and tile cost), the small
 class's K / V bytes read at ``min(copy speed, R · SM_COPY_BYTES_S)``; the ``R`` whose slower side is fastest wins if
@@ -36,14 +36,8 @@ def small_seconds(small_bytes: float, sms: int) -> float:
 
 
 def large_seconds(tile_costs: torch.Tensor, programs: int) -> float:
-    """The persistent large launch's busiest program: ``tail_split.longest_program``'s static rounds (program p runs
-    tiles p, 2P − 1 − p, 2P + p, ...) over ``tile_costs`` (f64, launch order), vectorized (one call per candidate
-    of ``choose``)."""
-    programs = min(programs, tile_costs.numel())
-    r, i = torch.arange(tile_costs.numel()).div(programs, rounding_mode="floor"), torch.arange(tile_costs.numel())
-    i = i - r * programs
-    program = torch.where(r % 2 == 1, programs - 1 - i, i)
-    return float(torch.bincount(program, weights=tile_costs, minlength=programs).max())
+    """The persistent large launch on ``programs`` programs: its busiest one (``tail_split.longest_program``)."""
+    return tail_split.longest_program(tile_costs, min(programs, tile_costs.numel()), persistent=True)
 
 
 def seconds(tile_keys: list[int], head_dim: int, sms: int, small_bytes: float, reserved: int) -> float:

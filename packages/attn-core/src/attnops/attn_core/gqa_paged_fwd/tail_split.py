@@ -19,6 +19,8 @@ from __future__ import annotations
 import heapq
 import math
 
+import torch
+
 from attnops.attn_core.flash_fwd.ws_launch import BLOCK_M
 
 MAX_BLOCKS = 8  # candidates split the last 1..MAX_BLOCKS blocks ...
@@ -41,20 +43,20 @@ def tile_seconds(keys: float, head_dim: int) -> float:
     return (keys + TILE_OVERHEAD_KEYS) * BLOCK_M * 4 * head_dim / SM_FLOPS
 
 
-def round_program(tile: int, programs: int) -> int:
-    """The program of the persistent grid that runs ``tile`` (``ws_kernel._round_tile`` with ``SNAKE``)."""
-    r, i = divmod(tile, programs)
-    return programs - 1 - i if r % 2 else i
+def round_program(tile, programs: int):
+    """The program of the persistent grid that runs ``tile`` (an int, or an int64 tensor of tiles;
+    ``ws_kernel._round_tile`` with ``SNAKE``): i in even rounds, programs − 1 − i in odd ones."""
+    r, i = tile // programs, tile % programs
+    return (r % 2) * (programs - 1 - 2 * i) + i
 
 
-def longest_program(tile_costs: list[float], programs: int, persistent: bool) -> float:
-    """The busiest program's sum of tile costs (persistent: the static rounds; else one program per tile, each
-    started on the SM that frees first)."""
+def longest_program(tile_costs, programs: int, persistent: bool) -> float:
+    """The busiest program's sum of tile costs (a list or an f64 tensor, launch order; persistent: the static
+    rounds, summed per program at once; else one program per tile, each started on the SM that frees first)."""
     if persistent:
-        load = [0.0] * programs
-        for t, c in enumerate(tile_costs):
-            load[round_program(t, programs)] += c
-        return max(load)
+        costs = torch.as_tensor(tile_costs, dtype=torch.float64)
+        program = round_program(torch.arange(costs.numel()), programs)
+        return float(torch.bincount(program, weights=costs, minlength=programs).max())
     free = [0.0] * programs
     for c in tile_costs:
         heapq.heapreplace(free, free[0] + c)

@@ -331,6 +331,18 @@ def _key_bin(key, HIST_BITS: tl.constexpr):
 
 
 @triton.jit
+def _split_program(row0, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss, stride_sg, stride_wb,
+                   stride_ws, stride_eb, stride_es):
+    """Program (i, p) of the split path's grid: its batch row i (row r = row0 + i), its place p in the row, and the
+    row's window (``_row_window``: lo, n, score row pointer)."""
+    i = tl.program_id(0)
+    r = row0 + i
+    lo, _, n, row_ptr = _row_window(r, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
+                                    stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
+    return i, r, tl.program_id(1), lo, n, row_ptr
+
+
+@triton.jit
 def topk_split_histogram_kernel(
     score_ptr, starts_ptr, ends_ptr, hist_ptr,
     row0, S, G, S_kv,
@@ -344,11 +356,8 @@ def topk_split_histogram_kernel(
     previous call's step 2 left at zero. (tl.histogram of the chunk into 2048 bins, merged per bin, took
     ~6.8 µs a program on the H200: shared-memory atomics per warp and a 2048-bin pass; a normal row's busiest
     bin takes ~5 % of the row's atomics.)"""
-    i = tl.program_id(0)
-    r = row0 + i
-    p = tl.program_id(1)
-    lo, _, n, row_ptr = _row_window(r, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
-                                    stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
+    i, r, p, lo, n, row_ptr = _split_program(row0, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
+                                             stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
     j = p * CHUNK + tl.arange(0, CHUNK)
     m = j < n
     x = tl.load(row_ptr + (lo + j).to(tl.int64) * stride_st, mask=m, other=0.0)
@@ -456,12 +465,9 @@ def topk_split_select_kernel(
     row's histogram and counters; with ``RANK_LAUNCH`` a third launch does both instead (and this step writes
     nothing where the threshold bin overflows its ``CAP`` slots, which step 3 reads as an empty count)."""
     tl.static_assert(CHUNK % 4 == 0)
-    i = tl.program_id(0)
-    r = row0 + i
-    p = tl.program_id(1)
+    i, r, p, lo, n, row_ptr = _split_program(row0, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
+                                             stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
     nchunks = tl.num_programs(1)
-    lo, _, n, row_ptr = _row_window(r, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
-                                    stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
     hist_row = hist_ptr + (i.to(tl.int64) << HIST_BITS)
     out_row = out_ptr + r.to(tl.int64) * topk
     cand_row = cand_ptr + i.to(tl.int64) * CAP
@@ -511,12 +517,9 @@ def topk_split_rank_kernel(
     Program 0 pads a window of n <= topk positions, or selects over the whole window when step 2 found the bin
     over its slots (no candidate written). Each program zeroes its share of the row's histogram (this step
     never reads it); the row's last program to arrive zeroes the counters once every program has read them."""
-    i = tl.program_id(0)
-    r = row0 + i
-    p = tl.program_id(1)
+    i, r, p, lo, n, row_ptr = _split_program(row0, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
+                                             stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
     nprog = tl.num_programs(1)
-    lo, _, n, row_ptr = _row_window(r, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
-                                    stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
     out_row = out_ptr + r.to(tl.int64) * topk
     cand_row = cand_ptr + i.to(tl.int64) * CAP
     above_counter, cand_counter, arrivals = _row_counters(counter_ptr, i)
