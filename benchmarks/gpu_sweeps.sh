@@ -7,7 +7,9 @@
 # PHASE=tests runs only the GPU tests, PHASE=sweeps only the sweeps (the two phases of a one-GPU machine:
 # the tests may share the GPU with the sanitizer, the sweeps time kernels and must have it alone). The tests run on
 # TEST_WORKERS pytest-xdist workers (default 8: their time is mostly Triton compiles, ~3x faster than one).
-#   ATTNOPS_GIT_SHA=<sha> DEADLINE=<epoch s> [PHASE=tests|sweeps|all] bash benchmarks/gpu_sweeps.sh
+# STEPS (a regex of step names, whole-name match; default all) runs only those steps, so a call can pick its
+# steps without the cut ones each spending the 5 s floor of their timeout.
+#   ATTNOPS_GIT_SHA=<sha> DEADLINE=<epoch s> [PHASE=tests|sweeps|all] [STEPS=<regex>] bash benchmarks/gpu_sweeps.sh
 set -u
 OUT=${OUT:-/tmp/attnops-out}
 mkdir -p "$OUT"
@@ -17,6 +19,7 @@ DEADLINE=${DEADLINE:-$(( $(date +%s) + 540 ))}
 left() { local s=$(( DEADLINE - $(date +%s) )); echo $(( s > 5 ? s : 5 )); }
 step() {  # step <name> <cap s> <command...>: run with the time left (at most cap), log to $OUT/<name>.log
   local name=$1 cap=$2; shift 2
+  [[ "$name" =~ ^(${STEPS:-.*})$ ]] || return 0
   local t; t=$(left); t=$(( t < cap ? t : cap ))
   timeout "$t" "$@" >"$OUT/$name.log" 2>&1
   echo "$name: rc=$? $(tail -n 1 "$OUT/$name.log")"
