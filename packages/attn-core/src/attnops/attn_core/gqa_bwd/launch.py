@@ -174,15 +174,21 @@ WS_DEFAULT = ws_launch.WsBwdConfig(3, gluon_dq=True)
 # (benchmarks/results/h200/20261204-1530-tune-bwd-ws-persistent.json): llama-8b-long-mha (1024 programs on 132 SMs)
 # 539.1 against 568.8 us, llama-70b-long-mha 541.9 / 573.2; llama-8b-long (256 programs) 487.2 against 484.1.
 WS_PERSISTENT = ws_launch.WsBwdConfig(3, gluon_dq=True, persistent=True)
-PERSISTENT_WAVES = 4
+# Short MHA calls take them too: H200, 2026-12-05, one run, every variant checked (benchmarks/results/h200/
+# 20261205-0235-tune-bwd-short-mha.json): llama-8b / 70b-short-mha (512 programs on 132 SMs) persistent 119.1 /
+# 119.9 us, non-persistent 121.2 / 122.1, against the Triton tile's 140.8 / 140.9 (before the 16-byte stores the
+# Gluon kernels were the slower: 144.4 against 139.8). Hence 3 waves, not 4: it changes only these rows.
+PERSISTENT_WAVES = 3
 
 
 def ws_default(p: Problem, sms: int) -> ws_launch.WsBwdConfig | None:
-    """For a call the Gluon kernels serve (``ws_launch.refusal``) with more than ``SHORT_KEYS`` keys:
+    """For a call the Gluon kernels serve (``ws_launch.refusal``), MHA or with more than ``SHORT_KEYS`` keys:
     ``WS_PERSISTENT`` where the dK / dV grid (over ``head_splits``' subgroups) has more than ``PERSISTENT_WAVES``
-    programs per SM of ``sms``, else ``WS_DEFAULT``; None otherwise (the Triton kernel)."""
+    programs per SM of ``sms``, else ``WS_DEFAULT``; None otherwise (the Triton kernel: the short GQA rows, where
+    it led, 115.5 against 136.4 us, 2026-12-03)."""
     B, S_kv, H_kv, _ = p.k.shape
-    if S_kv <= SHORT_KEYS or ws_launch.refusal(p) is not None:
+    short_gqa = S_kv <= SHORT_KEYS and p.q.shape[2] != H_kv
+    if short_gqa or ws_launch.refusal(p) is not None:
         return None
     programs = B * H_kv * triton.cdiv(S_kv, ws_launch.BLOCK_KEYS)
     programs *= head_splits(ws_launch.BLOCK_KEYS, B, S_kv, p.q.shape[2], H_kv, sms)
