@@ -229,7 +229,7 @@ PAGED_DEFAULTS: dict[int, WsConfig] = {64: WsConfig(128, 3, True), 128: WsConfig
 # 2026-12-03 sweeps, docs/perf/attn-core.md), but not on blocks of 4-5 k keys (gemma-2b 157.2 against 152.5 us,
 # qwen35-9b-mixed 6.20 against 6.11 ms). Since 2026-12-05 the 64-key 2-slot tile with K freed before V
 # (``ws-n64s2-ov-kr``): 14.38 against the pingpong config's 18.24 ms on qwen35-9b-rope, every variant checked, 40
-# iterations, one run (benchmarks/results/h200/20261205-0235-tune-qwen35-kr.json; its 32-key score wgmmas overran
+# iterations, one run (benchmarks/results/h200/20261205-0247-tune-qwen35-kr.json; its 32-key score wgmmas overran
 # the shared-memory port, docs/perf/attn-core.md).
 LONG_PAGED_DEFAULTS: dict[int, WsConfig] = {256: WsConfig(64, 2, True, early_k_release=True)}
 LONG_BLOCK_KEYS = 16384
