@@ -182,11 +182,12 @@ def compile_rope_keys(head_dim: int, interleaved: bool, dtype: str = "fp16"):
 def compile_combine(head_dim: int, out: str = "bf16", sink: bool = True, splits: int = 32, serial: bool = False):
     """The split combine (kernel_utils.split_combine) of ``splits`` partials per row, at the columns per program
     its launcher picks for them (``serial``: one split at a time over whole rows, the large-workspace path)."""
-    ptrs = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": f"*{out}", "sink_ptr": "*fp32"}
+    ptrs = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": f"*{out}", "sink_ptr": "*fp32",
+            "block_index_ptr": "*i32"}
     block_d = triton.next_power_of_2(head_dim)
     block_dc = block_d if serial else combine_columns(splits, block_d)
     consts = {"HEAD_DIM": head_dim, "BLOCK_DC": block_dc, "SPLITS": triton.next_power_of_2(splits), "HAS_SINK": sink,
-              "SERIAL": serial}
+              "SERIAL": serial, "BLOCK_INDEX": False}
     return compile_sm90(split_combine_kernel, ptrs, consts, 4, 2)
 
 

@@ -46,6 +46,7 @@ from attnops.attn_mla.topk_select_fwd import op as topk_op  # noqa: E402
 from attnops.attn_mla.topk_select_fwd.kernel import (  # noqa: E402
     topk_select_kernel,
     topk_split_histogram_kernel,
+    topk_split_rank_kernel,
     topk_split_select_kernel,
 )
 
@@ -97,8 +98,8 @@ def topk_variants():
 
 
 def topk_split_variants(name, cfg):
-    """The split path's two kernels on the decode row (1 × 16384 keys): NOT-PIPELINED is expected (one chunk per
-    program, no streaming loop)."""
+    """The split path's kernels on the decode row (1 × 16384 keys; the rank launch's third where the config has it):
+    NOT-PIPELINED is expected (one chunk per program, no streaming loop)."""
     s_kv = 16384
     ints = dict(row0=0, S=1, G=1, S_kv=s_kv, topk=2048, stride_sb=s_kv, stride_ss=s_kv, stride_st=1, stride_sg=1,
                 stride_wb=1, stride_ws=1, stride_eb=1, stride_es=1)
@@ -108,9 +109,14 @@ def topk_split_variants(name, cfg):
     yield f"topk {name} histogram", lambda: compile_sm90(topk_split_histogram_kernel, ptrs, ints, cx,
                                                            cfg.num_warps, 1), cfg
     for k in (1024, 2048):
-        sel = dict(cx, CAP=cfg.cap(k), BLOCK=cfg.block, RADIX=cfg.radix)
+        sel = dict(cx, CAP=cfg.cap(k), BLOCK=cfg.block, RADIX=cfg.radix, RANK_LAUNCH=cfg.rank_launch)
         yield f"topk {name} select k={k}", lambda sel=sel, k=k: compile_sm90(
             topk_split_select_kernel, ptrs, dict(ints, topk=k), sel, cfg.num_warps, 1), cfg
+        if cfg.rank_launch:
+            rank = dict(HIST_BITS=cfg.hist_bits, CAP=cfg.cap(k), BLOCK=cfg.block, SLICE=topk_op.RANK_SLICE,
+                        RANK_BLOCK=topk_op.RANK_BLOCK)
+            yield f"topk {name} rank k={k}", lambda rank=rank, k=k: compile_sm90(
+                topk_split_rank_kernel, ptrs, dict(ints, topk=k), rank, cfg.num_warps, 1), cfg
 
 
 def indexer_variants():
@@ -164,7 +170,8 @@ def mla_ws_variants():
             ints = dict(H=128, n_kv=4096, group=128, head_blocks_per_kv=2, split_len=4096, n_splits=16,
                         stride_ob=128 * 512, stride_oh=512)
             for split in (False, True):
-                cx = dict(BLOCK_N=cfg.block_n, STAGES=cfg.stages, SPLIT=split, ALTERNATING=cfg.alternating)
+                cx = dict(BLOCK_N=cfg.block_n, STAGES=cfg.stages, SPLIT=split, ALTERNATING=cfg.alternating,
+                          HALF_READY=cfg.half_ready, THREAD_RELEASE=cfg.thread_release)
                 yield f"mla-ws {cfg.name} {name} split={split}", lambda cx=cx, ptrs=ptrs, ints=ints: compile_sm90(
                     mla_decode_ws_kernel, ptrs, ints, cx, 4, 1, floats=("qk_scale",), source=GluonASTSource)
 
@@ -177,13 +184,16 @@ def dsa_ws_variants():
         name = "bf16" if dtype == torch.bfloat16 else "fp16"
         width = 512 + tail
         for cfg in dsa_ws.WS_CONFIGS:
+            if dsa_ws.config_refusal(cfg, tail):  # (refused before any launch: never built)
+                continue
             q_desc = _desc_type(dtype, width, [64, 256])
             ptrs = {"q_desc": q_desc, "qpe_desc": _desc_type(dtype, width, [64, tail]) if tail else q_desc,
                     "kv_ptr": f"*{name}", "clean_ptr": "*i32", "count_ptr": "*i32", "out_ptr": f"*{name}"}
             ints = dict(n_items=8192, S=4096, H=128, H_kv=1, group=128, head_blocks_per_kv=2, stride_kb=65536 * pitch,
                         stride_kt=pitch, stride_kh=pitch, stride_ob=4096 * 128 * 512, stride_os=128 * 512,
                         stride_oh=512)
-            cx = dict(TAIL=tail, BLOCK_K=2048, BLOCK_N=cfg.block_n, STAGES=cfg.stages, ALTERNATING=cfg.alternating)
+            cx = dict(TAIL=tail, BLOCK_K=2048, BLOCK_N=cfg.block_n, STAGES=cfg.stages, ALTERNATING=cfg.alternating,
+                      HALF_READY=cfg.half_ready, THREAD_RELEASE=cfg.thread_release)
             yield f"dsa-ws {cfg.name} {name} tail={tail} pitch={pitch}", lambda cx=cx, ptrs=ptrs, ints=ints: \
                 compile_sm90(dsa_decode_ws_kernel, ptrs, ints, cx, 4, 1, floats=("qk_scale",), source=GluonASTSource)
 

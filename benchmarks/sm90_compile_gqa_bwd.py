@@ -88,6 +88,7 @@ def main() -> int:
     p.add_argument("--atomic-dq", action="store_true", help="the deterministic=False variant")
     p.add_argument("--partial", action="store_true", help="the head-split variant (dK / dV partial sums)")
     p.add_argument("--fused-sum", action="store_true", help="with --partial: the last subgroup adds the partials")
+    p.add_argument("--chunked", action="store_true", help="the program order in chunks of pairs (ORDER_GROUP)")
     args = p.parse_args()
     dtypes = ("fp16", "bf16") if args.all else ("fp16",)
     variants = list(itertools.product((True, False), (True, False))) if args.all else [(True, True)]
@@ -100,7 +101,8 @@ def main() -> int:
             cx = dict(HEAD_DIM=d, BLOCK_D=triton.next_power_of_2(d), BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1,
                       BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, IS_CAUSAL=causal, EVEN_M1=even, EVEN_N1=even,
                       EVEN_N2=even, ATOMIC_DQ=args.atomic_dq, PARTIAL=args.partial,
-                      FUSED_SUM=args.fused_sum, EXACT_DOT=False, **one_pair)
+                      FUSED_SUM=args.fused_sum, EXACT_DOT=False, WAIT_PRIOR=True, CHUNKED=args.chunked,
+                      **one_pair)
             tag = f"{dt} D{d:<3d} {'causal' if causal else 'full  '} {'even ' if even else 'ragged'} {cfg.name:26s}"
             try:
                 r = compile_sm90(gqa_bwd_kernel, dt, cx, cfg.num_warps, cfg.num_stages)
@@ -121,7 +123,7 @@ def main() -> int:
                   f"{' '.join(f'{k} x{n}' for k, n in r['red'].items())}  {' '.join(flags)}",
                   flush=True)
     r = compile_sm90(gqa_bwd_preprocess_kernel, "fp16", dict(HEAD_DIM=128, BLOCK_D=128, TOKENS=2, HEADS=32,
-                                                             ZERO_DQ=args.atomic_dq), 4, 3)
+                                                             ZERO_DQ=args.atomic_dq, LAUNCH_DEPENDENTS=True), 4, 3)
     print(f"preprocess D128: smem {r['smem']} B regs {r['regs']} spill {r['spill']}")
     r = compile_sm90(gqa_bwd_head_sum_kernel, "fp16", dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_R=bwd.HEAD_SUM_ROWS,
                                                                           **one_pair), 4, 1)

@@ -12,8 +12,10 @@ with the default configs.
     python -m benchmarks.tune_attn_core_paged --filter llama-70b-p16 --split-counts 2,3,4,5,6 --variants num_splits
 
 ``--ws``: instead, the large class on the warp-specialized kernel (``ws=`` of the plan: every config
-``ws_launch.paged_applies`` may take) beside the Triton kernel (``ws=False``) and the default plan, on the rows
-with a large class.
+``ws_launch.paged_applies`` may take, and each with its lightest blocks split where the tail rule splits any:
+``+tail``) beside the Triton kernel (``ws=False``) and the default plan, on the rows with a large class; on mixed
+batches also the decode requests merged into each packing config's launch (``+merge_small``) or in their own launch
+beside the default config's (``+beside``: the model's SM count, ``+beside:R``: R SMs left to them).
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ CANDIDATES: dict[tuple[str, int], list[TileConfig]] = {
 SPLIT_KNOBS = ({"num_splits": 1}, {"programs_per_sm": 1}, {"programs_per_sm": 2}, {"programs_per_sm": 8},
                {"fused_combine": False}, {"tile_in_page": False}, {"min_split_keys": 64}, {"min_split_keys": 128},
                {"pow2_pages": False}, {"latency": False}, {"merge_small": True})
+
+
+# SMs left to the decode launch beside the ws launch (``small_beside=R``): the model's serving-step choice is 43
+# (3 rounds of prefill tiles on 89 programs), 50+ costs the prefill a fourth round, fewer starve the decodes
+BESIDE_SMS = (24, 32, 40, 46, 56, 66)
 
 
 def planner(op: str, case):
@@ -95,7 +102,25 @@ def _ws_variants(case, default_plan) -> list[tuple[str, dict]]:
     if any(small) and not all(small):  # a mixed batch: its decode requests in a packed warp-specialized launch too
         variants += [(f"{cfg.name}+merge_small", {"ws": cfg, "merge_small": True})
                      for cfg in ws_launch.paged_configs(d) if ws_launch.heads_per_tile(cfg, group) > 1]
+        # ... or in their own launch beside the default config's, on the SMs it leaves them: the model's count and
+        # forced ones around it (``gqa_paged_fwd.beside``)
+        cfg = ws_launch.PAGED_DEFAULTS.get(d)
+        if cfg is not None and cfg.persistent:
+            variants += [(f"{cfg.name}+beside", {"ws": cfg, "small_beside": True})]
+            variants += [(f"{cfg.name}+beside:{r}", {"ws": cfg, "small_beside": r}) for r in BESIDE_SMS]
     return variants
+
+
+def _tail_variants(make_plan, ws_variants) -> list[tuple[str, dict]]:
+    """Each forced warp-specialized config with its lightest blocks split over their keys (``ws_tail=True``) where
+    the plan's rule splits any (``gqa_paged_fwd.tail_split``)."""
+    out = []
+    for name, kw in ws_variants:
+        if isinstance(kw.get("ws"), ws_launch.WsConfig):
+            tail = {**kw, "ws_tail": True}
+            if any(ln.ws_splits is not None for ln in _launches(make_plan(**tail))):
+                out.append((f"{name}+tail", tail))
+    return out
 
 
 def _merged_variants(head_dim: int) -> list[tuple[str, dict]]:
@@ -129,7 +154,7 @@ def main():
             ws = _ws_variants(case, default_plan)
             if not ws:
                 continue
-            variants += ws
+            variants += ws + _tail_variants(make_plan, ws)
         else:
             for ln in _launches(default_plan):
                 key = config_key(ln.kind, d)

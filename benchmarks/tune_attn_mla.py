@@ -30,7 +30,8 @@ CPU_ONLY = ("interpreter", "interpreter-split", "fallback")  # configs for the i
 
 def variants(spec, case, skip=frozenset()):
     """(label, callable) per GPU config, the warp-specialized kernels' configs (MLA decode, DSA: where they
-    serve the row; those named in ``skip`` left out: a config whose GPU tests hung would hang the sweep), and
+    serve the row), those named in ``skip`` left out (a config whose GPU tests hung would hang the sweep; the Triton
+    kernel's ``h200`` where only the ws configs are compared), and
     for MLA decode a few split counts around the planner's, each also with the splits merged in the decode
     kernel (``fused_combine``)."""
     op = OPS[spec.name]
@@ -40,7 +41,7 @@ def variants(spec, case, skip=frozenset()):
     else:
         default = op.pick_config()
     for name, cfg in op.CONFIGS.items():
-        if name in CPU_ONLY:
+        if name in CPU_ONLY or name in skip:
             continue
         yield name + (" (default)" if cfg == default else ""), op.with_config(cfg)
     if spec.name == "DSADecodeWithKVCacheFwd":
@@ -49,7 +50,7 @@ def variants(spec, case, skip=frozenset()):
                                         case.inputs["q_start_index_s"], case.inputs.get("sm_scale"))
         if dsa_ws.applies(q, case.inputs["kv"], tail):
             for cfg in dsa_ws.WS_CONFIGS:
-                if cfg.name not in skip:
+                if cfg.name not in skip and dsa_ws.config_refusal(cfg, tail) is None:
                     yield cfg.name, dsa_op.with_config(cfg)
     if spec.name == "MLADecodeWithKVCacheFwd":
         if mla_ws.applies(*(case.inputs[n] for n in ("q", "q_pe", "k", "k_pe"))):
@@ -76,7 +77,7 @@ def variants(spec, case, skip=frozenset()):
 
 def main():
     p = sweep_arguments(__doc__.splitlines()[0], "tune-attn-mla.json")
-    p.add_argument("--skip", default="", help="warp-specialized configs to leave out (comma-separated names)")
+    p.add_argument("--skip", default="", help="configs to leave out (comma-separated names)")
     args = p.parse_args()
     skip = frozenset(filter(None, args.skip.split(",")))
     flush = L2Flusher()

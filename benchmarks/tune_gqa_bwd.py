@@ -1,14 +1,16 @@
 """Sweep the tile configs of the GQABwd kernel on the GPU, deterministic and with atomic dQ
 (``deterministic=False``, names ending ``-atomic``), and the warp-specialized dK / dV configs (``ws-dkdv-s*``,
 deterministic, at the head dims they serve), and the chosen config over every head-subgroup count
-(``-<n>-splits``, ``-fused``: the partials added in the kernel): every variant's dq/dk/dv are checked against the
-reference, then timed like the benchmark (device time, cold L2). Prints, per seed row, the default
-(``launch.ws_default`` or the config ``launch.choose`` picks) and its time (deterministic), and the best variant
-found; writes JSON.
+(``-<n>-splits``, ``-fused``: the partials added in the kernel), or (``--order``) only the chosen Triton tile with
+its programs ordered in chunks of (batch, KV head) pairs (``-group<n>``, ``launch.ORDER_GROUP``): every variant's
+dq/dk/dv are checked against the reference, then timed like the benchmark (device time, cold L2). Prints, per seed
+row, the default (``launch.ws_default`` or the config ``launch.choose`` picks) and its time (deterministic), and the
+best variant found; writes JSON.
 
     python -m benchmarks.tune_gqa_bwd --out /tmp/tune-gqa-bwd.json
     python -m benchmarks.tune_gqa_bwd --filter llama-70b-short --iters 20
     python -m benchmarks.tune_gqa_bwd --ws-only --filter bf16
+    python -m benchmarks.tune_gqa_bwd --order --filter short/bf16
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ def main():
     parser = sweep_arguments(__doc__.splitlines()[0], "tune-gqa-bwd.json")
     parser.add_argument("--ws-only", action="store_true",
                         help="only the warp-specialized configs (ws-*, and the Gluon default's head subgroups)")
+    parser.add_argument("--order", action="store_true",
+                        help="only the chosen Triton tile over program-order chunks of 8, 16, 32, 64 pairs")
     args = parser.parse_args()
     flush = L2Flusher()
     results = []
@@ -40,7 +44,10 @@ def main():
         fn = lambda c=case: SPEC.fn(**c.inputs)  # noqa: E731
         G = H // a["k"].shape[2]
         variants = []
-        if not args.ws_only:
+        if args.order:  # chunks smaller than the row's B·H_kv pairs (the default is one chunk of them all)
+            variants += [(f"{chosen.name}-group{g}", SPEC.fn, functools.partial(bwd.forced, chosen, group=g))
+                         for g in (8, 16, 32, 64) if g < B * a["k"].shape[2]]
+        elif not args.ws_only:
             variants += [(cfg.name + ("" if det else "-atomic"), functools.partial(SPEC.fn, deterministic=det),
                           functools.partial(bwd.forced, cfg))
                          for cfg, det in itertools.product(bwd.configs_for(D), (True, False))]
@@ -49,7 +56,7 @@ def main():
             variants += [(f"{chosen.name}-{s}-splits{'-fused' if fused else ''}", SPEC.fn,
                           functools.partial(bwd.forced, chosen, splits=s, fused_sum=fused))
                          for s in range(1, G + 1) if G % s == 0 for fused in ((False, True) if s > 1 else (False,))]
-        if D in bwd_ws.HEAD_DIMS:
+        if D in bwd_ws.HEAD_DIMS and not args.order:
             variants += [(cfg.name, SPEC.fn, functools.partial(bwd.forced, cfg)) for cfg in bwd_ws.WS_CONFIGS]
             # the Gluon default over head subgroups (partials added by the head-sum launch)
             variants += [(f"{bwd.WS_DEFAULT.name}-{s}-splits", SPEC.fn,

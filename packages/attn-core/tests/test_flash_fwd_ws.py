@@ -9,6 +9,7 @@ NaN-filled (``ATTNOPS_POISON``). On CPU: the launches bind every kernel argument
 kernel), the plans' ws work, the fallbacks and refusals."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from attnops.attn_core.flash_fwd import ws_kernel, ws_launch
 from attnops.attn_core.flash_fwd.reference import rope_ref
 from attnops.attn_core.gqa_dense_fwd import spec as dense_spec
 from attnops.attn_core.gqa_dense_fwd.reference import gqa_dense_fwd_ref
+from attnops.attn_core.gqa_paged_fwd import beside, tail_split
 from attnops.attn_core.gqa_paged_fwd import plan as paged_plan
 from attnops.attn_core.gqa_paged_fwd import spec as paged_spec
 from attnops.attn_core.gqa_prefill_paged_with_kv_cache_fwd import spec as prefill_spec
@@ -316,6 +318,110 @@ def test_prefill_paged(d, dtype, causal):
         _plan_case(prefill_spec.SPEC, case, plan)
 
 
+# (q_lens, cache lens) whose lightest blocks are whole 128-token blocks (ws_tail splits only those): request 0's two
+# blocks over ~3 k keys, request 1's three over 444-700, a decode request (the Triton small class), request 3's one
+# block over its own 128 keys
+TAIL_LAYOUT = ([256, 384, 1, 128], [3000, 700, 1500, 128])
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
+@pytest.mark.parametrize("mask,page_size", [("causal", 64), ("full", 16), ("causal-w100", 64)])
+def test_paged_tail_splits(d, mask, page_size):
+    """Split blocks (``ws_tail=(k, s)``): the lightest k whole blocks in s shares of their key tiles, written as
+    partials into a NaN-poisoned workspace and merged by the combine: one block in 2, every block in 7 (shares with
+    no key tile: a 128-key block has 1-4 tiles), with every unpacked paged config under the causal mask (persistent
+    and one program per tile; the other masks: the default config), and three in 3 with softcap and sinks (the
+    sink joins in the combine only) on the default config. (Each config's split build compiles apart: the configs
+    are limited so that the file's GPU step stays within its cap.)"""
+    causal, wl, wr = MASKS[mask]
+    default = ws_launch.PAGED_DEFAULTS[d]
+    configs = [c for c in ws_launch.paged_configs(d) if not c.pack_gqa] if mask == "causal" else [default]
+    for cfg in configs:
+        cases = [((1, 2), {}), ((6, 7), {})] + ([((3, 3), {"softcap": 20.0, "sinks": True})] if cfg == default else [])
+        for (k, s), extra in cases:
+            case = paged_spec.build_case(*TAIL_LAYOUT, 8, 2, d, page_size, torch.float16, torch.float16, "cuda",
+                                         seed=d + k, is_causal=causal, window_size_left=wl, window_size_right=wr,
+                                         **extra)
+            a = case.inputs
+            plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d, is_causal=causal,
+                                  window_size_left=wl, window_size_right=wr, ws=cfg, ws_tail=(k, s))
+            (large,) = [ln for ln in plan.launches if ln.kind == "large"]
+            assert large.ws == cfg and large.ws_splits.block_start.shape[0] == k
+            _plan_case(paged_spec.SPEC, case, plan)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("d", [128, 256])
+def test_prefill_paged_tail_splits(d):
+    """GQAPrefillPagedWithKVCacheFwd with split blocks: keys = cache + the appended new tokens (``KV_PLUS_Q``)."""
+    case = prefill_spec.build_case([256, 128, 0, 128], [1000, 64, 50, 0], 8, 2, d, 64, torch.float16, torch.float16,
+                                   "cuda", seed=5)
+    a = case.inputs
+    cfg = ws_launch.PAGED_DEFAULTS[d]
+    plan = gqa_prefill_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d, ws=cfg, ws_tail=(3, 2))
+    assert [ln.ws_splits.n_splits for ln in plan.attn.launches if ln.kind == "large"] == [2]
+    _plan_case(prefill_spec.SPEC, case, plan)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("d", [64, 128])
+def test_paged_small_beside(d):
+    """``small_beside``: the decode launch (split over its keys, merged in the kernel) on a side stream beside the
+    ws launch on fewer programs: the model's count and forced ones (1, 40 and 131 SMs left), on the caller's stream,
+    on a user's stream whose next work reads the output, and captured in a CUDA graph and replayed (the fork and
+    the join), against the reference; 1-token and 3-token decodes (the small class) beside a ragged prefill, one
+    request empty."""
+    case = paged_spec.build_case([700, 1, 3, 0, 1, 260], [4000, 3000, 4096, 10, 77, 1300], 8, 2, d, 64,
+                                 torch.float16, torch.float16, "cuda", seed=d + 1)
+    a = case.inputs
+    expected = case.fresh().run(paged_spec.SPEC.reference)
+    for count in (True, 1, 40, 131):
+        plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d, ws=ws_launch.PAGED_DEFAULTS[d],
+                              small_beside=count)
+        large, small = plan.launches
+        assert small.beside == (large.ws_programs is not None)
+        assert count is True or large.ws_programs == runtime.num_sms() - count
+        _plan_case(paged_spec.SPEC, case, plan)
+    plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d, ws=ws_launch.PAGED_DEFAULTS[d],
+                          small_beside=40)
+    user = torch.cuda.Stream()
+    with torch.cuda.stream(user):
+        ours = case.fresh()
+        ours.inputs["plan"] = plan
+        out = ours.run(paged_spec.SPEC.fn)
+        read_next = {name: t.clone() for name, t in out.items()}  # ordered after the call on ``user`` only
+    user.synchronize()
+    paged_spec.SPEC.compare(read_next, expected, case)
+    static = case.fresh()
+    static.inputs["plan"] = plan
+    static.run(paged_spec.SPEC.fn)  # compiled before the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = static.run(paged_spec.SPEC.fn)
+    graph.replay()
+    torch.cuda.synchronize()
+    paged_spec.SPEC.compare(captured, expected, case)
+
+
+@pytest.mark.gpu
+@hopper
+def test_prefill_paged_small_beside():
+    """GQAPrefillPagedWithKVCacheFwd with ``small_beside=40``: its append first, then the ws launch and the decode
+    launch beside it (1- and 3-token requests), against the reference."""
+    prefill = prefill_spec.build_case([700, 1, 3, 260], [3000, 2999, 4093, 1040], 8, 2, 128, 64, torch.float16,
+                                      torch.float16, "cuda", seed=2)
+    b = prefill.inputs
+    plan = gqa_prefill_paged_plan(b["cu_seqlens_q"], b["cache_seqlens"], 8, 2, 128, ws=ws_launch.PAGED_DEFAULTS[128],
+                                  small_beside=40)
+    assert [ln.beside for ln in plan.attn.launches] == [False, True]
+    _plan_case(prefill_spec.SPEC, prefill, plan)
+
+
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
@@ -563,6 +669,22 @@ def test_paged_ws_falls_back_off_hopper():
     _plan_case(paged_spec.SPEC, case, plan)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the fallback off a GPU (on Hopper the ws kernel runs)")
+def test_paged_small_beside_falls_back_off_hopper(monkeypatch):
+    """Runs on CPU (the interpreter): a ``small_beside`` plan (built as for 8 SMs, 3 left to the decode launch and
+    its splits planned for those) on a call the ws kernel cannot take runs its Triton launches one after the other
+    and matches the reference."""
+    monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 8)
+    case = paged_spec.build_case([70, 1, 1], [200, 90, 333], 4, 1, 64, 64, torch.float16, torch.float16,
+                                 runtime.device(), seed=6)
+    a = case.inputs
+    plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 4, 1, 64, ws=ws_launch.PAGED_DEFAULTS[64],
+                          small_beside=3)
+    large, small = plan.launches
+    assert large.ws_programs == 5 and small.beside
+    _plan_case(paged_spec.SPEC, case, plan)
+
+
 def _varlen_problem(d=128, heads=32, batch=8, s=512, window=None, softcap=0.0, dtype=torch.float16, ragged=False):
     """A varlen call of ``batch`` requests of ``s`` queries and keys (``ragged``: the first request's keys one
     longer) (shapes only: the rule reads no data)."""
@@ -570,6 +692,213 @@ def _varlen_problem(d=128, heads=32, batch=8, s=512, window=None, softcap=0.0, d
     k = torch.empty(batch * s + ragged, 1, d, dtype=dtype)
     return fwd.Problem(q, k, k, q, varlen=True, batch=batch, max_q=s, max_kv=s + ragged, wr=0, softcap=softcap,
                        wl=window if window is not None else 1 << 30)
+
+
+def test_tail_split_choice():
+    """Runs everywhere: ``tail_split.choose`` on qwen35-9b-rope's launch (D 256, 64 blocks of 32.9-33.8 k keys x 32
+    heads: 2048 tiles, 15.5 rounds of 132 programs) splits its 3 lightest blocks in 3 (modelled 1.9 % shorter, the
+    combine included); nothing where no candidate gains 1 %: 128 equal tiles (one round either way), only 2 blocks
+    splittable, falcon-7b's short D = 64 tiles (the combine's read of the workspace costs more than the round it
+    saves); nothing past ``MAX_ROUNDS`` rounds or beyond the whole blocks at the end; forced candidates as asked.
+    The model's schedule is the kernel's: program p runs tiles p, 2P - 1 - p, 2P + p, ..."""
+    keys = sorted((32768 + 128 * (m + 1) for _ in range(8) for m in range(8)), reverse=True)
+    assert tail_split.choose(keys, 64, 32, 256, 132, persistent=True) == (3, 3)
+    assert tail_split.choose(keys, 64, 32, 256, 132, persistent=False) == (3, 3)
+    before = tail_split.launch_seconds(keys, 32, 256, 132, True)
+    assert 17e-3 < before < 20e-3  # (measured on the H200: 17.5-18.4 ms)
+    assert 0.975 < tail_split.launch_seconds(keys, 32, 256, 132, True, 3, 3) / before < 0.985
+    assert tail_split.choose(keys, 2, 32, 256, 132, persistent=True) is None  # 2 blocks in 2-4: under 1 %
+    assert tail_split.choose([4500] * 16, 16, 8, 256, 132, persistent=True) is None
+    falcon = sorted((1536 + 128 * (m + 1) for _ in range(4) for m in range(4)), reverse=True)
+    assert tail_split.choose(falcon, 16, 71, 64, 132, persistent=True) is None
+    assert tail_split.choose(keys * 8, 512, 32, 256, 132, persistent=True) is None  # 124 rounds
+    assert tail_split.choose(keys, 0, 32, 256, 132, persistent=True) is None
+    assert tail_split.choose(keys, 64, 32, 256, 132, persistent=True, forced=(6, 7)) == (6, 7)
+    assert tail_split.choose(keys, 5, 32, 256, 132, persistent=True, forced=(6, 2)) is None
+    assert [tail_split.round_program(t, 4) for t in range(10)] == [0, 1, 2, 3, 3, 2, 1, 0, 0, 1]
+    assert [ws_kernel._round_tile.fn(r, p, 4, True) for r in (0, 1, 2) for p in range(4)] == [0, 1, 2, 3, 7, 6, 5,
+                                                                                              4, 8, 9, 10, 11]
+
+
+def test_plan_tail_items():
+    """Runs everywhere: ``ws_tail=(k, s)`` replaces the last k (lightest, whole) blocks of the ws items by s items
+    each, ``(b, block, share, split block)``, whole items ``(b, block, 0, -1)``; the split blocks' first query tokens
+    and workspace rows ((block, token, head, share)); the default leaves the items as they were; a forced split of a
+    partial block, into fewer than 2 shares, or of a packing config is refused, and a ``ws_tail`` that is neither a
+    bool nor a pair of ints is a TypeError."""
+    cfg = ws_launch.PAGED_DEFAULTS[128]
+    plan = paged_plan.plan_paged_attention(*TAIL_LAYOUT, num_heads=8, num_kv_heads=2, head_dim=128, ws=cfg,
+                                           ws_tail=(2, 3), device="cpu")
+    (large,) = [ln for ln in plan.launches if ln.kind == "large"]
+    # heaviest first (keys x rows): (0, 1), (0, 0), (1, 2), (1, 1), (1, 0), (3, 0)
+    assert large.ws_items.tolist() == [[0, 1, 0, -1], [0, 0, 0, -1], [1, 2, 0, -1], [1, 1, 0, -1],
+                                       [1, 0, 0, 0], [1, 0, 1, 0], [1, 0, 2, 0], [3, 0, 0, 1], [3, 0, 1, 1],
+                                       [3, 0, 2, 1]]
+    sp = large.ws_splits
+    assert sp.n_splits == 3 and sp.block_start.tolist() == [256, 641]
+    assert sp.part_o.shape == (2 * 128 * 8 * 3, 128) and sp.part_lse.shape == (2 * 128 * 8 * 3,)
+    assert "(2 blocks in 3 splits)" in plan.describe()
+    plain = paged_plan.plan_paged_attention(*TAIL_LAYOUT, num_heads=8, num_kv_heads=2, head_dim=128, ws=cfg,
+                                            device="cpu")
+    (large,) = [ln for ln in plain.launches if ln.kind == "large"]
+    assert large.ws_splits is None and large.ws_items.shape == (6, 2)
+    with pytest.raises(ValueError, match="k <= 0"):  # (request 0's last block holds 44 tokens)
+        paged_plan.plan_paged_attention([300], [3000], num_heads=8, num_kv_heads=2, head_dim=128, ws=cfg,
+                                        ws_tail=(1, 2), device="cpu")
+    for bad in ("yes", (2, 3, 1), (2.0, 3)):
+        with pytest.raises(TypeError, match="ws_tail"):
+            paged_plan.plan_paged_attention(*TAIL_LAYOUT, num_heads=8, num_kv_heads=2, head_dim=128, ws=cfg,
+                                            ws_tail=bad, device="cpu")
+    with pytest.raises(ValueError, match="s >= 2"):
+        paged_plan.plan_paged_attention(*TAIL_LAYOUT, num_heads=8, num_kv_heads=2, head_dim=128, ws=cfg,
+                                        ws_tail=(1, 1), device="cpu")
+    packed = next(c for c in ws_launch.paged_configs(128) if c.pack_gqa)
+    with pytest.raises(ValueError, match="packs 4 heads"):
+        paged_plan.plan_paged_attention(*TAIL_LAYOUT, num_heads=8, num_kv_heads=2, head_dim=128, ws=packed,
+                                        ws_tail=(1, 2), device="cpu")
+
+
+# llama-8b-serving-step's layout: one 1024-token prefill and 31 decodes over 4096 keys each (H 32, H_kv 8, D 128)
+SERVING_STEP = ([1024] + [1] * 30 + [0], [4096] * 32)
+
+
+def test_small_beside_model():
+    """Runs everywhere: ``beside``'s model of serving-step (256 prefill tiles, 31 decodes reading 520 MB): one
+    launch after the other ~252 µs (measured 255 on the H200); the prefill on 132 − R programs beside the decodes on
+    R SMs is shortest around R = 40-46 (3 rounds of tiles against the reads on R SMs), and 50 SMs cost the prefill a
+    fourth round; qwen3-ragged-odd's 7 decodes (117 MB) gain nothing: the prefill needs all 132 programs for 2
+    rounds."""
+    keys = sorted((3072 + 128 * (m + 1) for m in range(8)), reverse=True)
+    tiles = [k for k in keys for _ in range(32)]
+    decode_bytes = 31 * 4096 * 8 * 128 * 2 * 2
+    after = beside.seconds(tiles, 128, 132, decode_bytes, 0)
+    assert 240e-6 < after < 265e-6
+    reserved = beside.choose(tiles, 128, 132, decode_bytes)
+    assert 36 <= reserved <= 46
+    assert beside.seconds(tiles, 128, 132, decode_bytes, reserved) < 0.8 * after
+    assert beside.seconds(tiles, 128, 132, decode_bytes, 50) > 0.95 * after  # 82 programs: 4 rounds
+    ragged = sorted((3099 + min(128 * (m + 1), 1000) for m in range(8)), reverse=True)
+    assert beside.choose([k for k in ragged for _ in range(32)], 128, 132, 7 * 4099 * 8 * 128 * 4) is None
+    assert beside.choose(tiles, 128, 132, 0) is None and beside.choose([], 128, 132, decode_bytes) is None
+
+
+def test_plan_small_beside(monkeypatch):
+    """Runs everywhere: ``small_beside`` on serving-step's layout (132 SMs): True leaves the model's SMs to the decode
+    launch (the ws launch's persistent grid is the rest, its ``ws_programs``; the decode launch marked ``beside``),
+    an int forces the count and the decode launch's splits are planned for those SMs; the default and False keep
+    one launch after the other; a count out of range, or where no decode launch runs beside a persistent ws launch
+    (none in the batch, a one-program-per-tile config, the decodes merged into a packed launch), is a ValueError,
+    any other type a TypeError. The launch passes ``ws_programs`` as the grid (a recording stand-in kernel)."""
+    monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 132)
+
+    def plan(q_lens=SERVING_STEP[0], kv_lens=SERVING_STEP[1], **kw):
+        return paged_plan.plan_paged_attention(q_lens, kv_lens, num_heads=32, num_kv_heads=8, head_dim=128,
+                                               device="cpu", **kw)
+
+    for knob in ({}, {"small_beside": False}):
+        large, small = plan(**knob).launches
+        assert large.ws_programs is None and not small.beside
+    large, small = plan(small_beside=True).launches
+    assert 86 <= large.ws_programs <= 96 and small.beside and not large.beside
+    assert f"on {large.ws_programs} programs" in plan(small_beside=True).describe()
+    large, small = plan(small_beside=46).launches
+    assert large.ws_programs == 86 and small.beside
+    # the decode class planned for 46 SMs: 240 programs a split overflow its 92 slots, so the splits fill waves
+    assert small.n_items == 30 * paged_plan.wave_splits(30 * 8, paged_plan.SPLIT_PROGRAMS_PER_SM * 46)
+    for bad in (0, 132, -3):
+        with pytest.raises(ValueError, match="small_beside"):
+            plan(small_beside=bad)
+    with pytest.raises(ValueError, match="no decode launch"):
+        plan([1024], [4096], small_beside=40)
+    non_persistent = next(c for c in ws_launch.paged_configs(128) if not c.persistent)
+    with pytest.raises(ValueError, match="not persistent"):
+        plan(ws=non_persistent, small_beside=40)
+    packed = next(c for c in ws_launch.paged_configs(128) if c.pack_gqa)
+    with pytest.raises(ValueError, match="no decode launch"):
+        plan(ws=packed, merge_small=True, small_beside=40)
+    assert plan(ws=packed, merge_small=True, small_beside=True).launches[0].ws_programs is None
+    with pytest.raises(TypeError, match="small_beside"):
+        plan(small_beside=40.0)
+    rec = _Recorder()
+    monkeypatch.setattr(ws_launch, "gqa_fwd_ws_kernel", rec)
+    pool = torch.zeros(10, 64, 2, 128, dtype=torch.float16)
+    q = torch.zeros(300, 8, 128, dtype=torch.float16)
+    items = torch.tensor([[0, 2], [0, 1], [0, 0]], dtype=torch.int32)
+    for programs in (None, 5):
+        ws_launch.launch_paged(large.ws, q, pool, pool, torch.empty_like(q), torch.tensor([0, 300], dtype=torch.int32),
+                               torch.tensor([600], dtype=torch.int32), torch.arange(10, dtype=torch.int32)[None],
+                               items, 64, 0.1, 1 << 30, 0, kv_plus_q=False, programs=programs)
+    assert [grid for grid, _, _ in rec.calls] == [(24,), (5,)]
+
+
+def _share_keys(q_len, kv_len, m, share, shares, block_n, wl, wr):
+    """Keys ``[lo, hi)`` of share ``share`` of query block m (``ws_kernel._round_work``'s arithmetic)."""
+    p0 = kv_len - q_len + m * ws_launch.BLOCK_M
+    lo, hi = max(p0 - wl, 0), min(p0 + ws_launch.BLOCK_M - 1 + wr + 1, kv_len)
+    n_lo = lo // block_n * block_n
+    n_hi = hi if hi > lo else n_lo
+    per = math.ceil(math.ceil((n_hi - n_lo) / block_n) / shares) * block_n
+    start = min(n_lo + share * per, n_hi)
+    return start, min(start + per, n_hi)
+
+
+@pytest.mark.parametrize("shares", [3, 7])
+@pytest.mark.parametrize("mask", ["causal", "causal-w100", "full-w64-w200"])
+def test_tail_split_merge(mask, shares):
+    """Runs everywhere (the combine through the interpreter): partials written as ``ws_kernel._store_partial``
+    documents (each share's rows normalized by their own sum, base-2 lse, -inf and zeros where the share has no
+    key; at workspace row ((block, token, head), share)) for a plan's split blocks, merged by ``PagedSplits.merge``
+    with sinks, equal the reference on those blocks' rows and leave every other row alone. The 64 / 128-key tiles of
+    D = 64: 3 shares of 1-6 tiles, 7 shares with empty ones."""
+    causal, wl, wr = MASKS[mask]
+    wl, wr = paged_plan.window_bounds(causal, wl, wr)
+    q_lens, kv_lens = TAIL_LAYOUT
+    h, h_kv, d, sm_scale = 2, 1, 64, 0.125
+    cfg = ws_launch.PAGED_DEFAULTS[d]
+    plan = paged_plan.plan_paged_attention(q_lens, kv_lens, num_heads=h, num_kv_heads=h_kv, head_dim=d, ws=cfg,
+                                           ws_tail=(3, shares), is_causal=causal, window_size_left=MASKS[mask][1],
+                                           window_size_right=MASKS[mask][2], device=runtime.device())
+    (large,) = [ln for ln in plan.launches if ln.kind == "large"]
+    sp = large.ws_splits
+    gen = testing.generator(11)
+    q = torch.randn(sum(q_lens), h, d, generator=gen)
+    keys = [torch.randn(n, h_kv, d, generator=gen) for n in kv_lens]
+    vals = [torch.randn(n, h_kv, d, generator=gen) for n in kv_lens]
+    sinks = torch.randn(h, generator=gen)
+    starts = [sum(q_lens[:b]) for b in range(len(q_lens))]
+    part_o = torch.full(sp.part_o.shape, float("nan"))
+    part_lse = torch.full(sp.part_lse.shape, float("nan"))
+    want = torch.full((sum(q_lens), h, d), float("nan"), dtype=torch.float64)
+    for b, m, share, blk in large.ws_items.tolist():
+        if blk < 0:
+            continue
+        tokens = torch.arange(m * 128, m * 128 + 128)
+        pos = kv_lens[b] - q_lens[b] + tokens
+        j = torch.arange(kv_lens[b])
+        visible = (j[None] >= pos[:, None] - wl) & (j[None] <= pos[:, None] + wr)
+        lo, hi = _share_keys(q_lens[b], kv_lens[b], m, share, shares, cfg.block_n, wl, wr)
+        mine = visible & (j[None] >= lo) & (j[None] < hi)
+        for head in range(h):
+            sc = q[starts[b] + tokens, head] @ keys[b][:, head * h_kv // h].T * sm_scale
+            lse = torch.logsumexp(sc.masked_fill(~mine, float("-inf")), dim=1)
+            p = torch.exp(sc - torch.where(torch.isinf(lse), 0, lse)[:, None]) * mine
+            rows = ((blk * 128 + tokens - m * 128) * h + head) * shares + share
+            part_o[rows] = p @ vals[b][:, head * h_kv // h]
+            part_lse[rows] = lse / torch.log(torch.tensor(2.0))
+            if share == 0:  # the whole block's reference, the sink in its denominator
+                full = sc.double().masked_fill(~visible, float("-inf"))
+                mx = torch.maximum(full.max(dim=1).values, sinks[head].double())
+                w = torch.exp(full - mx[:, None])
+                den = w.sum(dim=1) + torch.exp(sinks[head].double() - mx)
+                want[starts[b] + tokens, head] = (w @ vals[b][:, head * h_kv // h].double()) / den[:, None]
+    dev = runtime.device()
+    splits = ws_launch.PagedSplits(shares, sp.block_start, part_o.to(dev), part_lse.to(dev))
+    out = torch.full((sum(q_lens), h, d), float("nan"), dtype=torch.float16, device=dev)
+    splits.merge(out, sinks.to(dev))
+    split_rows = ~torch.isnan(want[:, 0, 0])
+    assert int(split_rows.sum()) == 3 * 128
+    torch.testing.assert_close(out.cpu().double()[split_rows], want[split_rows], atol=2e-3, rtol=2e-3)
+    assert out[~split_rows.to(dev)].isnan().all()
 
 
 def test_default_rule(monkeypatch):
@@ -610,12 +939,25 @@ def test_rope_default_rule(monkeypatch):
 
 def test_paged_plan_default_per_head_dim(monkeypatch):
     """Runs everywhere: a paged plan's large class takes its head dim's ``PAGED_DEFAULTS`` config where the tiles
-    reach 7 / 8 of the SMs; too few tiles, or ``ws=False``, leave it on the Triton kernel."""
+    reach 7 / 8 of the SMs, its ``LONG_PAGED_DEFAULTS`` one where every query block reads ``LONG_BLOCK_KEYS`` keys or
+    more; too few tiles, or ``ws=False``, leave it on the Triton kernel."""
     monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 132)
     for d in (64, 128, 256):
         plan = paged_plan.plan_paged_attention([512] * 8, [4096] * 8, num_heads=32, num_kv_heads=8, head_dim=d,
                                                device="cpu")
         assert [ln.ws for ln in plan.launches if ln.kind == "large"] == [ws_launch.PAGED_DEFAULTS[d]]
+    for d in (64, 128, 256):  # (qwen35-9b-rope's lengths: every block reads >= 32 k keys)
+        plan = paged_plan.plan_paged_attention([1024] * 8, [33792] * 8, num_heads=32, num_kv_heads=8, head_dim=d,
+                                               device="cpu")
+        want = ws_launch.LONG_PAGED_DEFAULTS.get(d, ws_launch.PAGED_DEFAULTS[d])
+        assert [ln.ws for ln in plan.launches if ln.kind == "large"] == [want]
+    # one request whose first block reads fewer keys keeps the batch on the default; so does a left window
+    short = paged_plan.plan_paged_attention([1024] * 7 + [256], [33792] * 7 + [4352], num_heads=32, num_kv_heads=8,
+                                            head_dim=256, device="cpu")
+    windowed = paged_plan.plan_paged_attention([1024] * 8, [33792] * 8, num_heads=32, num_kv_heads=8, head_dim=256,
+                                               window_size_left=4096, device="cpu")
+    for plan in (short, windowed):
+        assert [ln.ws for ln in plan.launches if ln.kind == "large"] == [ws_launch.PAGED_DEFAULTS[256]]
     few = paged_plan.plan_paged_attention([256], [4096], num_heads=32, num_kv_heads=8, head_dim=128, device="cpu")
     off = paged_plan.plan_paged_attention([512] * 8, [4096] * 8, num_heads=32, num_kv_heads=8, head_dim=128,
                                           ws=False, device="cpu")
@@ -643,6 +985,38 @@ def test_packed_merge_default(monkeypatch):
     assert all(ln.ws is None for ln in plan([256] + [1] * 7, [512] * 8, heads=(32, 8, 64)).launches)
     mixed = plan([1024] + [1] * 7, [4096] * 8).launches  # serving-step-like: the unpacked default, two launches
     assert [ln.ws for ln in mixed] == [ws_launch.PAGED_DEFAULTS[128], None]
+
+
+def test_config_knobs_that_need_the_overlap():
+    """Runs everywhere: the pingpong turns and the early K release exist only in the overlap consumer; a config
+    asking for them without it is refused when it is made, not at compile time."""
+    for knob in ("pingpong", "early_k_release"):
+        with pytest.raises(ValueError, match="overlap"):
+            ws_launch.WsConfig(64, 2, **{knob: True})
+    assert ws_launch.WsConfig(64, 2, True, early_k_release=True).name == "ws-n64s2-ov-kr"
+
+
+def test_q_in_registers_binds_its_columns(monkeypatch):
+    """Runs everywhere: a ``q_registers`` config passes its columns as ``Q_REGS`` on a 16-bit call (D = 128: all of
+    Q; D = 256: its first 128 columns) and 0 on an fp8 call (Q stays in shared memory); a count that is not a
+    multiple of 64 columns is refused when the config is made."""
+    rec = _Recorder()
+    monkeypatch.setattr(ws_launch, "gqa_fwd_ws_kernel", rec)
+    dev = runtime.device()
+    for d, cfg in ((128, next(c for c in ws_launch.CONFIGS[128] if c.q_registers)),
+                   (256, next(c for c in ws_launch.CONFIGS[256] if c.q_registers))):
+        q = torch.zeros(2, 300, 8, d, dtype=torch.bfloat16, device=dev)
+        k = torch.zeros(2, 500, 2, d, dtype=torch.bfloat16, device=dev)
+        ws_launch.launch(fwd.Problem(q, k, k, torch.empty_like(q), varlen=False, batch=2, max_q=300, max_kv=500,
+                                     wr=0), cfg)
+        assert rec.calls[-1][2]["Q_REGS"] == 128 and cfg.name.endswith("-qr128")
+        scales = [torch.ones((2, 2), dtype=torch.float32, device=dev) for _ in range(3)]
+        ws_launch.launch(fwd.Problem(q.to(torch.float8_e4m3fn), k.to(torch.float8_e4m3fn), k.to(torch.float8_e4m3fn),
+                                     torch.empty_like(q), varlen=False, batch=2, max_q=300, max_kv=500, wr=0,
+                                     q_scale=scales[0], k_scale=scales[1], v_scale=scales[2]), cfg)
+        assert rec.calls[-1][2]["Q_REGS"] == 0
+    with pytest.raises(ValueError, match="multiple of 64"):
+        ws_launch.WsConfig(32, 4, True, q_registers=96)
 
 
 def test_last_v_zeroed_in_place_only_where_its_buffers_do_not_fit():

@@ -314,14 +314,43 @@ def _split_call(cfg, splits, fn, fused_sum=False, **inputs):
 @pytest.mark.parametrize("seed", range(200, 216))
 def test_head_splits_fuzz(seed):
     """Fuzzed shapes (``SPEC.fuzz``: batch, lengths, GQA ratio, head dim, causal, scale) with a subgroup count drawn
-    from the divisors of G, either way of adding the partials and either dQ mode."""
+    from the divisors of G, either way of adding the partials, either dQ mode and a program-order chunk of 1 to all
+    (batch, KV head) pairs."""
     case = SPEC.fuzz(seed, DEV)
     g = case.inputs["q"].shape[2] // case.inputs["k"].shape[2]
+    pairs = case.inputs["k"].shape[0] * case.inputs["k"].shape[2]
     pick = random.Random(seed)
     splits = pick.choice([d for d in range(1, g + 1) if g % d == 0])
     fn = pick.choice([gqa_bwd, ATOMIC])
-    with bwd.forced(splits=splits, fused_sum=pick.random() < 0.5):
+    with bwd.forced(splits=splits, fused_sum=pick.random() < 0.5, group=pick.randint(1, pairs)):
         SPEC.check(case, fn)
+
+
+@pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 150, 150), (False, 70, 130)],
+                         ids=["causal-ragged", "non-causal"])
+def test_program_order_interpreter(is_causal, s_q, s_kv):
+    """The kernel's program order in chunks of ``group`` (batch, KV head) pairs (``ORDER_GROUP``): 6 pairs (2 batch
+    elements x 3 KV heads, G = 2) in chunks of 1, 4 (4 + 2: a short last chunk), 5 and 6 (one chunk, the default),
+    both dQ modes, 2 head subgroups with the fused sum; the reference check, and the deterministic outputs bitwise
+    those of the default order (each output element is one program's, whatever the order)."""
+    case = make_case(GQA, DEV, shrink=True, seed=31, batch=2, s_q=s_q, s_kv=s_kv, heads=(6, 3), head_dim=64,
+                     is_causal=is_causal)
+    cfg = bwd.configs_for(64)[-1]
+    default = case.fresh().run(functools.partial(_split_call, cfg, 2, gqa_bwd, True))
+    fns = {f"group {group}, {mode}": functools.partial(_order_call, cfg, group, fn)
+           for group in (1, 4, 5, 6) for mode, fn in (("deterministic", gqa_bwd), ("atomic dQ", ATOMIC))}
+    SPEC.check_each(case, fns)
+    for group in (1, 4):
+        got = case.fresh().run(functools.partial(_order_call, cfg, group, gqa_bwd))
+        for name in ("dq", "dk", "dv"):
+            testing.assert_bitwise(name, default[name], got[name])
+    with pytest.raises(ValueError, match="group .* must be >= 1, got 0"):
+        _order_call(cfg, 0, gqa_bwd, **case.inputs)
+
+
+def _order_call(cfg, group, fn, **inputs):
+    with bwd.forced(cfg, splits=2, fused_sum=True, group=group):
+        return fn(**inputs)
 
 
 def test_head_split_rule():
@@ -343,16 +372,16 @@ def test_head_split_rule():
 def test_ws_default_rule(monkeypatch):
     """Runs everywhere (the kernels' own refusal stubbed to accept): the 2048-key seed rows take the Gluon kernels
     (llama-70b-long with 2 head subgroups: ``head_splits`` of its 128 programs on 132 SMs; the MHA rows' 1024
-    one-head programs the persistent dK / dV kernel), the 512-key rows and any call the kernels refuse keep the
-    Triton kernel."""
+    one-head programs the persistent dK / dV kernel), the 512-key MHA rows too (512 programs: persistent), the
+    512-key GQA rows and any call the kernels refuse keep the Triton kernel."""
     monkeypatch.setattr(bwd.ws_launch, "refusal", lambda p: None)
     for w in SPEC.workloads:
         B, S, H, D = w.shape("q")
         H_kv = w.shape("k")[2]
         q, k = torch.empty(B, S, H, D), torch.empty(B, S, H_kv, D)
         p = bwd.Problem(q, k, k, q, q, torch.empty(B, H, S), q, k, k, True, 1.0)
-        long_default = bwd.WS_PERSISTENT if H == H_kv else bwd.WS_DEFAULT
-        assert bwd.ws_default(p, 132) == (long_default if S > 512 else None), w.id
+        mha = H == H_kv
+        assert bwd.ws_default(p, 132) == (bwd.WS_PERSISTENT if mha else bwd.WS_DEFAULT if S > 512 else None), w.id
         # deterministic=False permits atomics: the same kernels (their dQ stays deterministic)
         assert bwd.ws_default(dataclasses.replace(p, deterministic=False), 132) == bwd.ws_default(p, 132), w.id
         if S > 512:
@@ -375,6 +404,54 @@ def test_head_splits_full_size_gpu(splits, fused_sum):
     again = case.fresh().run(fn)
     for name in ("dq", "dk", "dv"):
         testing.assert_bitwise(name, first[name], again[name])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("deterministic", [True, False], ids=["det", "atomic"])
+def test_dependent_launch_gpu(monkeypatch, deterministic):
+    """The Triton kernel as the preprocess's programmatic dependent (``DEPENDENT_LAUNCH``) waits for Δ (and, with
+    atomic dQ, the zeroed accumulator) before it reads them: on llama-8b-short-mha at full size the outputs pass the
+    reference check and are those of the plain launch on three calls in a row: dK, dV (and dQ, deterministic)
+    bitwise, the atomic dQ within a few rounding steps of its own (a program that read Δ or added into the
+    accumulator early would differ by far more, or be NaN); deterministic, also captured in a CUDA graph and
+    replayed."""
+    case = make_case(MHA, DEV, shrink=False, seed=29)
+    fn = functools.partial(SPEC.fn, deterministic=deterministic)
+    monkeypatch.setattr(bwd, "DEPENDENT_LAUNCH", False)
+    plain = case.fresh().run(fn)
+    monkeypatch.setattr(bwd, "DEPENDENT_LAUNCH", True)
+    SPEC.check(case, fn)
+    for _ in range(3):
+        got = case.fresh().run(fn)
+        for name in ("dq", "dk", "dv") if deterministic else ("dk", "dv"):
+            testing.assert_bitwise(name, plain[name], got[name])
+        if not deterministic:  # the atomics' order varies: compare within a few f16 steps of the largest value
+            scale = plain["dq"].abs().max().item()
+            torch.testing.assert_close(got["dq"], plain["dq"], rtol=0, atol=4e-3 * scale)
+    if deterministic:  # captured in a CUDA graph (the dependency becomes a programmatic edge) and replayed
+        static = case.fresh()
+        static.run(fn)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = static.run(fn)
+        graph.replay()
+        torch.cuda.synchronize()
+        for name in ("dq", "dk", "dv"):
+            testing.assert_bitwise(name, plain[name], captured[name])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("group", [8, 32, 48], ids=lambda g: f"group{g}")
+def test_program_order_gpu(group):
+    """llama-8b-short-mha at full size (128 pairs) with the program order in chunks of 8, 32 and 48 pairs (48: a
+    short last chunk), bf16: the reference check, and dQ, dK, dV bitwise those of the default order."""
+    case = make_case(ROWS["llama-8b-short-mha/bf16"], DEV, shrink=False, seed=37)
+    default = case.fresh().run(gqa_bwd)
+    with bwd.forced(group=group):
+        got = SPEC.check(case, gqa_bwd)
+    for name in ("dq", "dk", "dv"):
+        testing.assert_bitwise(name, default[name], got[name])
 
 
 def test_config_choice():
@@ -433,9 +510,9 @@ def test_empty_shapes():
 
 def test_kernels_compile_for_sm90():
     """The GQABwd variants (deterministic, atomic dQ: wgmma, cp.async, vectorized fp32 atomics; head-split partial
-    sums added by the head-sum kernel or by the last subgroup) through Triton's sm_90 pipeline and ptxas offline,
-    every D = 128 config: no compile error, shared memory fits."""
-    for extra in ((), ("--atomic-dq",), ("--partial",), ("--partial", "--fused-sum")):
+    sums added by the head-sum kernel or by the last subgroup; the program order in chunks of pairs) through Triton's
+    sm_90 pipeline and ptxas offline, every D = 128 config: no compile error, shared memory fits."""
+    for extra in ((), ("--atomic-dq",), ("--partial",), ("--partial", "--fused-sum"), ("--chunked",)):
         listing = run_offline_compile(__file__, "sm90_compile_gqa_bwd", "--dims", "128", *extra)
         assert "COMPILE ERROR" not in listing and "OVER SMEM" not in listing, listing
         assert "head sum D128" in listing, listing

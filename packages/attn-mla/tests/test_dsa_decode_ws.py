@@ -23,6 +23,14 @@ hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_devi
                             reason="needs a Hopper GPU")
 
 
+def _skip_unserved(cfg, tail):
+    """Configs that do not serve this rope tail (``ws_launch.config_refusal``: 64-key blocks without it) are
+    refused before any launch (``test_calls_it_does_not_serve_are_refused``), not run."""
+    why = ws_launch.config_refusal(cfg, tail)
+    if why:
+        pytest.skip(why)
+
+
 def _random_indices(b, s, h_kv, k, s_kv, seed):
     return torch.randint(-3, s_kv + 3, (b, s, h_kv, k), generator=testing.generator(seed))
 
@@ -34,6 +42,7 @@ def _random_indices(b, s, h_kv, k, s_kv, seed):
                                  "mla-d512-h64-kv8k/bf16"])
 def test_seed_rows(row, cfg):
     """576- and 512-wide rows, H = 128 (two head blocks) and H = 64, mostly-padded index rows (kv4k)."""
+    _skip_unserved(cfg, 0 if row.startswith("mla-d512") else 64)
     SPEC.check(make_case(ROWS[row], DEV, shrink=False, seed=5), pinned(dsa_op, cfg))
 
 
@@ -51,6 +60,7 @@ def test_seed_rows(row, cfg):
 def test_edge_cases(shape, dtype, cfg):
     shape = dict(shape)
     b, h_kv, k = shape.pop("b", 1), shape.get("h_kv", 1), shape.pop("k", 100)
+    _skip_unserved(cfg, shape.get("tail", 64))
     SPEC.check(_case(_random_indices(b, 4, h_kv, k, 300, seed=3), dtype=dtype, seed=9, **shape),
                pinned(dsa_op, cfg))
 
@@ -67,6 +77,7 @@ def test_persistent_programs_carry_state_across_items(cfg, tail, monkeypatch):
     5, 40, 64, 65 or all 100 slots: items of 0 to 4 tiles, odd and even, in every order, so the ring, the query
     slot and the two warpgroups' hand-off phases run on across items of every parity; rows of one item check
     against the reference, zeros where nothing is selected."""
+    _skip_unserved(cfg, tail)
     monkeypatch.setattr(runtime, "num_sms", lambda: 3)
     indices = torch.randint(0, 290, (2, 5, 2, 100), generator=testing.generator(4))
     kept = torch.tensor([0, 5, 40, 64, 65, 100])
@@ -105,7 +116,8 @@ def test_compiles_for_sm90():
     through a runtime index, attn-mla 0.2.8: ``latent_alt._queries``.)"""
     listing = run_offline_compile(__file__, "sm90_compile_attn_mla", "--op", "dsa-ws")
     lines = [ln for ln in listing.splitlines() if ln.startswith("dsa-ws ")]
-    assert len(lines) == 4 * len(ws_launch.WS_CONFIGS), listing
+    built = [c for c in ws_launch.WS_CONFIGS for tail in (64, 0, 64, 64) if not ws_launch.config_refusal(c, tail)]
+    assert len(lines) == len(built), listing
     assert not any(flag in ln for ln in lines for flag in ("SPILL", "SERIALIZED", "FAIL", "SMEM")), listing
 
 
@@ -164,6 +176,10 @@ def test_calls_it_does_not_serve_are_refused():
     misaligned = dict(case.inputs, kv=torch.empty(1, 300, 1, 580, dtype=torch.float16, device=DEV)[..., :576])
     with pytest.raises(ValueError, match="kv: strides .* do not keep every row 16-byte aligned"):
         forced(**misaligned)
+    n64 = next(c for c in ws_launch.WS_CONFIGS if c.block_n == 64)
+    no_tail = _case([[[[1, 2, 3]]]], tail=0, seed=1)
+    with pytest.raises(ValueError, match="64-key blocks need the 64-channel rope tail"):
+        dsa_op.with_config(n64)(**no_tail.inputs)
     if not ws_launch.applies(case.inputs["q"], case.inputs["kv"], 64):  # off Hopper: every call, for that reason
         with pytest.raises(ValueError, match="needs a Hopper GPU"):
             forced(**case.inputs)

@@ -19,8 +19,11 @@ DEV = runtime.device()
 ROWS = {w.name: w for w in SPEC.workloads}
 # The picked config with the other register select (radix <-> bitwise): both run every edge case.
 SELECTS = (topk_op.pick_config(), dataclasses.replace(topk_op.pick_config(), radix=not topk_op.pick_config().radix))
-# The split path sized for shrunk rows (a few hundred keys per program), with either last-program select.
-SPLITS = (topk_op.CONFIGS["interpreter-split"], dataclasses.replace(topk_op.CONFIGS["interpreter-split"], radix=True))
+# The split path sized for shrunk rows (a few hundred keys per program), with either last-program select, and with
+# the candidates ranked by a third launch instead.
+SPLITS = (topk_op.CONFIGS["interpreter-split"], dataclasses.replace(topk_op.CONFIGS["interpreter-split"], radix=True),
+          dataclasses.replace(topk_op.CONFIGS["interpreter-split"], rank_launch=True))
+SPLIT_IDS = ("bitwise", "radix", "rank")
 
 
 @pytest.mark.parametrize(
@@ -97,7 +100,8 @@ def test_ties_go_to_the_lower_position():
 
 
 @pytest.mark.parametrize("config", SELECTS + SPLITS,
-                         ids=lambda c: ("split-" if c.split_chunk else "") + ("radix" if c.radix else "bitwise"))
+                         ids=lambda c: ("split-" if c.split_chunk else "")
+                         + ("rank" if c.rank_launch else "radix" if c.radix else "bitwise"))
 def test_all_minus_inf_row_is_still_selected(config):
     """In-window −inf scores are eligible: a row of only −inf returns the first topk positions."""
     scores = torch.full((1, 1, 2000, 1), float("-inf"))
@@ -213,7 +217,7 @@ def _threshold_bin_size(row: torch.Tensor, topk: int, hist_bits: int) -> int:
     return int((bins == bins.sort(descending=True).values[topk - 1]).sum())
 
 
-@pytest.mark.parametrize("config", SPLITS, ids=("bitwise", "radix"))
+@pytest.mark.parametrize("config", SPLITS, ids=SPLIT_IDS)
 @pytest.mark.parametrize("seed", range(3))
 def test_split_path_random_rows(config, seed):
     """The split path on normal rows of several programs each: windows whole, clipped, unaligned, shorter
@@ -229,11 +233,12 @@ def test_split_path_random_rows(config, seed):
     assert _split_counters_are_zero(), "split histograms / counters not reset"
 
 
-def test_split_ties_inside_the_threshold_bin():
+@pytest.mark.parametrize("config", SPLITS[::2], ids=SPLIT_IDS[::2])
+def test_split_ties_inside_the_threshold_bin(config):
     """Every 9th key equal to 1.0, the rest spread (0.3 · normal), topk reaching 100 keys into the tie: the
-    threshold bin holds the tie (within the candidate slots) and the last program's select must take every
-    key above 1.0 and the lowest tied positions; the second row (negative but for its tie) ties -0.0 and +0.0."""
-    config = SPLITS[0]
+    threshold bin holds the tie (within the candidate slots) and the last program's select (or the rank launch)
+    must take every key above 1.0 and the lowest tied positions; the second row (negative but for its tie) ties
+    -0.0 and +0.0."""
     scores = 0.3 * torch.randn((1, 2, 2600, 1), generator=testing.generator(71))
     scores[0, 1] = -scores[0, 1].abs()
     scores[0, 0, ::9, 0] = 1.0
@@ -247,10 +252,10 @@ def test_split_ties_inside_the_threshold_bin():
     assert torch.equal(got.sort(-1).values, expected.sort(-1).values)
 
 
-def test_split_candidate_overflow_selects_over_the_window():
+@pytest.mark.parametrize("config", SPLITS[::2], ids=SPLIT_IDS[::2])
+def test_split_candidate_overflow_selects_over_the_window(config):
     """More keys in the threshold bin than candidate slots (near-equal scores, an all-equal row): the row's
-    last program falls back to the exact whole-window select."""
-    config = SPLITS[0]
+    last program (with the rank launch, its program 0) falls back to the exact whole-window select."""
     gen = testing.generator(72)
     scores = 1.0 + torch.randint(0, 1 << 20, (1, 2, 2400, 1), generator=gen) * 2.0 ** -23
     scores[0, 1] = 0.75
@@ -264,12 +269,13 @@ def test_split_candidate_overflow_selects_over_the_window():
     assert _split_counters_are_zero()
 
 
-def test_split_rows_in_several_launch_batches(monkeypatch):
+@pytest.mark.parametrize("config", SPLITS[::2], ids=SPLIT_IDS[::2])
+def test_split_rows_in_several_launch_batches(config, monkeypatch):
     """Pinned on more rows than one batch holds, the split path launches batch after batch (row offset) with
     the same result."""
     monkeypatch.setattr(topk_op, "SPLIT_ROWS", 2)
     case = _case(_scores(1, 5, 1900, seed=73), [[0, 0, 100, 0, 7]], [[1900, 1900, 1800, 60, 1900]], 90)
-    SPEC.check(case, pinned(topk_op, SPLITS[0]))
+    SPEC.check(case, pinned(topk_op, config))
     assert _split_counters_are_zero()
 
 

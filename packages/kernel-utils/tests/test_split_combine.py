@@ -78,6 +78,29 @@ def test_splits_consecutive_per_row(splits, serial):
     assert store[:, :, d:].isnan().all()  # nothing written past the view's columns
 
 
+@pytest.mark.parametrize("splits", [2, 3])
+def test_blocks_placed_by_index(splits, serial):
+    """Blocks of output rows placed by ``block_index`` (the paged warp-specialized kernel's split query blocks):
+    partials [blocks, rows of a block, H, splits, D], block i's rows at token ``block_index[i]`` onwards of a
+    [T, H, D] output with a sink per head; every other token keeps its NaN."""
+    gen = torch.Generator().manual_seed(7 + splits)
+    n_blocks, rows, h, d, t = 3, 4, 2, 64, 20
+    o, lse2 = _partials(gen, n_blocks * rows * h, splits, d)
+    sinks = torch.randn(h, generator=gen)
+    starts = torch.tensor([12, 0, 5], dtype=torch.int32)
+    out = torch.full((t, h, d), float("nan"), dtype=torch.float16, device=DEV)
+    combine_splits(o.contiguous().to(DEV), lse2.contiguous().to(DEV), out, rows=n_blocks * rows * h, heads=h,
+                   num_splits=splits, row_stride=splits, split_stride=1,
+                   out_strides=(rows, out.stride(0), out.stride(0), out.stride(1)), sinks=sinks.to(DEV),
+                   block_index=starts.to(DEV))
+    want = _merged(o, lse2, sinks.repeat(n_blocks * rows)).reshape(n_blocks, rows, h, d)
+    written = torch.zeros(t, dtype=torch.bool)
+    for i, start in enumerate(starts.tolist()):
+        torch.testing.assert_close(out[start:start + rows].cpu().double(), want[i], atol=2e-3, rtol=2e-3)
+        written[start:start + rows] = True
+    assert out[~written.to(DEV)].isnan().all()
+
+
 def test_combine_columns():
     """Columns a combine program merges: its [splits, columns] tile within COMBINE_TILE_ELEMS, at least 16, at
     most the padded head dim."""

@@ -36,7 +36,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from attnops.attn_mla.latent_ws import HALF, HEADS, p_in_rope_slots, softmax_tile
-from attnops.kernel_utils.gluon_fns import ring_barriers
+from attnops.kernel_utils.gluon_fns import release, ring_barriers
 
 # [2, HEADS] fp32 per publisher: row 0 the running max m_b, row 1 the row sums of P_b of its last hand-off
 STATS_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
@@ -83,16 +83,24 @@ def _queries(q_lo, q_hi, qpe_smem, opaque_zero):
 
 @gluon.jit
 def _block_scores(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_ready, r, s_layout: gl.constexpr,
-                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr, GENERIC_COPIES: gl.constexpr):
+                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr, GENERIC_COPIES: gl.constexpr,
+                  HALF_READY: gl.constexpr):
     """Issue S = Q·Kᵀ over every channel (async) once the key block at ring position r has landed.
     ``GENERIC_COPIES``: the block came by cp.async (the generic proxy): a proxy fence orders it before the wgmma
-    (the async proxy) reads it."""
+    (the async proxy) reads it. ``HALF_READY``: the slot has two ready barriers (``k_ready`` [2·STAGES]: the low
+    latent half, then the high half with the rope channels); the low half's product is issued once it has landed,
+    while the rest of the block may still be on its way."""
     slot = r % STAGES
-    mbarrier.wait(k_ready.index(slot), (r // STAGES) & 1)
+    phase = (r // STAGES) & 1
+    mbarrier.wait(k_ready.index(slot), phase)
     if GENERIC_COPIES:
         fence_async_shared()
     zero_s = gl.zeros([HEADS, BLOCK_N], gl.float32, layout=s_layout)  # (made here: not held across the loop)
     s = warpgroup_mma(q_lo, k_lo.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    if HALF_READY:
+        mbarrier.wait(k_ready.index(STAGES + slot), phase)
+        if GENERIC_COPIES:
+            fence_async_shared()
     s = warpgroup_mma(q_hi, k_hi.index(slot).permute((1, 0)), s, is_async=True)
     if HAS_PE:
         s = warpgroup_mma(qpe_smem, kpe_smem.index(slot).permute((1, 0)), s, is_async=True)
@@ -134,17 +142,19 @@ def _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, r, o_layout: gl.
 
 
 @gluon.jit
-def _release_theirs(p_theirs, empty, kv_free, r, STAGES: gl.constexpr):
+def _release_theirs(p_theirs, empty, kv_free, r, STAGES: gl.constexpr, THREAD_RELEASE: gl.constexpr):
     """After the fold of the other's block at ring position r has retired: its P buffer back to the other (when P
-    has a buffer of its own) and this warpgroup's hold on the block's slot back to the loader."""
+    has a buffer of its own) and this warpgroup's hold on the block's slot back to the loader
+    (``gluon_fns.release``)."""
     if p_theirs.rank == 2:
         mbarrier.arrive(empty, count=1)
-    mbarrier.arrive(kv_free.index(r % STAGES), count=1)
+    release(kv_free.index(r % STAGES), THREAD_RELEASE)
 
 
 @gluon.jit
 def _release_queries(q_free, RELEASE_Q: gl.constexpr):
-    """This warpgroup's last read of the queries has retired: one arrival on ``q_free`` (``RELEASE_Q``)."""
+    """This warpgroup's last read of the queries has retired: one arrival on ``q_free`` (``RELEASE_Q``; once an item:
+    a per-thread release there made ptxas spill in DSA's consumer 0)."""
     if RELEASE_Q:
         mbarrier.arrive(q_free.index(0), count=1)
 
@@ -154,7 +164,8 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
                    empty, k_ready, kv_free, q_free, n0, end, n_tiles, r0, h_mine, h_theirs, qk_scale,
                    WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr,
                    s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
-                   GENERIC_COPIES: gl.constexpr, RELEASE_Q: gl.constexpr):
+                   GENERIC_COPIES: gl.constexpr, RELEASE_Q: gl.constexpr, HALF_READY: gl.constexpr,
+                   THREAD_RELEASE: gl.constexpr):
     """Warpgroup WG's part of ``n_tiles`` >= 1 key blocks of the ring (keys n0, n0 + 1, ...; those >= end masked;
     ``qk_scale`` > 0): it scores blocks WG, WG + 2, ... and folds every block into its output columns (``k_half``: its
     latent half of the ring, the values). Returns (O [64, 256] f32 unnormalized, m, l in base 2), the same m and l
@@ -162,8 +173,9 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
     (``_queries``); ``p_mine`` / ``p_theirs`` and ``st_mine`` / ``st_theirs`` [2, 64]: the two hand-off slots
     (this warpgroup's, the other's; ``handoff_buffers``: P buffers [64, BLOCK_N], or both the rope ring);
     ``full`` / ``empty`` [2]: their barriers, index = the publisher; ``GENERIC_COPIES``: the ring is filled by
-    cp.async. The rows of a block past its request's keys must hold zeros (the TMA descriptor's or the gather's
-    fill): P's zeros multiply them.
+    cp.async; ``HALF_READY``: ``k_ready`` holds two barriers a slot (``_block_scores``); ``THREAD_RELEASE``:
+    ``kv_free`` takes one arrival per thread (``gluon_fns.release``). The rows of a block past its
+    request's keys must hold zeros (the TMA descriptor's or the gather's fill): P's zeros multiply them.
 
     A persistent program calls this once per work item, the barriers' phases carried on: block b sits at ring
     position r0 + b, and ``h_mine`` / ``h_theirs`` hand-offs were published by this warpgroup / the other before
@@ -191,7 +203,7 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
         first = 1
         q_lo_0, q_hi_0, qpe_0 = _queries(q_lo, q_hi, qpe_smem, 0)
         s = _block_scores(q_lo_0, q_hi_0, qpe_0, k_lo, k_hi, kpe_smem, k_ready, r0, s_layout, BLOCK_N, STAGES,
-                          HAS_PE, GENERIC_COPIES)
+                          HAS_PE, GENERIC_COPIES, HALF_READY)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
         if n_tiles <= 2:  # block 0 was this warpgroup's only one
             _release_queries(q_free, RELEASE_Q)
@@ -200,7 +212,7 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
         _publish(p_op, m_i, row_sum, p_mine, st_mine, full.index(WG), empty.index(WG), r0, h_mine, STAGES)
         acc = warpgroup_mma(p_op, k_half.index(r0 % STAGES), acc * alpha[:, None], is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
-        mbarrier.arrive(kv_free.index(r0 % STAGES), count=1)
+        release(kv_free.index(r0 % STAGES), THREAD_RELEASE)
     for i in range(first, (n_tiles - WG + 1) // 2):
         b = WG + 2 * i  # this warpgroup's block (its hand-off i of the item); b - 1 is the other's
         r = r0 + b
@@ -208,7 +220,7 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
         # knows (``end >> 31`` did not do: in DSA, inside ``count > 0``, LLVM folded it and 836 B spilled)
         q_lo_i, q_hi_i, qpe_i = _queries(q_lo, q_hi, qpe_smem, i * (qk_scale < 0).to(gl.int32))
         s = _block_scores(q_lo_i, q_hi_i, qpe_i, k_lo, k_hi, kpe_smem, k_ready, r, s_layout, BLOCK_N, STAGES,
-                          HAS_PE, GENERIC_COPIES)
+                          HAS_PE, GENERIC_COPIES, HALF_READY)
         m_b, row_sum = _receive(st_theirs, full.index(OTHER), h_theirs + (b - 1) // 2, row_layout)
         acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, r - 1, o_layout, STAGES)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_b (its rope slot read); the other's P·V runs on
@@ -220,13 +232,13 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
         _publish(p_op, m_i, row_sum, p_mine, st_mine, full.index(WG), empty.index(WG), r, h_mine + i, STAGES)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         # (the other's statistics were loaded before _publish's thread barrier: keep the release after _publish)
-        _release_theirs(p_theirs, empty.index(OTHER), kv_free, r - 1, STAGES)
+        _release_theirs(p_theirs, empty.index(OTHER), kv_free, r - 1, STAGES, THREAD_RELEASE)
         acc = warpgroup_mma(p_op, k_half.index(r % STAGES), acc * alpha[:, None], is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
-        mbarrier.arrive(kv_free.index(r % STAGES), count=1)
+        release(kv_free.index(r % STAGES), THREAD_RELEASE)
     if last % 2 == OTHER:  # the last block is the other's: fold it in too
         m_b, row_sum = _receive(st_theirs, full.index(OTHER), h_theirs + last // 2, row_layout)
         acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, r0 + last, o_layout, STAGES)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        _release_theirs(p_theirs, empty.index(OTHER), kv_free, r0 + last, STAGES)
+        _release_theirs(p_theirs, empty.index(OTHER), kv_free, r0 + last, STAGES, THREAD_RELEASE)
     return acc, m_i, l_i

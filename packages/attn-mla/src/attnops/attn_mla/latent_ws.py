@@ -55,10 +55,17 @@ class WsConfig:
     block_h: int = HEADS.value  # query heads per program (fixed: one warpgroup's M)
     alternating: bool = False
     persistent: bool = False  # one program per SM looping over the work items (DSA's kernel only)
+    # (alternating only) two ready barriers a ring slot: the low 256 latent channels, then the high ones with the rope
+    # channels; a block's scores start on the first half once it has landed (``latent_alt._block_scores``)
+    half_ready: bool = False
+    # (alternating only) the consumers release ring slots and the query slot one arrival per thread, without the
+    # warpgroup barrier Triton puts before a single thread's arrival (``kernel_utils.gluon_fns.release``)
+    thread_release: bool = False
 
     @property
     def name(self) -> str:
-        return f"ws-{'alt-' if self.alternating else ''}n{self.block_n}s{self.stages}{'-p' if self.persistent else ''}"
+        return (f"ws-{'alt-' if self.alternating else ''}n{self.block_n}s{self.stages}{'-h' if self.half_ready else ''}"
+                f"{'-t' if self.thread_release else ''}{'-p' if self.persistent else ''}")
 
 
 @gluon.constexpr_function
@@ -91,6 +98,14 @@ def smem_bytes(cfg: WsConfig, rope: int) -> int:
 CONFIGS = tuple(c for c in (WsConfig(32, 4, alternating=True), WsConfig(32, 3), WsConfig(32, 2),
                             WsConfig(64, 2, alternating=True))
                 if smem_bytes(c, 64) <= SMEM_LIMIT)
+# Untimed (2026-12-04, offline): the alternating configs with a ready barrier per half slot (``half_ready``). Why:
+# the 64-key 2-slot ring ran 1.24-1.28x slower than the 32-key 4-slot one on the H200 (block b + 2 loads only after
+# the other warpgroup has folded b, and its consumer waits for all of it); FlashMLA's sparse kernel, the same layout,
+# starts a block's scores on its first channel half. And the default's form with per-thread releases
+# (``thread_release``: 3-4 warpgroup barriers fewer per 2 blocks). Forced only (sweeps, tests) until measured.
+UNTIMED_CONFIGS = (WsConfig(32, 4, alternating=True, half_ready=True),
+                   WsConfig(64, 2, alternating=True, half_ready=True),
+                   WsConfig(32, 4, alternating=True, thread_release=True))
 
 
 @gluon.jit

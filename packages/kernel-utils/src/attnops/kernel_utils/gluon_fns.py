@@ -1,13 +1,17 @@
 """Gluon (Hopper) device helpers shared by the families' warp-specialized kernels: the layouts of one 4-warp
 warpgroup's wgmma, the move of its accumulator tile to 16-byte row pieces for the output stores
-(``store_layout`` / ``to_store_layout``), and the allocation / init / teardown of a TMA ring's mbarriers.
+(``store_layout`` / ``to_store_layout``), the allocation / init / teardown of a TMA ring's mbarriers, and the
+partition wrapper that lets two consumer warpgroups share one argument list (``warpgroup_partition``).
 Imported only by Gluon kernels (Triton 3.4+), never by the portable Triton ones."""
 
 from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+
+WARPGROUP_THREADS = gl.constexpr(128)
 
 
 @gluon.constexpr_function
@@ -98,25 +102,68 @@ def to_store_layout(x):
 
 
 @gluon.jit
-def init_ring(ready, free, STAGES: gl.constexpr, READY_COUNT: gl.constexpr, FREE_COUNT: gl.constexpr):
-    """Each slot's ``ready`` barrier (arrivals per fill: 1 for a TMA expect, one per thread for cp.async) and
-    ``free`` barrier (one arrival per consumer partition)."""
+def warpgroup_partition(fn: gl.constexpr, args, WG: gl.constexpr, flags: gl.constexpr):
+    """Runs ``fn(*args, WG, *flags)``: one consumer warpgroup's partition of ``gl.warp_specialize``, for kernels
+    whose consumer warpgroups differ only in their index ``WG``, so that the kernel names their arguments once::
+
+        consumer_args = (q_smem, ..., stride_oh)        # values: tensors, shared buffers, barriers
+        consumer_flags: gl.constexpr = (LAYOUT, ...)   # the compile-time parameters after WG
+        gl.warp_specialize([(warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
+                            (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)), ...
+
+    Why the indirection (Triton 3.6): the frontend turns constexprs assigned to a plain name into tensors, also
+    inside a tuple, so a shared argument tuple would lose its compile-time parameters; kept as one constexpr tuple,
+    they are unpacked here (``gl.tuple``) and reach ``fn`` as constexprs. ``fn`` goes in as a constexpr because a
+    worker partition's arguments are flattened to IR values."""
+    fn(*args, WG, *gl.tuple(flags))
+
+
+@gluon.jit
+def init_ring(ready, free, STAGES: gl.constexpr, READY_COUNT: gl.constexpr, FREE_COUNT: gl.constexpr,
+              READY_PARTS: gl.constexpr = 1):
+    """Each slot's ``ready`` barriers (arrivals per fill: 1 for a TMA expect, one per thread for cp.async; with
+    ``READY_PARTS`` > 1 one per part of the slot, part j of slot s at ``j·STAGES + s``) and ``free`` barrier (one
+    arrival per consumer partition)."""
     for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=READY_COUNT)
+        for j in gl.static_range(READY_PARTS):
+            mbarrier.init(ready.index(j * STAGES + i), count=READY_COUNT)
         mbarrier.init(free.index(i), count=FREE_COUNT)
 
 
 @gluon.jit
-def ring_barriers(STAGES: gl.constexpr, READY_COUNT: gl.constexpr, FREE_COUNT: gl.constexpr):
-    """A ring's ``ready`` and ``free`` mbarriers ([STAGES, 1] each), allocated and initialized (``init_ring``)."""
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+def ring_barriers(STAGES: gl.constexpr, READY_COUNT: gl.constexpr, FREE_COUNT: gl.constexpr,
+                  READY_PARTS: gl.constexpr = 1):
+    """A ring's ``ready`` ([READY_PARTS·STAGES, 1]: a barrier per part of a slot, ``init_ring``) and ``free``
+    ([STAGES, 1]) mbarriers, allocated and initialized."""
+    ready = gl.allocate_shared_memory(gl.int64, [READY_PARTS * STAGES, 1], mbarrier.MBarrierLayout())
     free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    init_ring(ready, free, STAGES, READY_COUNT, FREE_COUNT)
+    init_ring(ready, free, STAGES, READY_COUNT, FREE_COUNT, READY_PARTS)
     return ready, free
 
 
+@gluon.constexpr_function
+def release_count(partitions, per_thread):
+    """A free barrier's arrivals per phase when ``partitions`` consumer warpgroups each ``release`` it once."""
+    return partitions * (WARPGROUP_THREADS.value if per_thread else 1)
+
+
 @gluon.jit
-def invalidate_ring(ready, free, STAGES: gl.constexpr):
+def release(free, PER_THREAD: gl.constexpr):
+    """A consumer warpgroup's arrival on ``free`` once its reads of the slot have retired (its wgmma waits done).
+    ``mbarrier.arrive`` is one thread's arrival, and Triton 3.6 puts a warpgroup barrier (``bar.sync``, 128 threads)
+    before it so that every thread is past its reads. ``PER_THREAD``: every thread arrives by itself instead
+    (``release_count``: 128 a warpgroup), through ``cp.async.mbarrier.arrive.noinc``, which takes effect once the
+    thread's earlier cp.async copies have landed (a consumer issues none: at once) and which Triton lowers without
+    that barrier (sm_90 PTX, 2026-12-04)."""
+    if PER_THREAD:
+        async_copy.mbarrier_arrive(free, increment_count=False)
+    else:
+        mbarrier.arrive(free, count=1)
+
+
+@gluon.jit
+def invalidate_ring(ready, free, STAGES: gl.constexpr, READY_PARTS: gl.constexpr = 1):
     for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
+        for j in gl.static_range(READY_PARTS):
+            mbarrier.invalidate(ready.index(j * STAGES + i))
         mbarrier.invalidate(free.index(i))

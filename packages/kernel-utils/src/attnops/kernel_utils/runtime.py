@@ -41,6 +41,13 @@ def is_hopper() -> bool:
     return compute_capability() == (9, 0)
 
 
+def dependent_launch() -> bool:
+    """Programmatic dependent launch (``launch_pdl=True``, ``griddepcontrol`` in the kernels): sm_90 and later, never
+    under the interpreter (it cannot run the ``griddepcontrol`` inline assembly)."""
+    cc = compute_capability()
+    return cc is not None and cc >= (9, 0)
+
+
 @functools.cache
 def triton_version() -> tuple[int, int]:
     major, minor = triton.__version__.split(".")[:2]
@@ -88,6 +95,35 @@ def arrival_counters(dev: torch.device, n: int) -> torch.Tensor:
         buf = torch.zeros(max(n, 1024), dtype=torch.int32, device=dev)
         _COUNTERS[key] = buf
     return buf
+
+
+_SIDE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+
+
+@contextlib.contextmanager
+def side_stream(dev: torch.device, enabled: bool = True):
+    """Yield a second stream of ``dev`` (one per device, shared by every caller) forked from the current stream, for
+    launches that may run beside what the current stream queues inside the block (queue them with
+    ``on_stream``); the current stream joins it on exit. So CUDA-graph capture sees a fork and a join, later work on
+    the current stream (and the caching allocator's reuse of the tensors the side launches touched) is ordered
+    after them, and calls that take turns on it never overlap each other. Yields None where not ``enabled`` or off
+    CUDA (then every launch stays on the current stream)."""
+    if not enabled or dev.type != "cuda":
+        yield None
+        return
+    if dev not in _SIDE_STREAMS:
+        _SIDE_STREAMS[dev] = torch.cuda.Stream(device=dev)
+    main, side = torch.cuda.current_stream(dev), _SIDE_STREAMS[dev]
+    side.wait_stream(main)
+    try:
+        yield side
+    finally:
+        main.wait_stream(side)
+
+
+def on_stream(stream: torch.cuda.Stream | None):
+    """``torch.cuda.stream(stream)``; for None, no change of stream."""
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
 
 @contextlib.contextmanager

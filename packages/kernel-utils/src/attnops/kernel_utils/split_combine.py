@@ -36,15 +36,17 @@ def combine_columns(num_splits: int, block_d: int) -> int:
 
 @triton.jit
 def split_combine_kernel(
-    part_o_ptr, part_lse_ptr, out_ptr, sink_ptr,
+    part_o_ptr, part_lse_ptr, out_ptr, sink_ptr, block_index_ptr,
     H, num_splits, row_stride, split_stride, inner,
     stride_outer, stride_inner, stride_head,
     HEAD_DIM: tl.constexpr, BLOCK_DC: tl.constexpr, SPLITS: tl.constexpr, HAS_SINK: tl.constexpr,
-    SERIAL: tl.constexpr,
+    SERIAL: tl.constexpr, BLOCK_INDEX: tl.constexpr,
 ):
     """Grid ``(rows, cdiv(HEAD_DIM, BLOCK_DC))``: output row ``r = outer·H + head`` has its split s at workspace
     row ``r·row_stride + s·split_stride``; merged, sink added, normalized (rows with no visible key -> 0) and
-    stored at ``(outer // inner)·stride_outer + (outer % inner)·stride_inner + head·stride_head``."""
+    stored at ``blk·stride_outer + (outer % inner)·stride_inner + head·stride_head``, where ``blk`` is
+    ``outer // inner``, or with ``BLOCK_INDEX`` the entry ``block_index[outer // inner]`` (blocks of output rows
+    that lie anywhere: the paged warp-specialized kernel's split query blocks)."""
     row = tl.program_id(0)
     outer = row // H
     head = row % H
@@ -61,18 +63,25 @@ def split_combine_kernel(
         sink2 = tl.load(sink_ptr + head + tl.zeros([1], tl.int32)) * LOG2E_C
         acc, m_i, l_i = add_sink(acc, m_i, l_i, sink2)
     o = normalize_rows(acc, l_i)
-    base = ((outer // inner).to(tl.int64) * stride_outer + (outer % inner).to(tl.int64) * stride_inner
+    if BLOCK_INDEX:
+        blk = tl.load(block_index_ptr + outer // inner).to(tl.int64)
+    else:
+        blk = (outer // inner).to(tl.int64)
+    base = (blk * stride_outer + (outer % inner).to(tl.int64) * stride_inner
             + head.to(tl.int64) * stride_head)
     tl.store(out_ptr + base + offs_d[None, :], o.to(out_ptr.dtype.element_ty), mask=d_mask[None, :])
 
 
 def combine_splits(part_o: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor, *, rows: int, heads: int,
                    num_splits: int, row_stride: int, split_stride: int,
-                   out_strides: tuple[int, int, int, int], sinks: torch.Tensor | None = None) -> None:
+                   out_strides: tuple[int, int, int, int], sinks: torch.Tensor | None = None,
+                   block_index: torch.Tensor | None = None) -> None:
     """Merge ``num_splits`` partials of each of ``rows`` output rows into ``out``. ``part_o``: contiguous fp32
     partials of ``D`` columns per workspace row (row ``r``'s split s at ``r·row_stride + s·split_stride``);
     ``part_lse``: their base-2 lse, same indexing; ``out_strides`` = ``(inner, stride_outer, stride_inner,
-    stride_head)`` place row ``r = outer·heads + head`` (see ``split_combine_kernel``); ``sinks``: fp32 per head."""
+    stride_head)`` place row ``r = outer·heads + head`` (see ``split_combine_kernel``); ``sinks``: fp32 per head;
+    ``block_index``: int32 per block of ``inner`` outer rows, the block's place in units of ``stride_outer``
+    (default: the block's number)."""
     head_dim = part_o.shape[-1]
     block_d = triton.next_power_of_2(head_dim)
     splits = triton.next_power_of_2(num_splits)
@@ -80,7 +89,8 @@ def combine_splits(part_o: torch.Tensor, part_lse: torch.Tensor, out: torch.Tens
     block_dc = block_d if serial else combine_columns(num_splits, block_d)
     split_combine_kernel[(rows, triton.cdiv(block_d, block_dc))](
         part_o, part_lse, out, sinks if sinks is not None else part_lse,
+        block_index if block_index is not None else part_lse,
         heads, num_splits, row_stride, split_stride, *out_strides,
         HEAD_DIM=head_dim, BLOCK_DC=block_dc, SPLITS=splits, HAS_SINK=sinks is not None, SERIAL=serial,
-        num_warps=4 if serial or splits * block_dc >= 1024 else 1,
+        BLOCK_INDEX=block_index is not None, num_warps=4 if serial or splits * block_dc >= 1024 else 1,
     )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
 
 import torch
 
@@ -170,3 +172,18 @@ def assert_topk_equivalent(
     got, exp = got.sort(-1).values, exp.sort(-1).values
     if not torch.allclose(got, exp, atol=atol, rtol=0):
         raise AssertionError(f"{name}: selected scores differ from the reference beyond ties")
+
+
+def run_compile_script(script, timeout: int) -> subprocess.CompletedProcess:
+    """Run ``script``, a file that compiles kernels for sm_90 without a GPU, in a fresh Python with
+    ``TRITON_INTERPRET=0`` (the interpreter never compiles) and return its result (stdout / stderr captured). Calls
+    ``pytest.skip`` where Triton's NVIDIA backend or Gluon is not installed."""
+    try:
+        from triton.backends.nvidia import compiler  # noqa: F401
+        from triton.experimental import gluon  # noqa: F401
+    except ImportError:
+        import pytest
+
+        pytest.skip("Triton's NVIDIA backend or Gluon is not installed")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=timeout)

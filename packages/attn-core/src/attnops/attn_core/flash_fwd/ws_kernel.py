@@ -49,7 +49,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from attnops.kernel_utils.gluon_fns import store_layout, to_store_layout
+from attnops.kernel_utils.gluon_fns import release, release_count, store_layout, to_store_layout, warpgroup_partition
 
 ROWS_PER_CONSUMER = gl.constexpr(64)  # one warpgroup's wgmma M (a constexpr: kernels read it)
 
@@ -61,20 +61,22 @@ PAGED = gl.constexpr(2)
 
 @gluon.jit
 def _tile(tile, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_units, n_work, n_m_blocks, BLOCK_M: gl.constexpr,
-          LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr):
+          LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr,
+          ITEM_COLS: gl.constexpr):
     """Work tile -> (request b, head unit, first query token m0, q_start, q_len, kv_start, kv_len); ``BLOCK_M``:
     query tokens per block, ``n_units``: head units per block (a query head, or a packed group). Unit fastest; then
-    paged: the plan's items in order (``items[i] = (b, query block)``); dense / varlen with ``BLOCK_MAJOR`` (every
-    request as long as the longest): query block from the last (the heaviest under a causal mask) to the first,
-    each over every request, so a round of one tile per program holds blocks of one weight; else request by
-    request, within one its blocks from the last (requests of unequal lengths: the block index alone does not
-    order the work) — with ``SORT_B``, the requests in ``order_ptr``'s order (most keys first, ``_sort_requests``).
+    paged: the plan's items in order (``items[i] = (b, query block, ...)``, ``ITEM_COLS`` ints each); dense /
+    varlen with ``BLOCK_MAJOR`` (every request as long as the longest): query block from the last (the heaviest
+    under a causal mask) to the first, each over every request, so a round of one tile per program holds blocks of
+    one weight; else request by request, within one its blocks from the last (requests of unequal lengths: the
+    block index alone does not order the work) — with ``SORT_B``, the requests in ``order_ptr``'s order (most keys
+    first, ``_sort_requests``).
     ``kv_ptr``: varlen cu_seqlens_kv, paged the per-request key counts."""
     unit = tile % n_units
     rest = tile // n_units
     if LAYOUT == PAGED:
-        b = gl.load(items_ptr + 2 * rest)
-        m0 = gl.load(items_ptr + 2 * rest + 1) * BLOCK_M
+        b = gl.load(items_ptr + ITEM_COLS * rest)
+        m0 = gl.load(items_ptr + ITEM_COLS * rest + 1) * BLOCK_M
     elif BLOCK_MAJOR:
         batch = n_work // n_m_blocks
         b = rest % batch
@@ -117,21 +119,41 @@ def _round_tile(r, pid, n_prog, SNAKE: gl.constexpr):
 
 @gluon.jit
 def _round_work(r, pid, n_prog, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl,
-                wr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr,
-                BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr, PACK: gl.constexpr):
+                wr, n_splits, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, LAYOUT: gl.constexpr,
+                KV_PLUS_Q: gl.constexpr, BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr, PACK: gl.constexpr,
+                SPLITS: gl.constexpr):
     """Program ``pid``'s work tile of round ``r``, the same for the loader and both consumers: (live, b, head,
-    m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi); ``head``: the tile's (first) query head, ``m0``: its first
-    query token (``PACK`` heads share a tile: BLOCK_M / PACK tokens). Not live: the round has no tile for this
-    program (the index is clamped so every read stays inside) or the query block is past its request's end."""
+    m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi); ``head``: the tile's (first) query head, ``m0``:
+    its first query token (``PACK`` heads share a tile: BLOCK_M / PACK tokens). Not live: the round has no tile for
+    this program (the index is clamped so every read stays inside) or the query block is past its request's end.
+    ``SPLITS`` (paged): items ``(b, query block, split, part)``; an item of ``part`` >= 0 is split ``split`` of
+    ``n_splits`` of its block's keys (``[n_lo, n_hi)``: its share of the block's key tiles, possibly none; the
+    kernel writes partials of part ``part``), of part -1 the whole block; without ``SPLITS`` every item is whole."""
     TOKENS: gl.constexpr = BLOCK_M // PACK
-    n_total = n_work * (n_heads // PACK)
+    n_units = n_heads // PACK
+    n_total = n_work * n_units
     tile = _round_tile(r, pid, n_prog, (LAYOUT == PAGED) or (SORT_B > 0))
-    b, unit, m0, q_start, q_len, kv_start, kv_len = _tile(gl.minimum(tile, n_total - 1), cu_q_ptr, kv_ptr, items_ptr,
-                                                          order_ptr, s_q, s_kv, n_heads // PACK, n_work, n_m_blocks,
-                                                          TOKENS, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B)
-    live = (tile < n_total) & (m0 < q_len)
+    in_range = tile < n_total
+    tile = gl.minimum(tile, n_total - 1)
+    b, unit, m0, q_start, q_len, kv_start, kv_len = _tile(tile, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv,
+                                                          n_units, n_work, n_m_blocks, TOKENS, LAYOUT, KV_PLUS_Q,
+                                                          BLOCK_MAJOR, SORT_B, 4 if SPLITS else 2)
+    live = in_range & (m0 < q_len)
     n_lo, n_hi = _block_keys(m0, q_len, kv_len, wl, wr, TOKENS, BLOCK_N)  # (not live: unused)
+    if SPLITS:
+        split, part = _item_split(items_ptr, tile // n_units)
+        # a whole block is its one split: the same range
+        per = gl.cdiv(gl.cdiv(n_hi - n_lo, BLOCK_N), gl.where(part >= 0, n_splits, 1)) * BLOCK_N
+        lo = gl.minimum(n_lo + split * per, n_hi)
+        n_hi = gl.minimum(lo + per, n_hi)
+        n_lo = lo
     return live, b, unit * PACK, m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi
+
+
+@gluon.jit
+def _item_split(items_ptr, item):
+    """(split, part) of a paged item of four ints (``SPLITS``, see ``_round_work``)."""
+    return gl.load(items_ptr + 4 * item + 2), gl.load(items_ptr + 4 * item + 3)
 
 
 @gluon.jit
@@ -161,11 +183,20 @@ def _block_keys(m0, q_len, kv_len, wl, wr, BLOCK_M: gl.constexpr, BLOCK_N: gl.co
 
 
 @gluon.jit
-def _scores(q_tile, k_smem, k_ready, i, zero_s, STAGES: gl.constexpr):
-    """Issue S = Q·Kᵀ of the ring's i-th key tile (async) once its K has landed."""
+def _scores(q_tile, k_smem, k_ready, i, zero_s, STAGES: gl.constexpr, Q_SPLIT: gl.constexpr):
+    """Issue S = Q·Kᵀ of the ring's i-th key tile (async) once its K has landed. ``Q_SPLIT`` > 0: ``q_tile`` is
+    (Q's first Q_SPLIT columns in registers, the rest in shared memory), two chained wgmmas."""
     slot = i % STAGES
     mbarrier.wait(k_ready.index(slot), (i // STAGES) & 1)
-    return warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    k = k_smem.index(slot)
+    if Q_SPLIT > 0:
+        s = warpgroup_mma(q_tile[0], k.slice(0, Q_SPLIT, dim=1).permute((1, 0)), zero_s, use_acc=False,
+                          is_async=True)
+        s = warpgroup_mma(q_tile[1], k.slice(Q_SPLIT, k.shape[1] - Q_SPLIT, dim=1).permute((1, 0)), s,
+                          is_async=True)
+    else:
+        s = warpgroup_mma(q_tile, k.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    return s
 
 
 @gluon.jit
@@ -242,14 +273,15 @@ def _p_operand(p, dtype: gl.constexpr, p_layout: gl.constexpr):
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr, cu_q_ptr,
-              kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q, s_kv, n_heads,
-              n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot, stride_oh,
-              WG: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
-              PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr, BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr,
-              HAS_SINK: gl.constexpr, SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr,
-              PACK: gl.constexpr):
+def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, k_free, kv_free, sched, o_ptr,
+              cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, part_o_ptr,
+              part_lse_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, n_splits, qk_scale, cap_scale,
+              cap_log2, stride_ot, stride_oh, WG: gl.constexpr, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr, BLOCK_MAJOR: gl.constexpr,
+              SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr, SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr,
+              FP8: gl.constexpr, PACK: gl.constexpr, THREAD_RELEASE: gl.constexpr, SPLITS: gl.constexpr,
+              K_EARLY: gl.constexpr, Q_REGS: gl.constexpr):
     """Rows [64·WG, +64) of each of the program's work tiles (``PACK`` > 1: row r is query token r // PACK of the
     warpgroup's tokens, head ``head + r % PACK``): every key tile of the block's range, then
     the store. ``OVERLAP`` (FA3's intra-warpgroup pipelining): S of tile j + 1 and P·V of tile j are in flight
@@ -259,17 +291,26 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     (overlap configs only): each round of wgmma issues (a tile's first S; S of j + 1 with P·V of j; the last
     P·V) waits for this consumer's turn. ``FP8``: Q and K are raw e4m3 (S on fp8 tensor cores), V holds the raw
     e4m3 values in 16 bits (exact); request b's ``[B, H_kv]`` dequant multipliers scale the scores
-    (q_scale·k_scale, folded into the exp2 scale) and the output (v_scale)."""
-    if LAYOUT == PAGED or PINGPONG:
-        gl.static_assert(OVERLAP, "the paged layout and the pingpong turns run the overlap configs")
+    (q_scale·k_scale, folded into the exp2 scale) and the output (v_scale). ``THREAD_RELEASE``: K / V slots are
+    freed one arrival per thread (``kernel_utils.gluon_fns.release``). ``SPLITS``: a split item's rows go to the
+    workspace as partials (``_store_partial``; its sink is the combine's). ``K_EARLY``: a slot's K is released
+    (``k_free``) as soon as the scores of it are done, its V (``kv_free``) after P·V; else both after P·V.
+    ``Q_REGS``: the first Q_REGS columns of the warpgroup's Q tile are loaded into registers once per work tile,
+    the score wgmmas' A operand from there (they then read only K's slice from shared memory: see
+    ``ws_launch.WsConfig.q_registers``); all of them (Q_REGS = HEAD_DIM): the Q buffer is released at once."""
+    gl.static_assert(Q_REGS == 0 or not FP8, "Q in registers: 16-bit queries")
+    Q_SPLIT: gl.constexpr = Q_REGS if Q_REGS < HEAD_DIM else 0  # (Q partly in registers: _scores' two wgmmas)
+    Q_HELD: gl.constexpr = Q_REGS == HEAD_DIM  # (Q wholly in registers: its buffer freed before the key loop)
+    if LAYOUT == PAGED or PINGPONG or K_EARLY:
+        gl.static_assert(OVERLAP, "the paged layout, the pingpong turns and K_EARLY run the overlap configs")
     R: gl.constexpr = ROWS_PER_CONSUMER
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 32 if FP8 else 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    q_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)  # (Q_REGS)
     dtype: gl.constexpr = v_smem.dtype  # P's (16-bit: fp8 calls run P·V on 16-bit V)
-    st_layout: gl.constexpr = store_layout(HEAD_DIM, o_ptr.dtype.element_ty.primitive_bitwidth)  # o_layout's tile
     zero_s = gl.zeros([R, BLOCK_N], gl.float32, layout=s_layout)
     pid = gl.program_id(0)
     done = pid * 0  # work tiles this program has run (Q buffer done % Q_BUFS, its barriers' phase from done // Q_BUFS)
@@ -279,7 +320,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     for r in range(gl.cdiv(n_work * (n_heads // PACK), n_prog)):
         live, b, head, m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi = _round_work(
             r, pid, n_prog, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr,
-            BLOCK_M, BLOCK_N, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B, PACK)
+            n_splits, BLOCK_M, BLOCK_N, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B, PACK, SPLITS)
         if live:
             r0 = m0 + WG * (R // PACK)  # this warpgroup's first query token
             p0 = kv_len - q_len + r0  # its key position (bottom-right)
@@ -290,8 +331,8 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                 q_pos = p0 + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout))
             tile_qk_scale = qk_scale
             tile_cap_scale = cap_scale
-            if FP8:  # (b, KV head) dequant multipliers, kernel.py's fp8 rule
-                sc = b * (n_heads // group) + head // group
+            sc = b * (n_heads // group) + head // group  # (b, KV head): FP8's dequant multipliers
+            if FP8:  # kernel.py's fp8 rule
                 dequant = gl.load(q_scale_ptr + sc) * gl.load(k_scale_ptr + sc)
                 tile_qk_scale = qk_scale * dequant
                 tile_cap_scale = cap_scale * dequant
@@ -302,24 +343,34 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
             q_buf = done % Q_BUFS
             q_tile = q_smem.index(2 * q_buf + WG)
             mbarrier.wait(q_ready.index(q_buf), (done // Q_BUFS) & 1)
+            if Q_HELD:
+                q_tile = q_tile.load(q_op_layout)
+                mbarrier.arrive(q_free.index(q_buf), count=1)  # (after the warpgroup's loads: Triton's bar.sync)
+            elif Q_SPLIT > 0:
+                q_tile = (q_tile.slice(0, Q_SPLIT, dim=1).load(q_op_layout),
+                          q_tile.slice(Q_SPLIT, HEAD_DIM - Q_SPLIT, dim=1))
             if OVERLAP:
                 if n_tiles > 0:
                     _turn_begin(sched, turn, WG, PINGPONG)
-                    s = _scores(q_tile, k_smem, k_ready, ring, zero_s, STAGES)
+                    s = _scores(q_tile, k_smem, k_ready, ring, zero_s, STAGES, Q_SPLIT)
                     _turn_end(sched, WG, PINGPONG)
                     turn += 1
                     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+                    if K_EARLY:
+                        release(k_free.index(ring % STAGES), THREAD_RELEASE)
                     p, alpha, m_i, l_i = _softmax(s, n_lo, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr,
                                                   tile_qk_scale, tile_cap_scale, cap_log2, BLOCK_N, o_layout,
                                                   s_layout, SOFTCAP)
                     p_op = _p_operand(p, dtype, p_layout)
                     for j in range(1, n_tiles):
                         _turn_begin(sched, turn, WG, PINGPONG)
-                        s_next = _scores(q_tile, k_smem, k_ready, ring + j, zero_s, STAGES)
+                        s_next = _scores(q_tile, k_smem, k_ready, ring + j, zero_s, STAGES, Q_SPLIT)
                         acc = _pv(p_op, acc, v_smem, v_ready, ring + j - 1, STAGES)
                         _turn_end(sched, WG, PINGPONG)
                         turn += 1
                         s_next = warpgroup_mma_wait(num_outstanding=1, deps=(s_next, ))  # S of j; P·V may run
+                        if K_EARLY:
+                            release(k_free.index((ring + j) % STAGES), THREAD_RELEASE)
                         # (ptxas places the P·V wait below at the top of the softmax's block: P·V overlaps the other
                         # warpgroup's softmax, not this one's. Holding it below with the softmax in a block of its
                         # own was 0-19 % slower on every row timed, 2026-12-03, docs/perf/attn-core.md.)
@@ -328,11 +379,12 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                                                       BLOCK_N, o_layout, s_layout, SOFTCAP)
                         # p_op stays live until its wgmma is waited for: its registers are read asynchronously
                         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
-                        mbarrier.arrive(kv_free.index((ring + j - 1) % STAGES), count=1)
+                        release(kv_free.index((ring + j - 1) % STAGES), THREAD_RELEASE)
                         acc = acc * alpha[:, None]
                         # packed after the wait (FA3's order): the new operand may take the old one's registers
                         p_op = _p_operand(p, dtype, p_layout)
-                    mbarrier.arrive(q_free.index(q_buf), count=1)  # every S of this tile is done: Q may be overwritten
+                    if not Q_HELD:
+                        mbarrier.arrive(q_free.index(q_buf), count=1)  # every S of this tile is done: Q may go
                     _turn_begin(sched, turn, WG, PINGPONG)
                     if LAYOUT == PAGED:
                         n_last = n_lo + (n_tiles - 1) * BLOCK_N
@@ -344,65 +396,113 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                     _turn_end(sched, WG, PINGPONG)
                     turn += 1
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
-                    mbarrier.arrive(kv_free.index((ring + n_tiles - 1) % STAGES), count=1)
-                else:
+                    release(kv_free.index((ring + n_tiles - 1) % STAGES), THREAD_RELEASE)
+                elif not Q_HELD:
                     mbarrier.arrive(q_free.index(q_buf), count=1)
             else:
                 for j in range(n_tiles):
                     s = warpgroup_mma_wait(num_outstanding=0,
-                                           deps=(_scores(q_tile, k_smem, k_ready, ring + j, zero_s, STAGES), ))
+                                           deps=(_scores(q_tile, k_smem, k_ready, ring + j, zero_s, STAGES,
+                                                          Q_SPLIT), ))
                     p, alpha, m_i, l_i = _softmax(s, n_lo + j * BLOCK_N, m_i, l_i, q_pos, full_lo, full_hi, kv_len,
                                                   wl, wr, tile_qk_scale, tile_cap_scale, cap_log2, BLOCK_N, o_layout,
                                                   s_layout, SOFTCAP)
                     p_op = _p_operand(p, dtype, p_layout)
                     acc = _pv(p_op, acc * alpha[:, None], v_smem, v_ready, ring + j, STAGES)
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
-                    mbarrier.arrive(kv_free.index((ring + j) % STAGES), count=1)
-                mbarrier.arrive(q_free.index(q_buf), count=1)
+                    release(kv_free.index((ring + j) % STAGES), THREAD_RELEASE)
+                if not Q_HELD:
+                    mbarrier.arrive(q_free.index(q_buf), count=1)
 
-            if HAS_SINK:  # attention_fns.add_sink: 2^sink2 joins each row's denominator (no value vector)
-                if PACK > 1:  # each row's own head
-                    row_heads = head + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout)) % PACK
-                    sink2 = gl.load(sink_ptr + row_heads) * 1.4426950408889634
+            if SPLITS:  # (read again here: fewer registers held through the key loop)
+                split, part = _item_split(items_ptr, gl.minimum(_round_tile(r, pid, n_prog, True), n_work * n_heads - 1)
+                                          // n_heads)
+                if part >= 0:
+                    _store_partial(acc, m_i, l_i, part_o_ptr, part_lse_ptr, part, split, n_splits, head, n_heads, WG,
+                                   HEAD_DIM, o_layout, s_layout)
                 else:
-                    sink2 = gl.load(sink_ptr + head) * 1.4426950408889634
-                m_sink = gl.maximum(m_i, sink2)
-                m_safe = gl.where(m_sink == float("-inf"), 0.0, m_sink)
-                rescale = gl.exp2(m_i - m_safe)
-                l_i = l_i * rescale + gl.exp2(sink2 - m_safe)
-                acc = acc * gl.convert_layout(rescale, gl.SliceLayout(1, o_layout))[:, None]
-            l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-            out = acc / gl.where(l_o == 0.0, 1.0, l_o)[:, None]  # rows that saw no key: 0
-            if FP8:
-                out = out * gl.load(v_scale_ptr + sc)
-            # moved to 16-byte pieces along the rows first (``gluon_fns.store_layout``, warp shuffles): HEAD_DIM / 16
-            # ``STG.E.128`` a thread instead of HEAD_DIM / 4 4-byte ``STG.E``
-            vals = to_store_layout(out.to(o_ptr.dtype.element_ty))
-            o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, st_layout))
-            if PACK > 1:
-                rows = gl.arange(0, R, layout=gl.SliceLayout(1, st_layout))
-                o_rows = r0 + rows // PACK  # query tokens
-                ptrs = (o_ptr + (q_start + o_rows).to(gl.int64)[:, None] * stride_ot
-                        + (head + rows % PACK)[:, None] * stride_oh + o_cols[None, :])
+                    _store_tile(acc, m_i, l_i, o_ptr, sink_ptr, v_scale_ptr, sc, q_start, q_len, r0, head,
+                                stride_ot, stride_oh, HEAD_DIM, o_layout, s_layout, HAS_SINK, FP8, PACK)
             else:
-                o_rows = r0 + gl.arange(0, R, layout=gl.SliceLayout(1, st_layout))
-                ptrs = (o_ptr + (q_start + o_rows).to(gl.int64)[:, None] * stride_ot + head * stride_oh
-                        + o_cols[None, :])
-            gl.store(ptrs, vals, mask=(o_rows < q_len)[:, None])
+                _store_tile(acc, m_i, l_i, o_ptr, sink_ptr, v_scale_ptr, sc, q_start, q_len, r0, head, stride_ot,
+                            stride_oh, HEAD_DIM, o_layout, s_layout, HAS_SINK, FP8, PACK)
             done += 1
             ring += n_tiles
 
 
 @gluon.jit
-def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
+def _store_tile(acc, m_i, l_i, o_ptr, sink_ptr, v_scale_ptr, sc, q_start, q_len, r0, head, stride_ot, stride_oh,
+                HEAD_DIM: gl.constexpr, o_layout: gl.constexpr, s_layout: gl.constexpr, HAS_SINK: gl.constexpr,
+                FP8: gl.constexpr, PACK: gl.constexpr):
+    """A warpgroup's 64 rows of a whole block (query tokens from ``r0``), sink added, normalized, into ``o``."""
+    R: gl.constexpr = ROWS_PER_CONSUMER
+    st_layout: gl.constexpr = store_layout(HEAD_DIM, o_ptr.dtype.element_ty.primitive_bitwidth)  # o_layout's tile
+    if HAS_SINK:  # attention_fns.add_sink: 2^sink2 joins each row's denominator (no value vector)
+        if PACK > 1:  # each row's own head
+            row_heads = head + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout)) % PACK
+            sink2 = gl.load(sink_ptr + row_heads) * 1.4426950408889634
+        else:
+            sink2 = gl.load(sink_ptr + head) * 1.4426950408889634
+        m_sink = gl.maximum(m_i, sink2)
+        m_safe = gl.where(m_sink == float("-inf"), 0.0, m_sink)
+        rescale = gl.exp2(m_i - m_safe)
+        l_i = l_i * rescale + gl.exp2(sink2 - m_safe)
+        acc = acc * gl.convert_layout(rescale, gl.SliceLayout(1, o_layout))[:, None]
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+    out = acc / gl.where(l_o == 0.0, 1.0, l_o)[:, None]  # rows that saw no key: 0
+    if FP8:
+        out = out * gl.load(v_scale_ptr + sc)
+    # moved to 16-byte pieces along the rows first (``gluon_fns.store_layout``, warp shuffles): HEAD_DIM / 16
+    # ``STG.E.128`` a thread instead of HEAD_DIM / 4 4-byte ``STG.E``
+    vals = to_store_layout(out.to(o_ptr.dtype.element_ty))
+    o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, st_layout))
+    if PACK > 1:
+        rows = gl.arange(0, R, layout=gl.SliceLayout(1, st_layout))
+        o_rows = r0 + rows // PACK  # query tokens
+        ptrs = (o_ptr + (q_start + o_rows).to(gl.int64)[:, None] * stride_ot
+                + (head + rows % PACK)[:, None] * stride_oh + o_cols[None, :])
+    else:
+        o_rows = r0 + gl.arange(0, R, layout=gl.SliceLayout(1, st_layout))
+        ptrs = (o_ptr + (q_start + o_rows).to(gl.int64)[:, None] * stride_ot + head * stride_oh
+                + o_cols[None, :])
+    gl.store(ptrs, vals, mask=(o_rows < q_len)[:, None])
+
+
+@gluon.jit
+def _store_partial(acc, m_i, l_i, part_o_ptr, part_lse_ptr, part, split, n_splits, head, n_heads, WG: gl.constexpr,
+                   HEAD_DIM: gl.constexpr, o_layout: gl.constexpr, s_layout: gl.constexpr):
+    """A warpgroup's 64 rows of split ``split`` of a split block as the combine reads them
+    (``kernel_utils.split_combine``): fp32 rows normalized by their own sum and their base-2 lse (``-inf``, zeros
+    where the split saw no key), at workspace row ``((part·BLOCK_M + t)·H + head)·n_splits + split`` for the block's
+    query token t."""
+    R: gl.constexpr = ROWS_PER_CONSUMER
+    st_layout: gl.constexpr = store_layout(HEAD_DIM, 32)
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+    vals = to_store_layout(acc / gl.where(l_o == 0.0, 1.0, l_o)[:, None])
+    first = part * (2 * R) + WG * R  # the block's token of this warpgroup's first row
+    rows = first + gl.arange(0, R, layout=gl.SliceLayout(1, st_layout))
+    ws_rows = (rows.to(gl.int64) * n_heads + head) * n_splits + split
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, st_layout))
+    gl.store(part_o_ptr + ws_rows[:, None] * HEAD_DIM + cols[None, :], vals)
+    lse_rows = ((first + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout))).to(gl.int64) * n_heads + head) \
+        * n_splits + split
+    gl.store(part_lse_ptr + lse_rows, gl.where(l_i == 0.0, float("-inf"), m_i + gl.log2(gl.where(l_i == 0.0, 1.0,
+                                                                                                  l_i))))
+
+
+@gluon.jit
+def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, k_free, kv_free,
             cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work, n_m_blocks,
-            group, wl, wr,
+            group, wl, wr, n_splits,
             LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr,
             BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, Q_BUFS: gl.constexpr,
-            BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr, PACK: gl.constexpr):
+            BLOCK_MAJOR: gl.constexpr, SORT_B: gl.constexpr, PACK: gl.constexpr, SPLITS: gl.constexpr,
+            K_EARLY: gl.constexpr):
     """TMA producer: per work tile both Q tiles, then K / V of every key tile of the block's range (paged: the
     tile's page from the table, read only for tiles inside the request's keys). ``PACK`` > 1: a Q tile is
-    [64 / PACK tokens, PACK heads, D] of a 3-D descriptor ``[tokens, H, D]``, landing as 64 rows of (token, head)."""
+    [64 / PACK tokens, PACK heads, D] of a 3-D descriptor ``[tokens, H, D]``, landing as 64 rows of (token, head).
+    ``K_EARLY``: a slot's K is refilled once ``k_free`` says both consumers' scores of it are done, its V once
+    ``kv_free`` says their P·V is (else ``k_free`` is ``kv_free``: both wait for P·V)."""
     R: gl.constexpr = ROWS_PER_CONSUMER
     pid = gl.program_id(0)
     done = pid * 0
@@ -411,7 +511,7 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_r
     for r in range(gl.cdiv(n_work * (n_heads // PACK), n_prog)):
         live, b, head, m0, q_start, q_len, kv_start, kv_len, n_lo, n_hi = _round_work(
             r, pid, n_prog, cu_q_ptr, kv_ptr, items_ptr, order_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, wl, wr,
-            BLOCK_M, BLOCK_N, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B, PACK)
+            n_splits, BLOCK_M, BLOCK_N, LAYOUT, KV_PLUS_Q, BLOCK_MAJOR, SORT_B, PACK, SPLITS)
         if live:
             q_buf = done % Q_BUFS
             # a fresh barrier passes parity 1: each buffer's first tile finds it free
@@ -431,16 +531,26 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_r
             kv_col = (head // group) * HEAD_DIM
             for j in range(n_tiles):
                 slot = (ring + j) % STAGES
-                mbarrier.wait(kv_free.index(slot), (((ring + j) // STAGES) & 1) ^ 1)
+                phase = (((ring + j) // STAGES) & 1) ^ 1
+                mbarrier.wait(k_free.index(slot), phase)
                 n = n_lo + j * BLOCK_N
                 if LAYOUT == PAGED:
-                    _load_paged_tile(k_desc, v_desc, k_smem.index(slot), v_smem.index(slot), k_ready.index(slot),
-                                     v_ready.index(slot), table_ptr + b.to(gl.int64) * stride_tb, n, kv_len, kv_col,
-                                     PAGE_SIZE, BLOCK_N)
+                    table_row = table_ptr + b.to(gl.int64) * stride_tb
+                    if K_EARLY:
+                        _load_paged_tile(k_desc, v_desc, k_smem.index(slot), v_smem.index(slot), k_ready.index(slot),
+                                         v_ready.index(slot), table_row, n, kv_len, kv_col, PAGE_SIZE, BLOCK_N, 1)
+                        mbarrier.wait(kv_free.index(slot), phase)
+                        _load_paged_tile(k_desc, v_desc, k_smem.index(slot), v_smem.index(slot), k_ready.index(slot),
+                                         v_ready.index(slot), table_row, n, kv_len, kv_col, PAGE_SIZE, BLOCK_N, 2)
+                    else:
+                        _load_paged_tile(k_desc, v_desc, k_smem.index(slot), v_smem.index(slot), k_ready.index(slot),
+                                         v_ready.index(slot), table_row, n, kv_len, kv_col, PAGE_SIZE, BLOCK_N, 3)
                 else:
                     row = kv_start + n
                     mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
                     tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready.index(slot), k_smem.index(slot))
+                    if K_EARLY:
+                        mbarrier.wait(kv_free.index(slot), phase)
                     mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
                     tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready.index(slot), v_smem.index(slot))
             done += 1
@@ -449,12 +559,12 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_r
 
 @gluon.jit
 def _load_paged_tile(k_desc, v_desc, k_slot, v_slot, k_ready, v_ready, table_row, n, kv_len, kv_col,
-                     PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr):
-    """K / V of keys [n, n + BLOCK_N) of one request into a ring slot, in chunks of the descriptors' box rows
-    (``gcd(PAGE_SIZE, BLOCK_N)``: each chunk lies in one page, ``table_row[key // PAGE_SIZE]``). Each chunk
-    arrives once on the slot's barriers (they count ``BLOCK_N // CHUNK``): with its bytes, or, past the request's
-    keys, with none and no copy (its table entry need not exist). Rows not loaded keep older data: scores there
-    are masked, and the consumers copy the last V tile with those rows zeroed (``_pv_tail``)."""
+                     PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, PARTS: gl.constexpr):
+    """K (``PARTS`` bit 1) and / or V (bit 2) of keys [n, n + BLOCK_N) of one request into a ring slot, in chunks of
+    the descriptors' box rows (``gcd(PAGE_SIZE, BLOCK_N)``: each chunk lies in one page, ``table_row[key //
+    PAGE_SIZE]``). Each chunk arrives once on the slot's barriers (they count ``BLOCK_N // CHUNK``): with its bytes,
+    or, past the request's keys, with none and no copy (its table entry need not exist). Rows not loaded keep older
+    data: scores there are masked, and the consumers copy the last V tile with those rows zeroed (``_pv_tail``)."""
     CHUNK: gl.constexpr = k_desc.block_type.shape[0]
     gl.static_assert(PAGE_SIZE % CHUNK == 0 and BLOCK_N % CHUNK == 0)
     for c in gl.static_range(BLOCK_N // CHUNK):
@@ -462,12 +572,16 @@ def _load_paged_tile(k_desc, v_desc, k_slot, v_slot, k_ready, v_ready, table_row
         live = key < kv_len
         # (a clamped index: a chunk past the keys reads the request's last entry, then copies nothing)
         row = gl.load(table_row + gl.minimum(key, kv_len - 1) // PAGE_SIZE) * PAGE_SIZE + key % PAGE_SIZE
-        mbarrier.expect(k_ready, k_desc.block_type.nbytes, pred=live)
-        mbarrier.expect(k_ready, 0, pred=key >= kv_len)
-        tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready, k_slot.slice(c * CHUNK, CHUNK), pred=live)
-        mbarrier.expect(v_ready, v_desc.block_type.nbytes, pred=live)
-        mbarrier.expect(v_ready, 0, pred=key >= kv_len)
-        tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready, v_slot.slice(c * CHUNK, CHUNK), pred=live)
+        if PARTS & 1:
+            mbarrier.expect(k_ready, k_desc.block_type.nbytes, pred=live)
+            mbarrier.expect(k_ready, 0, pred=key >= kv_len)
+            tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready, k_slot.slice(c * CHUNK, CHUNK),
+                                            pred=live)
+        if PARTS & 2:
+            mbarrier.expect(v_ready, v_desc.block_type.nbytes, pred=live)
+            mbarrier.expect(v_ready, 0, pred=key >= kv_len)
+            tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready, v_slot.slice(c * CHUNK, CHUNK),
+                                            pred=live)
 
 
 @gluon.jit
@@ -498,21 +612,30 @@ def _sort_requests(cu_kv_ptr, order_ptr, batch, SORT_B: gl.constexpr):
 
 @gluon.jit
 def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, sink_ptr,
-                      q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr,
-                      qk_scale, cap_scale, cap_log2,
+                      q_scale_ptr, k_scale_ptr, v_scale_ptr, part_o_ptr, part_lse_ptr, s_q, s_kv, n_heads, n_work,
+                      n_m_blocks, group, wl, wr, n_splits, qk_scale, cap_scale, cap_log2,
                       stride_ot, stride_oh, stride_tb, LAYOUT: gl.constexpr, KV_PLUS_Q: gl.constexpr,
                       PAGE_SIZE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr,
                       BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr,
-                      SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr, PACK: gl.constexpr):
+                      SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr, PACK: gl.constexpr,
+                      THREAD_RELEASE: gl.constexpr, SPLITS: gl.constexpr, K_EARLY: gl.constexpr,
+                      Q_REGS: gl.constexpr):
     """Grid: (programs,), at most n_work · n_heads / PACK work tiles (n_work: dense / varlen n_m_blocks · batch, paged
     the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
     loader: 1 warp). ``TAIL_IN_PLACE`` (paged): the last V tile's rows past the keys are zeroed in the ring slot
     instead of in two per-consumer buffers (configs whose ring leaves no room for them). ``FP8`` (dense / varlen):
     q / k descriptors over raw e4m3 rows, v over the same values in 16 bits, scales ``[B, H_kv]`` f32 (see
     ``_consumer``). ``PACK`` (a power of two dividing 64): the G query heads of a KV head share each work tile,
-    rows (token, head), ``q_desc`` 3-D (``_loader``); 1: one query head per tile."""
+    rows (token, head), ``q_desc`` 3-D (``_loader``); 1: one query head per tile. ``THREAD_RELEASE``: the consumers
+    free K / V slots one arrival per thread, without the warpgroup barrier before a one-thread arrival. ``SPLITS``
+    (paged, one head a tile): items ``(b, query block, split, part)`` (``_round_work``); split items write fp32
+    partials and base-2 lse (``part_o_ptr`` / ``part_lse_ptr``, ``_store_partial``) for ``split_combine``.
+    ``K_EARLY``: each slot's K and V are freed apart, K once its scores are done (FA3's separate K / V pipelines): with
+    2 slots the next K no longer waits for the P·V of the tile two back. ``Q_REGS``: each consumer holds that many
+    of its Q tile's columns in registers (16-bit queries; see ``_consumer``)."""
     gl.static_assert(BLOCK_M == 2 * ROWS_PER_CONSUMER)
+    gl.static_assert(not SPLITS or (LAYOUT == PAGED and PACK == 1), "splits: paged items, one head a tile")
     gl.static_assert(not FP8 or LAYOUT != PAGED, "fp8 runs the dense / varlen layouts")
     # [buf, WG]; packed Q tiles take K's layout (a [rows, D] tile of the same dtype), q_desc's is their 3-D view
     q_layout: gl.constexpr = k_desc.layout if PACK > 1 else q_desc.layout
@@ -528,6 +651,10 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    if K_EARLY:
+        k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    else:
+        k_free = kv_free  # a slot's K and V freed together, after P·V
     sched = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # issue turns (PINGPONG)
     for i in gl.static_range(Q_BUFS):
         mbarrier.init(q_ready.index(i), count=1)
@@ -537,25 +664,26 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
     for i in gl.static_range(STAGES):  # (paged: one arrival per chunk of a key tile, _load_paged_tile)
         mbarrier.init(k_ready.index(i), count=BLOCK_N // k_desc.block_type.shape[0])
         mbarrier.init(v_ready.index(i), count=BLOCK_N // v_desc.block_type.shape[0])
-        mbarrier.init(kv_free.index(i), count=2)  # both consumers release a slot
+        mbarrier.init(kv_free.index(i), count=release_count(2, THREAD_RELEASE))  # both consumers release a slot
+        if K_EARLY:
+            mbarrier.init(k_free.index(i), count=release_count(2, THREAD_RELEASE))
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
     if SORT_B > 0:
         _sort_requests(kv_ptr, order_ptr, n_work // n_m_blocks, SORT_B)
+    consumer_args = (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, k_free, kv_free, sched,
+                     o_ptr, cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr,
+                     part_o_ptr, part_lse_ptr, s_q, s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, n_splits,
+                     qk_scale, cap_scale, cap_log2, stride_ot, stride_oh)
+    consumer_flags: gl.constexpr = (LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
+                                    BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, PACK, THREAD_RELEASE,
+                                    SPLITS, K_EARLY, Q_REGS)
     gl.warp_specialize([
-        (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
-                     cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q,
-                     s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot,
-                     stride_oh, 0, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
-                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, PACK)),
-        (_consumer, (q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_ready, kv_free, sched, o_ptr,
-                     cu_q_ptr, kv_ptr, items_ptr, order_ptr, sink_ptr, q_scale_ptr, k_scale_ptr, v_scale_ptr, s_q,
-                     s_kv, n_heads, n_work, n_m_blocks, group, wl, wr, qk_scale, cap_scale, cap_log2, stride_ot,
-                     stride_oh, 1, LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
-                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, PACK)),
-        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, kv_free,
-                   cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work,
-                   n_m_blocks, group, wl, wr, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, Q_BUFS,
-                   BLOCK_MAJOR, SORT_B, PACK)),
+        (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
+        (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
+        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, k_ready, v_ready, k_free,
+                   kv_free, cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work,
+                   n_m_blocks, group, wl, wr, n_splits, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM,
+                   STAGES, Q_BUFS, BLOCK_MAJOR, SORT_B, PACK, SPLITS, K_EARLY)),
     ], [4, 1], [240, 24])  # FA3's split: 240 + 240 + 24 registers x 128 threads = 168 x 384
     for i in gl.static_range(Q_BUFS):
         mbarrier.invalidate(q_ready.index(i))
@@ -566,3 +694,5 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
         mbarrier.invalidate(k_ready.index(i))
         mbarrier.invalidate(v_ready.index(i))
         mbarrier.invalidate(kv_free.index(i))
+        if K_EARLY:
+            mbarrier.invalidate(k_free.index(i))

@@ -13,10 +13,11 @@ import triton
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from attnops.kernel_utils import runtime
+from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.attention_fns import LOG2E
 from attnops.kernel_utils.cast import scaled_cast
 from attnops.kernel_utils.fp8 import E4M3
+from attnops.kernel_utils.split_combine import combine_splits
 
 from . import ws_kernel
 from .ws_kernel import ROWS_PER_CONSUMER, gqa_fwd_ws_kernel
@@ -45,12 +46,38 @@ class WsConfig:
     # request's G rows share one tile instead of filling G tiles with one row each (attn-core 0.3.18; the paged
     # D = 128 mixed-batch default since 0.3.19: gqa_paged_fwd.plan.PACKED_MERGE_DEFAULTS)
     pack_gqa: bool = False
+    # the consumers free K / V slots one arrival per thread, without the warpgroup barrier Triton puts before a
+    # single thread's arrival (``kernel_utils.gluon_fns.release``; untimed twins below)
+    thread_release: bool = False
+    # each K / V slot freed in two halves: K as soon as both consumers' scores of it are done, V after their P·V
+    # (``ws_kernel`` ``K_EARLY``, FA3's separate K / V pipelines): with 2 slots the loader no longer waits for the
+    # P·V of the tile two back before it loads the next K (untimed twins below)
+    early_k_release: bool = False
+    # the first q_registers columns of each consumer's Q tile in registers, the score wgmmas' A operand there
+    # (``ws_kernel`` ``Q_REGS``; untimed twins below; 0: Q in shared memory): those wgmmas then read only K's slice
+    # from shared memory. The count behind it (one SM, both consumers, one key tile): the D = 128 default's 64-key
+    # tile takes ~1024 clocks of wgmmas against 128 KB of shared-memory traffic (each score wgmma re-reading Q,
+    # 2 x 16 KB; K and V read by both consumers, 64 KB; their TMA writes, 32 KB): 125 B a clock against the port's
+    # 128. Q wholly in registers leaves 96 KB. A D = 256 32-key tile: 160 KB in ~1024 clocks (156 B a clock: at
+    # most 82 % of the tensor rate; measured 502 TF/s against FA3's 635); its first 128 columns in registers
+    # leave 128 KB. 16-bit calls only (fp8 calls keep Q in shared memory); a multiple of 64 (a 128-byte swizzle
+    # atom) whose rest of HEAD_DIM is a power of two; 16 registers a thread per 64 columns.
+    q_registers: int = 0
+
+    def __post_init__(self):
+        if self.q_registers % 64:
+            raise ValueError(f"WsConfig: q_registers must be a multiple of 64 columns, got {self.q_registers}")
+        if (self.pingpong or self.early_k_release) and not self.overlap:
+            raise ValueError(f"WsConfig: pingpong and early_k_release run the overlap configs (overlap=True), got "
+                             f"block_n={self.block_n}, stages={self.stages}, pingpong={self.pingpong}, "
+                             f"early_k_release={self.early_k_release}")
 
     @property
     def name(self) -> str:
         return (f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}{'' if self.persistent else '-np'}"
                 f"{'-pp' if self.pingpong else ''}{'-bm' if self.block_major else ''}{'-lpt' if self.lpt else ''}"
-                f"{'-pk' if self.pack_gqa else ''}")
+                f"{'-pk' if self.pack_gqa else ''}{'-t' if self.thread_release else ''}"
+                f"{'-kr' if self.early_k_release else ''}{f'-qr{self.q_registers}' if self.q_registers else ''}")
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
@@ -73,10 +100,28 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
           # the default's order knobs with 4 slots (not yet timed; 4 slots alone won the long-window rows at 03:30)
           WsConfig(64, 4, True, block_major=True, lpt=True),
           # the G heads of a KV head in one tile (``pack_gqa``; untimed): the paged default's and the 16-bit default's
-          WsConfig(64, 3, True, pack_gqa=True), WsConfig(64, 3, True, block_major=True, lpt=True, pack_gqa=True)),
+          WsConfig(64, 3, True, pack_gqa=True), WsConfig(64, 3, True, block_major=True, lpt=True, pack_gqa=True),
+          # the dense / varlen and paged defaults with per-thread slot releases (``thread_release``; untimed)
+          WsConfig(64, 3, True, block_major=True, lpt=True, thread_release=True),
+          WsConfig(64, 3, True, thread_release=True),
+          # K freed before V (``early_k_release``; untimed): the 2-slot 128-key tile, and the dense / varlen default
+          WsConfig(128, 2, True, early_k_release=True),
+          WsConfig(64, 3, True, block_major=True, lpt=True, early_k_release=True),
+          # Q in registers (``q_registers``; untimed): the dense / varlen and paged defaults' twins
+          WsConfig(64, 3, True, block_major=True, lpt=True, q_registers=128), WsConfig(64, 3, True, q_registers=128)),
     # D = 256 (one Q buffer; written 2026-12-02 without device time: candidates for the prefill op's D 256 rows)
     256: (WsConfig(32, 3, True), WsConfig(32, 4, True), WsConfig(64, 2, True), WsConfig(64, 2),
-          WsConfig(32, 3, True, pingpong=True)),
+          WsConfig(32, 3, True, pingpong=True),
+          WsConfig(32, 4, True, thread_release=True),  # (the paged default, per-thread slot releases; untimed)
+          # the 64-key tile with K freed before V (untimed): its score wgmmas (m64n64k16, 4 KB of shared-memory
+          # operands per 32 clocks) fit the 128 B / clock shared-memory port where the 32-key tiles' (3 KB per 16)
+          # do not, but its 2 slots starved on the joint K / V release
+          WsConfig(64, 2, True, early_k_release=True), WsConfig(64, 2, True, pingpong=True, early_k_release=True),
+          # half of Q in registers (untimed; all of it, 64 registers a thread beside the accumulator's 128, made
+          # ptxas spill 160-1060 B and serialize the wgmmas, offline sm_90 2026-12-05): the paged default's and the
+          # long-block default's twins, and the 64-key tile's with K freed first
+          WsConfig(32, 4, True, q_registers=128), WsConfig(32, 3, True, pingpong=True, q_registers=128),
+          WsConfig(64, 2, True, early_k_release=True, q_registers=128)),
 }
 DEFAULT_HEAD_DIMS = (128,)
 # fp8 q / k with requests of unequal lengths: the 128-key tile with 2 slots and the overlap (2026-12-03 sweep, every
@@ -178,6 +223,16 @@ def paged_configs(head_dim: int) -> tuple[WsConfig, ...]:
 # D = 256 gemma-2b 154.8 / 325.3 (4 slots; 3: 156.8).
 PAGED_DEFAULTS: dict[int, WsConfig] = {64: WsConfig(128, 3, True), 128: WsConfig(64, 3, True),
                                        256: WsConfig(32, 4, True)}
+# Batches whose every query block reads at least LONG_BLOCK_KEYS keys take LONG_PAGED_DEFAULTS where the head dim
+# has one. D = 256: the pingpong turns on 3 slots led the 4-slot default on qwen35-9b-rope (8 requests x 1024
+# queries over 33 k keys) in all four runs (ms: 16.35 / 17.76, 17.84 / 18.28, 18.36 / 19.27, 18.82 / 19.73;
+# 2026-12-03 sweeps, docs/perf/attn-core.md), but not on blocks of 4-5 k keys (gemma-2b 157.2 against 152.5 us,
+# qwen35-9b-mixed 6.20 against 6.11 ms). Since 2026-12-05 the 64-key 2-slot tile with K freed before V
+# (``ws-n64s2-ov-kr``): 14.38 against the pingpong config's 18.24 ms on qwen35-9b-rope, every variant checked, 40
+# iterations, one run (benchmarks/results/h200/20261205-0247-tune-qwen35-kr.json; its 32-key score wgmmas overran
+# the shared-memory port, docs/perf/attn-core.md).
+LONG_PAGED_DEFAULTS: dict[int, WsConfig] = {256: WsConfig(64, 2, True, early_k_release=True)}
+LONG_BLOCK_KEYS = 16384
 
 
 def paged_applies(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,
@@ -263,28 +318,63 @@ def _packed_q_desc(q: torch.Tensor, heads_per_tile: int):
     return TensorDescriptor(q, [rows, h, d], [stride, d, 1], box, smem_layout(box, q.dtype))
 
 
+@dataclass(frozen=True)
+class PagedSplits:
+    """The split query blocks of a paged launch (``gqa_paged_fwd.plan``'s tail splits): every item of such a block
+    computes its share of the block's key tiles for every query head (``ws_kernel._round_work``) into the
+    workspace, and ``split_combine`` merges the shares into the output. Only whole blocks (``BLOCK_M`` query tokens
+    inside their request) are split, so the combine writes every row of a block."""
+
+    n_splits: int
+    block_start: torch.Tensor  # [blocks] int32: the first query token (row of q / out) of each split block
+    part_o: torch.Tensor  # [blocks · BLOCK_M · H · n_splits, D] fp32: rows (block, token, head, split)
+    part_lse: torch.Tensor  # [blocks · BLOCK_M · H · n_splits] fp32, base 2
+
+    @staticmethod
+    def allocate(n_splits: int, block_start: torch.Tensor, heads: int, head_dim: int) -> PagedSplits:
+        rows = block_start.shape[0] * BLOCK_M * heads * n_splits
+        dev = block_start.device
+        return PagedSplits(n_splits, block_start, testing.kernel_buffer((rows, head_dim), torch.float32, dev),
+                           testing.kernel_buffer((rows,), torch.float32, dev))
+
+    def merge(self, o: torch.Tensor, sinks: torch.Tensor | None) -> None:
+        """The split blocks' rows of ``o`` (``[T, H, D]``) from the workspace, ``sinks`` (f32 ``[H]``) added."""
+        heads = o.shape[-2]
+        combine_splits(self.part_o, self.part_lse, o, rows=self.block_start.shape[0] * BLOCK_M * heads, heads=heads,
+                       num_splits=self.n_splits, row_stride=self.n_splits, split_stride=1,
+                       out_strides=(BLOCK_M, o.stride(0), o.stride(0), o.stride(1)), sinks=sinks,
+                       block_index=self.block_start)
+
+
 def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, n_work: int,
          sm_scale: float, wl: int, wr: int, softcap: float, sinks: torch.Tensor | None, kv_box: int | None = None,
-         scales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, **layout) -> None:
+         scales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, splits: PagedSplits | None = None,
+         programs: int | None = None, **layout) -> None:
     """One launch over ``n_work`` (request, query block) units of every query head; ``softcap`` 0 = off,
     ``sinks`` f32 ``[H]`` or None; ``kv_box``: rows of a K / V copy (default a whole key tile); ``scales``: fp8
-    q / k (e4m3) with v in 16 bits, their contiguous ``[B, H_kv]`` multipliers; ``layout``: the kernel's layout
-    arguments (pointers, sizes, strides, LAYOUT / KV_PLUS_Q / PAGE_SIZE / BLOCK_MAJOR)."""
+    q / k (e4m3) with v in 16 bits, their contiguous ``[B, H_kv]`` multipliers; ``splits``: paged items of four
+    ints with split blocks' workspace (``PagedSplits``); ``programs``: a persistent grid's size cap (default
+    ``runtime.num_sms()``); ``layout``: the kernel's layout arguments (pointers,
+    sizes, strides, LAYOUT / KV_PLUS_Q / PAGE_SIZE / BLOCK_MAJOR)."""
     h, d = q.shape[-2], q.shape[-1]
     heads_per_tile = pack(cfg, q, k)
     tiles = n_work * h // heads_per_tile
     q_scale, k_scale, v_scale = scales if scales is not None else (o, o, o)
     q_desc = _packed_q_desc(q, heads_per_tile) if heads_per_tile > 1 else _desc(q, ROWS_PER_CONSUMER.value)
-    gqa_fwd_ws_kernel[(min(tiles, runtime.num_sms()) if cfg.persistent else tiles,)](
+    gqa_fwd_ws_kernel[(min(tiles, programs or runtime.num_sms()) if cfg.persistent else tiles,)](
         q_desc, _desc(k, cfg.block_n, kv_box), _desc(v, cfg.block_n, kv_box),
         o, sink_ptr=sinks if sinks is not None else o, q_scale_ptr=q_scale, k_scale_ptr=k_scale,
-        v_scale_ptr=v_scale, FP8=scales is not None, n_heads=h, n_work=n_work, group=h // k.shape[-2],
+        v_scale_ptr=v_scale, FP8=scales is not None,
+        part_o_ptr=o if splits is None else splits.part_o, part_lse_ptr=o if splits is None else splits.part_lse,
+        n_splits=1 if splits is None else splits.n_splits, SPLITS=splits is not None,
+        n_heads=h, n_work=n_work, group=h // k.shape[-2],
         wl=wl, wr=wr, qk_scale=sm_scale * LOG2E,
         # attention_fns.softcap_scores' cap_scale with tanh_f32's 2·log2(e) folded in, and cap_log2
         cap_scale=2 * LOG2E * sm_scale / softcap if softcap else 0.0, cap_log2=softcap * LOG2E,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
         PINGPONG=cfg.pingpong, Q_BUFS=q_buffers(d), SOFTCAP=bool(softcap), HAS_SINK=sinks is not None,
-        PACK=heads_per_tile, num_warps=4, **layout)
+        PACK=heads_per_tile, THREAD_RELEASE=cfg.thread_release, K_EARLY=cfg.early_k_release,
+        Q_REGS=min(cfg.q_registers, d) if scales is None else 0, num_warps=4, **layout)
 
 
 def launch(p: Problem, cfg: WsConfig) -> None:
@@ -317,16 +407,22 @@ def launch(p: Problem, cfg: WsConfig) -> None:
 def launch_paged(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,
                  cu_q: torch.Tensor, kv_lens: torch.Tensor, table: torch.Tensor, items: torch.Tensor, page_size: int,
                  sm_scale: float, wl: int, wr: int, kv_plus_q: bool, softcap: float = 0.0,
-                 sinks: torch.Tensor | None = None) -> None:
-    """Run the (request, query block) ``items`` ([n, 2] int32, blocks of ``block_tokens`` query tokens) of a paged
-    call (``paged_applies`` holds) over every query head. ``k_pool`` / ``v_pool``: pools whose rows are tokens
-    (``[pages, page_size, H_kv, D]`` or ``[pages · page_size, H_kv, D]``, ``token_rows`` views); request b's keys
-    are its first ``kv_lens[b]`` tokens (plus its query tokens with ``kv_plus_q``) through ``table[b]``."""
+                 sinks: torch.Tensor | None = None, splits: PagedSplits | None = None,
+                 programs: int | None = None) -> None:
+    """Run the (request, query block) ``items`` ([n, 2] int32, blocks of ``block_tokens`` query tokens; with
+    ``splits`` [n, 4]: (request, query block, split, split block or -1), see ``PagedSplits``) of a paged call
+    (``paged_applies`` holds) over every query head, then merge the split blocks. ``k_pool`` / ``v_pool``: pools
+    whose rows are tokens (``[pages, page_size, H_kv, D]`` or ``[pages · page_size, H_kv, D]``, ``token_rows``
+    views); request b's keys are its first ``kv_lens[b]`` tokens (plus its query tokens with ``kv_plus_q``) through
+    ``table[b]``. ``programs``: a persistent config's grid at most this many programs (default one per SM), the
+    other SMs left to a launch beside it."""
     if items.shape[0] == 0 or q.numel() == 0:
         return
     _run(cfg, q, k_pool, v_pool, o, items.shape[0], sm_scale, wl, wr,
-         softcap, sinks, kv_box=math.gcd(page_size, cfg.block_n), cu_q_ptr=cu_q, kv_ptr=kv_lens, items_ptr=items,
-         order_ptr=items, table_ptr=table, s_q=0, s_kv=0, n_m_blocks=0,
+         softcap, sinks, kv_box=math.gcd(page_size, cfg.block_n), splits=splits, programs=programs, cu_q_ptr=cu_q,
+         kv_ptr=kv_lens, items_ptr=items, order_ptr=items, table_ptr=table, s_q=0, s_kv=0, n_m_blocks=0,
          stride_ot=o.stride(0), stride_oh=o.stride(1), stride_tb=table.stride(0),
          LAYOUT=ws_kernel.PAGED.value, KV_PLUS_Q=kv_plus_q, PAGE_SIZE=page_size, BLOCK_MAJOR=False, SORT_B=0,
          TAIL_IN_PLACE=tail_in_place(cfg, q.shape[-1]))
+    if splits is not None:
+        splits.merge(o, sinks)

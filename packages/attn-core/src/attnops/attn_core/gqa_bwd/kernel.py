@@ -8,18 +8,18 @@ the scale folded in), ``dV = Pᵀ dO``, ``dP = dO Vᵀ``, ``dS = P ⊙ (dP − �
 ``gqa_bwd_kernel`` runs two kinds of programs in one grid (so the short dQ programs fill the SMs the
 long dK/dV programs leave idle; each kind is ordered longest-first under the causal mask):
 
-* **dK/dV** (the first ``num_dkdv`` programs): one ``BLOCK_N1`` block of keys of one KV head of one batch
-  element keeps K, V and the fp32 accumulators dK, dV in registers and walks the query blocks that see it
-  for all G query heads of the KV head, so the GQA sum happens in registers and dK / dV are written once
-  (no atomics, no second pass). Where that leaves too few, too long programs (few (batch, KV head) pairs, large
+* **dK/dV** (in each chunk of (batch, KV head) pairs, see ``gqa_bwd_kernel``, before its dQ programs): one
+  ``BLOCK_N1`` block of keys of one KV head of one batch element keeps K, V and the fp32 accumulators dK, dV in
+  registers and walks the query blocks that see it for all G query heads of the KV head, so the GQA sum happens
+  in registers and dK / dV are written once (no atomics, no second pass). Where that leaves too few, too long programs (few (batch, KV head) pairs, large
   G), ``head_splits`` programs share a key block, each over G / head_splits heads, and a small
   ``gqa_bwd_head_sum_kernel`` adds their fp32 partial sums in a fixed order (still deterministic). The (head,
   query block) pairs are one flat loop, not a loop over heads around a loop over blocks: nested loops made the
   sm_90 build spill registers. Scores are formed transposed (``k·qᵀ``: ``[BLOCK_N1, BLOCK_M1]``) so Pᵀ and dSᵀ
   are directly the left operands.
-* **dQ** (the rest): one block of ``BLOCK_M2`` *packed* query rows (row r = token ``r // G``, head
-  ``kv_head·G + r % G``, as in the forward: one K/V tile serves all G heads) walks its key range and
-  accumulates dQ in registers. QKᵀ and dP are recomputed here (7 matmuls in all instead of 5), which keeps
+* **dQ** (after the chunk's dK/dV programs): one block of ``BLOCK_M2`` *packed* query rows (row r = token
+  ``r // G``, head ``kv_head·G + r % G``, as in the forward: one K/V tile serves all G heads) walks its key range
+  and accumulates dQ in registers. QKᵀ and dP are recomputed here (7 matmuls in all instead of 5), which keeps
   dQ deterministic without atomics.
 
 With ``ATOMIC_DQ`` (the op's ``deterministic=False``) there are no dQ programs: each dK/dV step also forms
@@ -36,6 +36,7 @@ Only portable Triton is used (no TMA, no warp specialization): the interpreter r
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from attnops.kernel_utils.attention_fns import NO_WINDOW, kv_block_range, mma, visible
 
@@ -49,13 +50,17 @@ def gqa_bwd_preprocess_kernel(
     stride_ob, stride_ot, stride_oh,
     stride_dob, stride_dot, stride_doh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, TOKENS: tl.constexpr, HEADS: tl.constexpr,
-    ZERO_DQ: tl.constexpr,
+    ZERO_DQ: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr,
 ):
     """Grid ``(B · cdiv(S_q, TOKENS), cdiv(H, HEADS))``: ``delta[b, h, i] = Σ_d o[b, i, h, d]·do[b, i, h, d]`` (fp32,
     ``[B, H, S_q]`` contiguous) for TOKENS tokens x HEADS heads (HEADS a power of two: a program's rows come from
     shifts, not the 64-bit divisions of a flat row index, 14.9 -> 13.0 us on a 512-token row, H200 2026-12-04; on
     ``[B, S, H, D]`` tensors with HEADS >= H they are one contiguous span). ``ZERO_DQ``: also zero the same rows of
-    the atomic dQ accumulator (fp32 ``[B, S_q, H, HEAD_DIM]`` contiguous), saving a memset launch."""
+    the atomic dQ accumulator (fp32 ``[B, S_q, H, HEAD_DIM]`` contiguous), saving a memset launch.
+    ``LAUNCH_DEPENDENTS``: let a kernel launched after it with programmatic dependent launch start at once (it
+    waits in ``gdc_wait`` for this grid's writes before it reads Δ)."""
+    if LAUNCH_DEPENDENTS:
+        gdc_launch_dependents()
     n_tb = tl.cdiv(S_q, TOKENS)
     b = tl.program_id(0) // n_tb
     r = tl.arange(0, TOKENS * HEADS)
@@ -184,16 +189,16 @@ def _dq_tiles(
 
 @triton.jit
 def _dkdv_program(
-    pid, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr, counter_ptr,
+    blk, sub, rem, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr, counter_ptr,
     S_q, S_kv, H, H_kv, G, head_splits, BH_kv, scale_log2, sm_scale,
     stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
     stride_dob, stride_dot, stride_doh, stride_lb, stride_lh,
     stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-    PARTIAL: tl.constexpr, FUSED_SUM: tl.constexpr, EXACT_DOT: tl.constexpr,
+    PARTIAL: tl.constexpr, FUSED_SUM: tl.constexpr, EXACT_DOT: tl.constexpr, WAIT_PRIOR: tl.constexpr,
 ):
-    """dK, dV of key block ``pid // (head_splits·BH_kv)`` of one (batch element, KV head), summed over one of the
+    """dK, dV of key block ``blk`` of (batch element, KV head) pair ``rem``, summed over subgroup ``sub`` of the
     ``head_splits`` equal subgroups of its G heads. ``PARTIAL`` (head_splits > 1): the unscaled fp32 sums go to
     ``part_ptr`` (``[2, head_splits, B·H_kv, S_kv, HEAD_DIM]``: dK then dV) for ``gqa_bwd_head_sum_kernel`` or,
     ``FUSED_SUM``, for the key block's last subgroup program to finish (its ``counter_ptr`` entry of
@@ -203,9 +208,6 @@ def _dkdv_program(
     EVEN_D: tl.constexpr = BLOCK_D == HEAD_DIM
     KEYS_RAGGED: tl.constexpr = ATOMIC_DQ and not EVEN_N
     q_off = S_kv - S_q
-    blk = pid // (head_splits * BH_kv)
-    sub = (pid // BH_kv) % head_splits
-    rem = pid % BH_kv
     b64 = (rem // H_kv).to(tl.int64)
     kv_head = rem % H_kv
     kvh64 = kv_head.to(tl.int64)
@@ -217,6 +219,8 @@ def _dkdv_program(
                 mask=kv_mask, other=0.0)
     v = tl.load(v_ptr + b64 * stride_vb + kvh64 * stride_vh + n64[:, None] * stride_vt + offs_d[None, :],
                 mask=kv_mask, other=0.0)
+    if WAIT_PRIOR:  # (launched as a dependent of the preprocess: K and V are in flight, Δ is read below)
+        gdc_wait()
     # Query blocks: [lo, mid) the causal diagonal (masked), [mid, end) every row sees every key of the
     # block, [end, S_q) the ragged tail (masked). Row i sees key j iff j <= i + q_off (causal).
     end = (S_q // BLOCK_M) * BLOCK_M
@@ -322,20 +326,18 @@ def gqa_bwd_head_sum_kernel(
 
 @triton.jit
 def _dq_program(
-    p, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
-    S_q, S_kv, H, H_kv, G, num_q_blocks, BH_kv, scale_log2, sm_scale,
+    blk, rem, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
+    S_q, S_kv, H, H_kv, G, scale_log2, sm_scale,
     stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
     stride_dob, stride_dot, stride_doh, stride_lb, stride_lh, stride_dqb, stride_dqt, stride_dqh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, EVEN_N: tl.constexpr, EXACT_DOT: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, EVEN_N: tl.constexpr, EXACT_DOT: tl.constexpr, WAIT_PRIOR: tl.constexpr,
 ):
-    """dQ of packed query block ``num_q_blocks − 1 − p // BH_kv`` of one (batch element, KV head)."""
+    """dQ of packed query block ``blk`` of (batch element, KV head) pair ``rem``."""
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
     EVEN_D: tl.constexpr = BLOCK_D == HEAD_DIM
     q_off = S_kv - S_q
-    blk = num_q_blocks - 1 - p // BH_kv
-    rem = p % BH_kv
     b64 = (rem // H_kv).to(tl.int64)
     kv_head = rem % H_kv
     kvh64 = kv_head.to(tl.int64)
@@ -352,6 +354,8 @@ def _dq_program(
     do = tl.load(do_ptr + (b64 * stride_dob + t64 * stride_dot + head * stride_doh)[:, None] + offs_d[None, :],
                  mask=mask, other=0.0)
     lse = tl.load(lse_ptr + b64 * stride_lb + head * stride_lh + t64, mask=row_mask, other=float("inf"))
+    if WAIT_PRIOR:
+        gdc_wait()
     delta = tl.load(delta_ptr + (b64 * H + head) * S_q + t64, mask=row_mask, other=0.0)
     q_pos = t + q_off
     WR: tl.constexpr = 0 if IS_CAUSAL else NO_WINDOW_C
@@ -376,7 +380,7 @@ def _dq_program(
 @triton.jit
 def gqa_bwd_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr, counter_ptr,
-    S_q, S_kv, H, H_kv, G, head_splits, num_dkdv, num_q_blocks, BH_kv,
+    S_q, S_kv, H, H_kv, G, head_splits, key_blocks, num_q_blocks, BH_kv, group,
     scale_log2, sm_scale,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kt, stride_kh,
@@ -390,36 +394,60 @@ def gqa_bwd_kernel(
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
     IS_CAUSAL: tl.constexpr, EVEN_M1: tl.constexpr, EVEN_N1: tl.constexpr, EVEN_N2: tl.constexpr,
     ATOMIC_DQ: tl.constexpr, PARTIAL: tl.constexpr, FUSED_SUM: tl.constexpr, EXACT_DOT: tl.constexpr,
+    WAIT_PRIOR: tl.constexpr, CHUNKED: tl.constexpr,
 ):
-    """1-D grid of ``num_dkdv + num_q_blocks·B·H_kv`` programs (``BH_kv = B·H_kv``).
+    """1-D grid of ``BH_kv · (key_blocks · head_splits + num_q_blocks)`` programs (``BH_kv = B·H_kv`` pairs of
+    (batch element, KV head); no dQ programs with ``ATOMIC_DQ``, no dK/dV programs with ``key_blocks = 0``).
 
-    Programs ``[0, num_dkdv)``: key block ``pid // (head_splits·BH_kv)`` (block 0 first: under the causal mask
-    it sees the most queries) over one of ``head_splits`` subgroups of the G heads, tiles ``BLOCK_N1`` keys ×
-    ``BLOCK_M1`` queries; ``PARTIAL`` (head_splits > 1): fp32 partial sums into ``part_ptr``, summed by
-    ``gqa_bwd_head_sum_kernel`` or (``FUSED_SUM``, counters at ``counter_ptr``) by the last subgroup to finish. The rest: packed query block
-    ``num_q_blocks − 1 − p // BH_kv`` (last first), tiles ``BLOCK_M2`` rows × ``BLOCK_N2`` keys.
+    Order: the pairs in chunks of ``group`` (the last may be shorter). A chunk's dK/dV programs come first: key
+    block 0 of each of its pairs (under the causal mask it sees the most queries), then block 1, ..., over one of
+    ``head_splits`` subgroups of the G heads each, tiles ``BLOCK_N1`` keys × ``BLOCK_M1`` queries; ``PARTIAL``
+    (head_splits > 1): fp32 partial sums into ``part_ptr``, summed by ``gqa_bwd_head_sum_kernel`` or
+    (``FUSED_SUM``, counters at ``counter_ptr``) by the last subgroup to finish. Then the chunk's dQ programs:
+    packed query block ``num_q_blocks − 1`` of each of its pairs (the longest), down to block 0, tiles ``BLOCK_M2``
+    rows × ``BLOCK_N2`` keys. With ``group = BH_kv`` (one chunk; ``CHUNKED`` False, which compiles the one-chunk
+    arithmetic alone: several chunks cost the 8-warp tiles' ragged builds up to 24 B of register spill on sm_90) every
+    dK/dV program precedes every dQ program.
+    Why chunks: the programs resident at one time then stream Q / dO (dK/dV role) and K / V (dQ role) of the
+    chunk's pairs only; with one chunk they stream those of every pair, which may not stay in L2 between waves.
     ``lse``: ``[B, H, S_q]`` f32 base 2 (strides ``stride_l*``, last dim contiguous); ``delta``:
     ``[B, H, S_q]`` f32 contiguous. Causal is bottom-right: query i sits at key position
     ``i + S_kv − S_q``. ``EVEN_M1 = S_q % BLOCK_M1 == 0``, ``EVEN_N1 = S_kv % BLOCK_N1 == 0``,
     ``EVEN_N2 = S_kv % BLOCK_N2 == 0``.
-    ``ATOMIC_DQ``: the grid holds the ``num_dkdv`` dK/dV programs only; they add dQ into ``dq_acc_ptr``
-    (``dq_ptr`` is not written). ``EXACT_DOT``: interpreter only (fp32 operands, same products)."""
+    ``ATOMIC_DQ``: the dK/dV programs add dQ into ``dq_acc_ptr`` (``dq_ptr`` is not written). ``EXACT_DOT``:
+    interpreter only (fp32 operands, same products). ``WAIT_PRIOR``: launched with programmatic dependent launch
+    after the preprocess: each program loads its first inputs, then waits for the preprocess's Δ (and zeroed
+    atomic accumulator) in ``gdc_wait``."""
     pid = tl.program_id(0)
-    if pid < num_dkdv:
+    dkdv_per_pair = key_blocks * head_splits
+    if CHUNKED:
+        per_pair = dkdv_per_pair if ATOMIC_DQ else dkdv_per_pair + num_q_blocks
+        chunk = pid // (group * per_pair)
+        first = chunk * group
+        pairs = tl.minimum(BH_kv - first, group)
+        w = pid - first * per_pair  # the program's place in its chunk
+    else:
+        first = 0
+        pairs = BH_kv
+        w = pid
+    if w < dkdv_per_pair * pairs:
         _dkdv_program(
-            pid, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr, counter_ptr,
+            w // (head_splits * pairs), (w // pairs) % head_splits, first + w % pairs,
+            q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr, counter_ptr,
             S_q, S_kv, H, H_kv, G, head_splits, BH_kv, scale_log2, sm_scale,
             stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
             stride_dob, stride_dot, stride_doh, stride_lb, stride_lh,
             stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
             HEAD_DIM, BLOCK_D, BLOCK_M1, BLOCK_N1, IS_CAUSAL, EVEN_M1, EVEN_N1, ATOMIC_DQ, PARTIAL, FUSED_SUM,
-            EXACT_DOT,
+            EXACT_DOT, WAIT_PRIOR,
         )
     elif not ATOMIC_DQ:
+        w -= dkdv_per_pair * pairs
         _dq_program(
-            pid - num_dkdv, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
-            S_q, S_kv, H, H_kv, G, num_q_blocks, BH_kv, scale_log2, sm_scale,
+            num_q_blocks - 1 - w // pairs, first + w % pairs,
+            q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
+            S_q, S_kv, H, H_kv, G, scale_log2, sm_scale,
             stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
             stride_dob, stride_dot, stride_doh, stride_lb, stride_lh, stride_dqb, stride_dqt, stride_dqh,
-            HEAD_DIM, BLOCK_D, BLOCK_M2, BLOCK_N2, IS_CAUSAL, EVEN_N2, EXACT_DOT,
+            HEAD_DIM, BLOCK_D, BLOCK_M2, BLOCK_N2, IS_CAUSAL, EVEN_N2, EXACT_DOT, WAIT_PRIOR,
         )

@@ -64,6 +64,14 @@ HEAD_SUM_ROWS = 32  # key rows per program of gqa_bwd_head_sum_kernel
 # 20261203-1819-tune-bwd-splits.json), llama-70b-short bf16: 2 subgroups 123.6 us with the head-sum launch, 118.9
 # fused; 4: 136.1 / 124.3; 8: 165.0 / 148.9; unsplit 180.6.
 FUSED_SUM_DEFAULT = True
+# The Triton kernel's program order (``gqa_bwd_kernel``): (batch, KV head) pairs per chunk, each chunk's dK/dV
+# programs then its dQ programs; None: one chunk, every dK/dV program before every dQ program (the order of every
+# measurement so far). Why smaller chunks may pay (offline reasoning, not measured): on the short MHA rows (128 pairs,
+# 2048 programs, ~8 waves of 264 resident) each wave of dK/dV programs streams Q / dO of every pair (33.5 MB) and
+# each wave of dQ programs K / V of every pair (33.5 MB), so later waves re-read from HBM what earlier ones read
+# (~2.5x the tensors: ~100 MB more than once); chunks of 32 pairs keep each wave's ~16 MB within the 50 MB L2.
+# ``tune_gqa_bwd --order`` times chunk sizes against this default.
+ORDER_GROUP: int | None = None
 
 
 def _dim_class(head_dim: int) -> int:
@@ -121,14 +129,15 @@ _TOO_BIG: set[BwdConfig] = set()  # configs that did not fit this GPU's shared m
 
 
 def forced(config: BwdConfig | ws_launch.WsBwdConfig | None = None, splits: int | None = None,
-           fused_sum: bool | None = None):
-    """Pin the tile config (and / or ``splits``, the head subgroups of ``head_splits``, and ``fused_sum``, who adds
-    their partial sums: ``FUSED_SUM_DEFAULT``) of every backward launch inside the block (tests, sweeps). A
+           fused_sum: bool | None = None, group: int | None = None):
+    """Pin the tile config (and / or ``splits``, the head subgroups of ``head_splits``, ``fused_sum``, who adds
+    their partial sums: ``FUSED_SUM_DEFAULT``, and ``group``, the Triton kernel's program order: ``ORDER_GROUP``)
+    of every backward launch inside the block (tests, sweeps). A
     ``WsBwdConfig`` runs the warp-specialized dK / dV kernel with the Triton kernel's dQ role (``choose``'s tile)
     beside it, or with ``gluon_dq`` the Gluon dQ kernel; with ``splits`` its programs sum over G / splits heads each,
-    their partials added by the head-sum launch (``fused_sum`` is the Triton kernel's only). ``splits`` alone keeps
-    the Triton kernel."""
-    return runtime.pinned(_FORCED, config=config, splits=splits, fused_sum=fused_sum)
+    their partials added by the head-sum launch (``fused_sum`` is the Triton kernel's only). ``splits`` or ``group``
+    alone keeps the Triton kernel."""
+    return runtime.pinned(_FORCED, config=config, splits=splits, fused_sum=fused_sum, group=group)
 
 
 @dataclass
@@ -165,15 +174,21 @@ WS_DEFAULT = ws_launch.WsBwdConfig(3, gluon_dq=True)
 # (benchmarks/results/h200/20261204-1530-tune-bwd-ws-persistent.json): llama-8b-long-mha (1024 programs on 132 SMs)
 # 539.1 against 568.8 us, llama-70b-long-mha 541.9 / 573.2; llama-8b-long (256 programs) 487.2 against 484.1.
 WS_PERSISTENT = ws_launch.WsBwdConfig(3, gluon_dq=True, persistent=True)
-PERSISTENT_WAVES = 4
+# Short MHA calls take them too: H200, 2026-12-05, one run, every variant checked (benchmarks/results/h200/
+# 20261205-0235-tune-bwd-short-mha.json): llama-8b / 70b-short-mha (512 programs on 132 SMs) persistent 119.1 /
+# 119.9 us, non-persistent 121.2 / 122.1, against the Triton tile's 140.8 / 140.9 (before the 16-byte stores the
+# Gluon kernels were the slower: 144.4 against 139.8). Hence 3 waves, not 4: it changes only these rows.
+PERSISTENT_WAVES = 3
 
 
 def ws_default(p: Problem, sms: int) -> ws_launch.WsBwdConfig | None:
-    """For a call the Gluon kernels serve (``ws_launch.refusal``) with more than ``SHORT_KEYS`` keys:
+    """For a call the Gluon kernels serve (``ws_launch.refusal``), MHA or with more than ``SHORT_KEYS`` keys:
     ``WS_PERSISTENT`` where the dK / dV grid (over ``head_splits``' subgroups) has more than ``PERSISTENT_WAVES``
-    programs per SM of ``sms``, else ``WS_DEFAULT``; None otherwise (the Triton kernel)."""
+    programs per SM of ``sms``, else ``WS_DEFAULT``; None otherwise (the Triton kernel: the short GQA rows, where
+    it led, 115.5 against 136.4 us, 2026-12-03)."""
     B, S_kv, H_kv, _ = p.k.shape
-    if S_kv <= SHORT_KEYS or ws_launch.refusal(p) is not None:
+    short_gqa = S_kv <= SHORT_KEYS and p.q.shape[2] != H_kv
+    if short_gqa or ws_launch.refusal(p) is not None:
         return None
     programs = B * H_kv * triton.cdiv(S_kv, ws_launch.BLOCK_KEYS)
     programs *= head_splits(ws_launch.BLOCK_KEYS, B, S_kv, p.q.shape[2], H_kv, sms)
@@ -185,15 +200,11 @@ def ws_default(p: Problem, sms: int) -> ws_launch.WsBwdConfig | None:
 # H200, 2026-12-04, same process (benchmarks/results/h200/20261204-0441-probe-bwd-concurrent-dq.json): llama-8b-long
 # 519-523 -> 485-488 us, llama-70b-long 539-541 -> 500-502, llama-8b / 70b-long-mha 583-586 -> 573-575.
 CONCURRENT_DQ = True
-_DQ_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
-
-
-def _dq_stream(dev: torch.device) -> torch.cuda.Stream:
-    """The side stream of ``CONCURRENT_DQ`` (one per device; the caller's stream joins it before returning, so
-    CUDA-graph capture sees a fork and a join)."""
-    if dev not in _DQ_STREAMS:
-        _DQ_STREAMS[dev] = torch.cuda.Stream(device=dev)
-    return _DQ_STREAMS[dev]
+# The Triton kernel launched as the preprocess's programmatic dependent (sm_90: ``launch_pdl``, ``griddepcontrol``):
+# its programs load K / V (dK / dV role) or Q / dO (dQ role) while the preprocess's last programs run and wait for
+# Δ there, instead of starting after the preprocess has drained. Prediction (2026-12-04, not yet measured): 2-5 us
+# off the 512-token rows' ~115-140 us.
+DEPENDENT_LAUNCH = True
 
 
 def _bsh(t: torch.Tensor) -> tuple[int, int, int]:
@@ -209,46 +220,52 @@ def launch(p: Problem) -> None:
     refused = ws_launch.refusal(p) if ws else None
     if refused:
         raise ValueError(f"config {ws.name}: the warp-specialized dK / dV kernel cannot serve this call: {refused}")
-    if "config" not in _FORCED and "splits" not in _FORCED:
+    if not _FORCED.keys() & {"config", "splits", "group"}:
         ws = ws_default(p, runtime.num_sms())
     if ws:  # their dQ is deterministic; deterministic=False permits atomics, so it takes them too (and no dQ buffer)
         p = replace(p, deterministic=True)
     G = H // p.k.shape[2]
     if G % (_FORCED.get("splits") or 1):
         raise ValueError(f"GQABwd: splits must divide the group size {G}, got {_FORCED['splits']}")
+    if _FORCED.get("group", 1) < 1:
+        raise ValueError(f"GQABwd: group (pairs per chunk of the program order) must be >= 1, got {_FORCED['group']}")
     if B == 0 or S_q == 0 or S_kv == 0:
         return
     block_d = triton.next_power_of_2(D)
     delta = torch.empty((B, H, S_q), dtype=torch.float32, device=p.q.device)
     dq_acc = delta if p.deterministic else torch.empty((B, S_q, H, D), dtype=torch.float32, device=p.q.device)
+    # The Triton kernel right after the preprocess starts as its dependent (``DEPENDENT_LAUNCH``)
+    dependent = DEPENDENT_LAUNCH and not ws and runtime.dependent_launch()
     heads = min(triton.next_power_of_2(H), PREPROCESS_ROWS)
     tokens = PREPROCESS_ROWS // heads
     gqa_bwd_preprocess_kernel[(B * triton.cdiv(S_q, tokens), triton.cdiv(H, heads))](
         p.o, p.do, delta, dq_acc, S_q, H, *_bsh(p.o), *_bsh(p.do),
-        HEAD_DIM=D, BLOCK_D=block_d, TOKENS=tokens, HEADS=heads, ZERO_DQ=not p.deterministic, num_warps=4,
+        HEAD_DIM=D, BLOCK_D=block_d, TOKENS=tokens, HEADS=heads, ZERO_DQ=not p.deterministic,
+        LAUNCH_DEPENDENTS=dependent, num_warps=4,
     )
     if ws:
         splits = _FORCED.get("splits") or head_splits(ws_launch.BLOCK_KEYS, B, S_kv, H, p.k.shape[2],
                                                       runtime.num_sms())
         part = _partials(p, splits) if splits > 1 else None
-        side = _dq_stream(p.q.device) if ws.gluon_dq and CONCURRENT_DQ else None
-        ws_launch.run(ws, p, delta, part, side)
-        if part is not None:
-            _head_sum(p, part, splits)
-        if side is not None:  # dQ done before anything after the call on the caller's stream
-            torch.cuda.current_stream(p.q.device).wait_stream(side)
+        # (the side stream joined at the block's end: dQ done before anything after the call on the caller's stream)
+        with runtime.side_stream(p.q.device, ws.gluon_dq and CONCURRENT_DQ) as side:
+            ws_launch.run(ws, p, delta, part, side)
+            if part is not None:
+                _head_sum(p, part, splits)
     if not (ws and ws.gluon_dq):
-        _launch_any(p, delta, dq_acc, dq_only=ws is not None)
+        _launch_any(p, delta, dq_acc, dq_only=ws is not None, dependent=dependent)
     if not p.deterministic:
         scaled_cast(dq_acc, p.dq, p.sm_scale)
 
 
-def _launch_any(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, dq_only: bool = False) -> None:
+def _launch_any(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, dq_only: bool = False,
+                dependent: bool = False) -> None:
     """The forced tile config, else ``choose``'s, falling through configs that do not fit the GPU; ``dq_only``:
-    the kernel's dQ programs alone (a forced ``WsBwdConfig`` ran the dK / dV role)."""
+    the kernel's dQ programs alone (a forced ``WsBwdConfig`` ran the dK / dV role); ``dependent``: launched as the
+    preprocess's programmatic dependent."""
     B, S_q, H, D = p.q.shape
     if isinstance(_FORCED.get("config"), BwdConfig):
-        _launch(p, delta, dq_acc, _FORCED["config"], dq_only)
+        _launch(p, delta, dq_acc, _FORCED["config"], dq_only, dependent)
         return
     first = choose(D, B, S_q, p.k.shape[1], H, p.k.shape[2], p.is_causal, runtime.num_sms())
     cands = [first] + [c for c in configs_for(D) if c != first]
@@ -256,14 +273,15 @@ def _launch_any(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, dq_only: 
         if cfg in _TOO_BIG:
             continue
         try:
-            _launch(p, delta, dq_acc, cfg, dq_only)
+            _launch(p, delta, dq_acc, cfg, dq_only, dependent)
             return
         except triton.runtime.errors.OutOfResources:
             _TOO_BIG.add(cfg)
     raise RuntimeError(f"GQABwd: no tile config fits this GPU for head dim {D}")
 
 
-def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfig, dq_only: bool = False) -> None:
+def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfig, dq_only: bool = False,
+            dependent: bool = False) -> None:
     """The backward kernel, and the head-subgroup sum where ``head_splits`` (or a forced count) splits the dK/dV
     programs' heads; ``dq_only``: its dQ programs alone (the dK / dV role ran elsewhere)."""
     B, S_q, H, D = p.q.shape
@@ -274,14 +292,14 @@ def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfi
                                                                       runtime.num_sms())
     part = _partials(p, splits) if splits > 1 else delta  # (never read with one subgroup)
     fused_sum = splits > 1 and bool(_FORCED.get("fused_sum", FUSED_SUM_DEFAULT))
-    key_blocks = triton.cdiv(S_kv, cfg.block_n1)
+    key_blocks = 0 if dq_only else triton.cdiv(S_kv, cfg.block_n1)
     counters = runtime.arrival_counters(p.q.device, key_blocks * bh_kv) if fused_sum else delta
-    num_dkdv = 0 if dq_only else key_blocks * bh_kv * splits
     num_q_blocks = triton.cdiv(S_q * G, cfg.block_m2)
-    grid = (num_dkdv if not p.deterministic else num_dkdv + num_q_blocks * bh_kv,)
+    group = min(_FORCED.get("group", ORDER_GROUP or bh_kv), bh_kv)
+    grid = (bh_kv * (key_blocks * splits + (num_q_blocks if p.deterministic else 0)),)
     gqa_bwd_kernel[grid](
         p.q, p.k, p.v, p.do, p.lse, delta, p.dq, p.dk, p.dv, dq_acc, part, counters,
-        S_q, S_kv, H, H_kv, G, splits, num_dkdv, num_q_blocks, bh_kv,
+        S_q, S_kv, H, H_kv, G, splits, key_blocks, num_q_blocks, bh_kv, group,
         p.sm_scale * LOG2E, p.sm_scale,
         *_bsh(p.q), *_bsh(p.k), *_bsh(p.v), *_bsh(p.do),
         p.lse.stride(0), p.lse.stride(1),
@@ -291,7 +309,8 @@ def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfi
         IS_CAUSAL=p.is_causal, EVEN_M1=S_q % cfg.block_m1 == 0, EVEN_N1=S_kv % cfg.block_n1 == 0,
         EVEN_N2=S_kv % cfg.block_n2 == 0,
         ATOMIC_DQ=not p.deterministic, PARTIAL=splits > 1, FUSED_SUM=fused_sum, EXACT_DOT=runtime.interpreting(),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        WAIT_PRIOR=dependent, CHUNKED=group < bh_kv, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        launch_pdl=dependent,
     )
     if splits > 1 and not fused_sum:
         _head_sum(p, part, splits)

@@ -29,6 +29,7 @@ from attnops.kernel_utils.gluon_fns import (
     ring_barriers,
     store_layout,
     to_store_layout,
+    warpgroup_partition,
     wgmma_acc_layout,
     wgmma_lhs_layout,
 )
@@ -54,10 +55,12 @@ def _block(S_q, S_kv, H, IS_CAUSAL: gl.constexpr):
 
 
 @gluon.jit
-def _consumer(q_tile, do_tile, k_smem, v_smem, qd_ready, ready, free, lse_ptr, delta_ptr, dq_ptr, S_q, S_kv, H, G,
+def _consumer(q_tiles, do_tiles, k_smem, v_smem, qd_ready, ready, free, lse_ptr, delta_ptr, dq_ptr, S_q, S_kv, H, G,
               qk_scale, sm_scale, stride_lb, stride_lh, stride_dqb, stride_dqt, stride_dqh, WG: gl.constexpr,
               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
     """Query rows [m0 + 64·WG, +64) over every visible key tile, then their dQ."""
+    q_tile = q_tiles.index(WG)
+    do_tile = do_tiles.index(WG)
     s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
     acc_layout: gl.constexpr = wgmma_acc_layout(HEAD_DIM)
     op_layout: gl.constexpr = wgmma_lhs_layout(HEAD_DIM)
@@ -132,13 +135,12 @@ def gqa_bwd_dq_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, dq
     mbarrier.init(qd_ready.index(0), count=1)
     ready, free = ring_barriers(STAGES, 1, 2)  # one TMA expect per fill; both consumers release a slot
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
+    consumer_args = (q_tiles, do_tiles, k_smem, v_smem, qd_ready, ready, free, lse_ptr, delta_ptr, dq_ptr, S_q, S_kv,
+                     H, G, qk_scale, sm_scale, stride_lb, stride_lh, stride_dqb, stride_dqt, stride_dqh)
+    consumer_flags: gl.constexpr = (HEAD_DIM, STAGES, IS_CAUSAL)
     gl.warp_specialize([
-        (_consumer, (q_tiles.index(0), do_tiles.index(0), k_smem, v_smem, qd_ready, ready, free, lse_ptr, delta_ptr,
-                     dq_ptr, S_q, S_kv, H, G, qk_scale, sm_scale, stride_lb, stride_lh, stride_dqb, stride_dqt,
-                     stride_dqh, 0, HEAD_DIM, STAGES, IS_CAUSAL)),
-        (_consumer, (q_tiles.index(1), do_tiles.index(1), k_smem, v_smem, qd_ready, ready, free, lse_ptr, delta_ptr,
-                     dq_ptr, S_q, S_kv, H, G, qk_scale, sm_scale, stride_lb, stride_lh, stride_dqb, stride_dqt,
-                     stride_dqh, 1, HEAD_DIM, STAGES, IS_CAUSAL)),
+        (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
+        (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
         (_loader, (q_desc, do_desc, k_desc, v_desc, q_tiles, do_tiles, k_smem, v_smem, qd_ready, ready, free, S_q,
                    S_kv, H, G, HEAD_DIM, STAGES, IS_CAUSAL)),
     ], [4, 1], [240, 24])

@@ -33,6 +33,7 @@ from attnops.kernel_utils.gluon_fns import (
     ring_barriers,
     store_layout,
     to_store_layout,
+    warpgroup_partition,
     wgmma_acc_layout,
     wgmma_lhs_layout,
 )
@@ -310,15 +311,13 @@ def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, 
         kv_free = kv_ready  # (unused: one tile per program)
     ready, free = ring_barriers(STAGES, 1, 2)  # one TMA expect per fill; both consumers release a slot
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
+    consumer_args = (k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr,
+                     dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh,
+                     stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh)
+    consumer_flags: gl.constexpr = (HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, PERSISTENT)
     gl.warp_specialize([
-        (_consumer, (k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr,
-                     dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh,
-                     stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, 0, HEAD_DIM, BLOCK_M,
-                     STAGES, IS_CAUSAL, PARTIAL, PERSISTENT)),
-        (_consumer, (k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr,
-                     dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh,
-                     stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, 1, HEAD_DIM, BLOCK_M,
-                     STAGES, IS_CAUSAL, PARTIAL, PERSISTENT)),
+        (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
+        (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
         (_loader, (q_desc, do_desc, k_desc, v_desc, k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free,
                    n_tiles, S_q, S_kv, H_kv, G, GS, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PERSISTENT)),
     ], [4, 1], [240, 24])

@@ -5,7 +5,6 @@ sweeps); ``launch.ws_default`` says which calls take them by default."""
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -85,9 +84,7 @@ def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor, part: torch.Tensor | 
     """dK and dV of a ``refusal``-checked call (``delta``: the preprocess's ``[B, H, S_q]`` rows), and with
     ``gluon_dq`` dQ too. ``part`` (``[2, s, B·H_kv, S_kv, D]`` fp32, s > 1 dividing G): each program sums over G / s
     query heads and stores its unscaled partial sums there instead (the caller adds them: ``launch._head_sum``).
-    ``dq_stream``: the dQ kernel runs there, after what the caller's stream launched so far (the caller joins it)."""
-    if dq_stream is not None:
-        dq_stream.wait_stream(torch.cuda.current_stream(p.q.device))
+    ``dq_stream``: the dQ kernel runs there (``runtime.side_stream``: forked and joined by the caller)."""
     b, s_q, h, d = p.q.shape
     s_kv, h_kv = p.k.shape[1], p.k.shape[2]
     splits = 1 if part is None else part.shape[1]
@@ -102,7 +99,7 @@ def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor, part: torch.Tensor | 
         p.dv.stride(2), HEAD_DIM=d, BLOCK_M=rows, STAGES=cfg.stages, IS_CAUSAL=p.is_causal, PARTIAL=splits > 1,
         PERSISTENT=cfg.persistent, num_warps=4)
     if cfg.gluon_dq:
-        with torch.cuda.stream(dq_stream) if dq_stream is not None else contextlib.nullcontext():
+        with runtime.on_stream(dq_stream):
             _run_dq(p, delta, cfg.stages)
 
 

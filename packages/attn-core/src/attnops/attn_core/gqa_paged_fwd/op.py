@@ -122,45 +122,55 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
     # reads every key from the pool (the prefill op appended the new rows first, rotated when rope_new_k)
     plain = (cu_q is not None and not q_uniform and q_scale is None and k_scale is None
              and not (rope_q or rope_pool_k))
-    for ln in plan.launches:
-        if ln.n_items == 0:
-            continue
-        if ln.ws is not None and ws_launch.paged_applies(ln.ws, q, k_pool, v_pool, o, page_size, plain):
-            ws_launch.launch_paged(ln.ws, q, k_pool, v_pool, o, cu_q, cache_lens, table, ln.ws_items, page_size,
-                                   sm_scale, wl, wr, kv_plus_q=k_new is not None, softcap=cap, sinks=sinks)
-            continue
+    ws_runs = [ln.n_items > 0 and ln.ws is not None
+               and ws_launch.paged_applies(ln.ws, q, k_pool, v_pool, o, page_size, plain) for ln in plan.launches]
+    # a decode launch beside the persistent ws launch (``plan.SMALL_BESIDE_DEFAULT``): forked before the ws launch is
+    # queued (the side stream must not wait for it), queued after it (its programs would otherwise take every SM
+    # first), joined before returning
+    page_shift = page_size.bit_length() - 1 if plan.pow2_pages and page_size & (page_size - 1) == 0 else -1
+    beside = any(ws_runs) and any(ln.beside and ln.n_items for ln in plan.launches)
+    with runtime.side_stream(q.device, beside) as side:
+        for ln, ws_run in zip(plan.launches, ws_runs):
+            if ln.n_items == 0:
+                continue
+            if ws_run:
+                ws_launch.launch_paged(ln.ws, q, k_pool, v_pool, o, cu_q, cache_lens, table, ln.ws_items, page_size,
+                                       sm_scale, wl, wr, kv_plus_q=k_new is not None, softcap=cap, sinks=sinks,
+                                       splits=ln.ws_splits, programs=ln.ws_programs)
+                continue
 
-        def launch(cfg, ln=ln):
-            paged_attention_kernel[(ln.n_items * num_kv,)](
-                q, k_pool, v_pool, kn, vn, o,
-                table, cache_lens, cu_q if cu_q is not None else dummy, ln.items, ln.part_o, ln.part_lse,
-                ln.counters if ln.counters is not None else dummy,
-                q_scale if q_scale is not None else dummy, k_scale if k_scale is not None else dummy,
-                v_scale if v_scale is not None else dummy, sinks if sinks is not None else dummy,
-                cos if cos is not None else dummy, sin if sin is not None else dummy,
-                sm_scale * LOG2E, sm_scale / cap if cap else 0.0, cap * LOG2E, wl, wr, num_pages, table.shape[1],
-                cos.shape[0] if cos is not None else 0, num_kv,
-                group, page_size, q_uniform, q.stride(-3), q.stride(-2), o.stride(-3), o.stride(-2),
-                kp, kt, kh, vp, vt, vh,
-                kn.stride(0), kn.stride(1), vn.stride(0), vn.stride(1),
-                table.stride(0), cos.stride(0) if cos is not None else 0,
-                q_scale.stride(0) if q_scale is not None else 0, ks_b, ks_h,
-                **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, FUSED_COMBINE=ln.counters is not None,
-                TILE_IN_PAGE=ln.tile_in_page and page_size % cfg.block_n == 0,
-                PAGE_SHIFT=page_size.bit_length() - 1 if plan.pow2_pages and page_size & (page_size - 1) == 0 else -1,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-            )
+            def launch(cfg, ln=ln):
+                paged_attention_kernel[(ln.n_items * num_kv,)](
+                    q, k_pool, v_pool, kn, vn, o,
+                    table, cache_lens, cu_q if cu_q is not None else dummy, ln.items, ln.part_o, ln.part_lse,
+                    ln.counters if ln.counters is not None else dummy,
+                    q_scale if q_scale is not None else dummy, k_scale if k_scale is not None else dummy,
+                    v_scale if v_scale is not None else dummy, sinks if sinks is not None else dummy,
+                    cos if cos is not None else dummy, sin if sin is not None else dummy,
+                    sm_scale * LOG2E, sm_scale / cap if cap else 0.0, cap * LOG2E, wl, wr, num_pages, table.shape[1],
+                    cos.shape[0] if cos is not None else 0, num_kv,
+                    group, page_size, q_uniform, q.stride(-3), q.stride(-2), o.stride(-3), o.stride(-2),
+                    kp, kt, kh, vp, vt, vh,
+                    kn.stride(0), kn.stride(1), vn.stride(0), vn.stride(1),
+                    table.stride(0), cos.stride(0) if cos is not None else 0,
+                    q_scale.stride(0) if q_scale is not None else 0, ks_b, ks_h,
+                    **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, FUSED_COMBINE=ln.counters is not None,
+                    TILE_IN_PAGE=ln.tile_in_page and page_size % cfg.block_n == 0,
+                    PAGE_SHIFT=page_shift,
+                    num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                )
 
-        key = (ln.kind, ln.cfg, str(q.dtype), str(k_pool.dtype), *sorted(flags.items()))
-        _launch(ln.cfg, key, launch)
-        if ln.n_combine:
-            rows = min(COMBINE_ROWS, ln.cfg.block_m)
-            paged_attention_combine_kernel[(ln.n_combine * num_kv * (ln.cfg.block_m // rows),)](
-                o, cu_q if cu_q is not None else dummy, ln.combine, ln.part_o, ln.part_lse,
-                sinks if sinks is not None else dummy,
-                num_kv, group, q_uniform, o.stride(-3), o.stride(-2), HAS_SINKS=sinks is not None,
-                BLOCK_M=ln.cfg.block_m, BLOCK_R=rows, BLOCK_D=d, num_warps=4,
-            )
+            key = (ln.kind, ln.cfg, str(q.dtype), str(k_pool.dtype), *sorted(flags.items()))
+            with runtime.on_stream(side if ln.beside else None):
+                _launch(ln.cfg, key, launch)
+                if ln.n_combine:
+                    rows = min(COMBINE_ROWS, ln.cfg.block_m)
+                    paged_attention_combine_kernel[(ln.n_combine * num_kv * (ln.cfg.block_m // rows),)](
+                        o, cu_q if cu_q is not None else dummy, ln.combine, ln.part_o, ln.part_lse,
+                        sinks if sinks is not None else dummy,
+                        num_kv, group, q_uniform, o.stride(-3), o.stride(-2), HAS_SINKS=sinks is not None,
+                        BLOCK_M=ln.cfg.block_m, BLOCK_R=rows, BLOCK_D=d, num_warps=4,
+                    )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -14,8 +14,10 @@ compute-bound). Each class is one launch (+ one combine launch when some of its 
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 import triton
@@ -23,6 +25,8 @@ import triton
 from attnops.attn_core.flash_fwd import ws_launch
 from attnops.kernel_utils import runtime, testing
 from attnops.kernel_utils.attention_fns import window_bounds
+
+from . import beside, tail_split
 
 SMALL_ROWS = 16
 # Programs per SM the latency rule's decision counts with (rounded up): a decode launch whose 256-key splits of
@@ -130,6 +134,17 @@ MERGE_LAUNCH_KEYS = 256
 # Where the unpacked config already runs, packing did not pay: serving-step 247.2 against 251.6 (within 2 %),
 # qwen3-ragged-odd 196.9 / 182.0, llama-8b (no decode requests, packed alone) 495.4 / 480.3.
 PACKED_MERGE_DEFAULTS: dict[int, ws_launch.WsConfig] = {128: ws_launch.WsConfig(64, 3, True, pack_gqa=True)}
+# The warp-specialized launch's lightest query blocks split over their keys where its last round of tiles would
+# leave SMs idle (``tail_split``; one head a tile). Written 2026-12-04 without a GPU: qwen35-9b-rope's 2048 tiles of
+# ~33 k keys are 15.5 rounds on 132 SMs, run in 16; splitting its 3 lightest blocks in 3 shortens the modelled
+# launch by 1.9 %, the combine included (the split build's key loop is 3 SASS longer, ~0.7 %). Off until an H200 sweep
+# has timed it (``ws_tail=True`` per plan; benchmarks/tune_attn_core_paged.py --ws times both).
+WS_TAIL_SPLITS_DEFAULT = False
+# A mixed batch's decode launch beside its persistent warp-specialized prefill launch, on the SMs the prefill leaves
+# it (``beside``; ``small_beside`` per plan). Written 2026-12-05 without a GPU: modelled serving-step 252 -> ~192 µs
+# (measured 255 one after the other), nothing on another seed row. Off until an H200 sweep has timed it
+# (benchmarks/tune_attn_core_paged.py --ws times the model's choice and forced SM counts).
+SMALL_BESIDE_DEFAULT = False
 
 
 def config_key(kind: str, head_dim: int) -> tuple[str, int]:
@@ -168,6 +183,9 @@ class Launch:
     # heaviest first): run_plan launches it instead of the Triton kernel where ws_launch.paged_applies holds
     ws: ws_launch.WsConfig | None = None
     ws_items: torch.Tensor | None = None
+    ws_splits: ws_launch.PagedSplits | None = None  # its split blocks (``ws_tail``): ws_items then has 4 columns
+    ws_programs: int | None = None  # its persistent grid's size where a launch runs beside it (default: every SM)
+    beside: bool = False  # (small class) on a side stream beside the large ws launch, which leaves it its SMs
 
     @property
     def n_items(self) -> int:
@@ -200,6 +218,13 @@ class PagedAttentionPlan:
             splits = int(ln.items[:, 3].max()) if ln.n_items else 0
             parts.append(f"{ln.kind}: {ln.n_items} items (max {splits} splits, {ln.n_combine} combined), "
                          f"BM={ln.cfg.block_m} BN={ln.cfg.block_n} w={ln.cfg.num_warps} s={ln.cfg.num_stages}")
+            if ln.ws is not None:
+                tail = ln.ws_splits
+                parts[-1] += f", ws {ln.ws.name}" + (f" ({tail.block_start.shape[0]} blocks in {tail.n_splits} "
+                                                     f"splits)" if tail is not None else "")
+                parts[-1] += f" on {ln.ws_programs} programs" if ln.ws_programs is not None else ""
+            if ln.beside:
+                parts[-1] += ", beside it"
         return "; ".join(parts)
 
     def check_matches(self, q_lens, num_heads: int, num_kv_heads: int, head_dim: int, window, new_keys: bool):
@@ -237,7 +262,9 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
                          min_split_keys: int | None = None, pow2_pages: bool | None = None,
                          ws: ws_launch.WsConfig | bool | None = None,
                          latency: bool | None = None, merge_small: bool | None = None,
-                         resident_per_sm: int | None = None) -> PagedAttentionPlan:
+                         resident_per_sm: int | None = None,
+                         ws_tail: bool | tuple[int, int] | None = None,
+                         small_beside: bool | int | None = None) -> PagedAttentionPlan:
     """Schedule one batch layout. ``q_lens`` / ``kv_lens``: per-request host ints (``kv_lens`` = pool keys;
     with ``new_keys`` the request also has its q_len new keys). Tuning / test knobs: ``num_splits`` forces
     the KV split count of every item; ``configs`` overrides ``CONFIGS`` entries; ``programs_per_sm``
@@ -259,7 +286,12 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     launch runs the Triton tile (None: where ``_merge_pays`` and ``MERGE_SMALL_DEFAULT``, True: always, and with
     a warp-specialized large class whose config packs GQA heads, into its launch too; False: never). Outside the
     latency rule, a small class whose every split reads >= ``LONG_SPLIT_KEYS`` keys takes ``LONG_SPLIT_CONFIGS``'
-    tile for its head dim (unless ``configs`` names one)."""
+    tile for its head dim (unless ``configs`` names one). ``ws_tail``: the warp-specialized launch's lightest whole
+    blocks split over their keys where ``tail_split.choose`` finds its last round fuller (None:
+    ``WS_TAIL_SPLITS_DEFAULT``, True: that rule, False: never, ``(k, s)``: the last k blocks in s shares).
+    ``small_beside``: a mixed batch's decode launch on a side stream beside the persistent warp-specialized large
+    launch, which then runs on fewer programs and leaves the other SMs to it (None: ``SMALL_BESIDE_DEFAULT``, True:
+    where ``beside.choose`` says it pays, with its SM count, False: never, an int R: R SMs left to it)."""
     device = torch.device(device) if device is not None else runtime.device()
     group = num_heads // num_kv_heads
     wl, wr = window_bounds(is_causal, window_size_left, window_size_right)
@@ -269,15 +301,16 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
     plan = PagedAttentionPlan(q_lens, kv_lens, num_heads, num_kv_heads, head_dim, (wl, wr), new_keys, device,
                               pow2_pages=POW2_PAGES_DEFAULT if pow2_pages is None else pow2_pages)
     sms = runtime.num_sms()
-    ws_cfg, ws_items, ws_merged = _ws_work(q_lens, kv_lens, num_heads, head_dim, wl, wr, new_keys, group, ws,
-                                           device, merge_small)
+    work = _ws_work(q_lens, kv_lens, num_heads, head_dim, wl, wr, new_keys, group, ws, device, merge_small, ws_tail,
+                    small_beside)
+    reserved = sms - work.programs if work.programs is not None else 0  # SMs the large launch leaves the small one
     small = [q * group <= SMALL_ROWS for q in q_lens]
     large_key = config_key("large", head_dim)
     merged_cfg = MERGED_CONFIGS.get(large_key) if large_key not in (configs or {}) else None
     merged_cfg = merged_cfg or table[large_key]
     shape = (q_lens, kv_lens, group, wl, wr, new_keys)
-    merged = ws_merged  # (a packed ws launch that took the decode requests: the Triton items of its fallback match)
-    if merge_small is not False and ws_cfg is None:
+    merged = work.merged  # (a packed ws launch that took the decode requests: the Triton items of its fallback match)
+    if merge_small is not False and work.cfg is None:
         large_blocks = _class_blocks(*shape, [not x for x in small], merged_cfg.block_m, True)
         small_blocks = _class_blocks(*shape, small, merged_cfg.block_m, True)
         merged = bool(large_blocks and small_blocks) and (
@@ -292,22 +325,23 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
         if not blocks:
             continue
         n0 = len(blocks) * num_kv_heads
+        class_sms = reserved if kind == "small" and reserved else sms  # (beside: the SMs the large launch leaves)
         if num_splits is not None:
             want = max(1, num_splits)
         elif kind == "small":
-            want = max(1, math.ceil((programs_per_sm or TARGET_PROGRAMS_PER_SM) * sms / n0))
+            want = max(1, math.ceil((programs_per_sm or TARGET_PROGRAMS_PER_SM) * class_sms / n0))
         else:
             want = max(1, math.ceil(sms / n0)) if n0 < sms else 1
         forced = num_splits is not None
         min_keys = min_split_keys or MIN_SPLIT_KEYS[kind]
         if kind == "small" and latency is not False and (latency or 2 * num_kv_heads * sum(
-                _splits(span, cfg.block_n, min_keys, want, forced) for _, _, span, _, _ in blocks) <= sms):
+                _splits(span, cfg.block_n, min_keys, want, forced) for _, _, span, _, _ in blocks) <= class_sms):
             if min_split_keys is None:
                 min_keys = LATENCY_SPLIT_KEYS
             if configs is None or config_key(kind, head_dim) not in configs:
                 cfg = LATENCY_CONFIGS.get(config_key(kind, head_dim), cfg)
         elif kind == "small" and not forced:
-            want = wave_splits(n0, (programs_per_sm or resident_per_sm or SPLIT_PROGRAMS_PER_SM) * sms)
+            want = wave_splits(n0, (programs_per_sm or resident_per_sm or SPLIT_PROGRAMS_PER_SM) * class_sms)
             if (configs is None or config_key(kind, head_dim) not in configs) and all(
                     span // _splits(span, cfg.block_n, min_keys, want, False) >= LONG_SPLIT_KEYS
                     for _, _, span, _, _ in blocks):
@@ -332,9 +366,10 @@ def plan_paged_attention(q_lens, kv_lens, *, num_heads: int, num_kv_heads: int, 
         # run, so a plan built per call adds no fill kernel to the call
         counters = runtime.arrival_counters(device, slot * num_kv_heads) if fused and slot else None
         tile = kind in TILE_IN_PAGE_DEFAULT if tile_in_page is None else tile_in_page
-        ln = Launch(kind, cfg, item_t, comb_t, part_o, part_lse, counters, tile)
+        ln = Launch(kind, cfg, item_t, comb_t, part_o, part_lse, counters, tile,
+                    beside=kind == "small" and reserved > 0)
         if kind == "large":
-            ln.ws, ln.ws_items = ws_cfg, ws_items
+            ln.ws, ln.ws_items, ln.ws_splits, ln.ws_programs = work.cfg, work.items, work.splits, work.programs
         plan.launches.append(ln)
     return plan
 
@@ -376,23 +411,36 @@ def _merge_pays(large_blocks, small_blocks, num_kv_heads: int, sms: int, cfg: Ti
     return launch_keys(large_blocks + small_blocks) - launch_keys(large_blocks) <= MERGE_LAUNCH_KEYS
 
 
+class _WsWork(NamedTuple):
+    """The large class's work for the warp-specialized kernel (``_ws_work``)."""
+
+    cfg: ws_launch.WsConfig | None = None  # None: the Triton kernel
+    items: torch.Tensor | None = None  # heaviest first
+    merged: bool = False  # the small class's requests are items too
+    splits: ws_launch.PagedSplits | None = None  # the split blocks (``_tail_items``)
+    programs: int | None = None  # the persistent grid, leaving the other SMs to the small launch beside it
+
+
 def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, new_keys: bool, group: int, ws,
-             device, merge_small: bool | None = None
-             ) -> tuple[ws_launch.WsConfig | None, torch.Tensor | None, bool]:
-    """The large class's work for the warp-specialized kernel: (config, items heaviest first, whether the small
-    class's requests are items too), or (None, None, False) when ``ws`` (see ``plan_paged_attention``) or its
-    default rule says no. The small class's requests join where the config packs a KV head's query heads into one
-    tile and ``merge_small`` is True, or by default where ``_packed_merge`` takes the batch (one launch for a
-    mixed batch; without packing a decode item filled a 128-row tile per query head: 33.6 against 23.1 µs on
-    llama-8b-noncausal, H200 2026-12-03)."""
+             device, merge_small: bool | None = None, ws_tail: bool | tuple[int, int] | None = None,
+             small_beside: bool | int | None = None) -> _WsWork:
+    """The large class's work for the warp-specialized kernel, or ``_WsWork()`` (the Triton kernel) when ``ws``
+    (see ``plan_paged_attention``) or its default rule says no. The small class's requests join where the
+    config packs a KV head's query heads into one tile and ``merge_small`` is True, or by default where
+    ``_packed_merge`` takes the batch (one launch for a mixed batch; without packing a decode item filled a 128-row
+    tile per query head: 33.6 against 23.1 µs on llama-8b-noncausal, H200 2026-12-03)."""
     if ws is None:
         ws = WS_DEFAULT
+    if not (small_beside is None or isinstance(small_beside, (bool, int))):
+        raise TypeError(f"small_beside: expected None, a bool or an int (SMs), got {small_beside!r}")
     if ws is False or head_dim not in ws_launch.CONFIGS or (ws is True and head_dim not in ws_launch.PAGED_DEFAULTS):
-        return None, None, False
+        _no_beside(small_beside, "the large class runs the Triton kernel")
+        return _WsWork()
     large = [(b, q, c + q if new_keys else c) for b, (q, c) in enumerate(zip(q_lens, kv_lens))
              if q and q * group > SMALL_ROWS]
     if not large:
-        return None, None, False
+        _no_beside(small_beside, "no large class")
+        return _WsWork()
     small = [(b, q, c + q if new_keys else c) for b, (q, c) in enumerate(zip(q_lens, kv_lens))
              if q and q * group <= SMALL_ROWS]
     with_small = merge_small is True
@@ -402,25 +450,99 @@ def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, n
                              f"(ws_launch.paged_configs: {[c.name for c in ws_launch.paged_configs(head_dim)]})")
         cfg = ws
     elif _ws_worth_it(large, [], num_heads, 1, wl, wr):
-        cfg = ws_launch.PAGED_DEFAULTS[head_dim]
+        cfg = _paged_default(large, head_dim, wl, wr)
     else:
         cfg = _packed_merge(large, small, num_heads, head_dim, group, wl, wr, merge_small)
         if cfg is None:
-            return None, None, False
+            _no_beside(small_beside, "the large class runs the Triton kernel")
+            return _WsWork()
         with_small = True
     heads_per_tile = ws_launch.heads_per_tile(cfg, group)
     with_small = with_small and heads_per_tile > 1 and bool(small)
     if with_small:
         large = sorted(large + small)
     bm = ws_launch.BLOCK_M // heads_per_tile  # query tokens per block
-    blocks = []  # (cost, b, query block)
+    blocks = []  # (cost, b, query block, keys, rows)
     for b, q, total in large:
         for m in range(math.ceil(q / bm)):
             rows = min(bm, q - m * bm)
-            blocks.append((_key_span(q, total, m * bm, m * bm + rows - 1, wl, wr) * rows, b, m))
+            keys = _key_span(q, total, m * bm, m * bm + rows - 1, wl, wr)
+            blocks.append((keys * rows, b, m, keys, rows))
     blocks.sort(key=lambda x: -x[0])
-    items = torch.tensor([(b, m) for _, b, m in blocks], dtype=torch.int32).reshape(-1, 2).to(device)
-    return cfg, items, with_small
+    programs = _beside_programs(cfg, blocks, [] if with_small else small, num_heads // heads_per_tile,
+                                num_heads // group, head_dim, small_beside)
+    tail = WS_TAIL_SPLITS_DEFAULT if ws_tail is None else ws_tail
+    forced = tuple(tail) if isinstance(tail, (tuple, list)) else None
+    if not isinstance(tail, bool) and (forced is None or len(forced) != 2
+                                       or not all(isinstance(x, int) and not isinstance(x, bool) for x in forced)):
+        raise TypeError(f"ws_tail: expected None, a bool or a (blocks, shares) pair of ints, got {ws_tail!r}")
+    if tail is not False and (heads_per_tile == 1 or forced):
+        whole_tail = next((i for i, blk in enumerate(reversed(blocks)) if blk[4] < bm), len(blocks))
+        choice = tail_split.choose([blk[3] for blk in blocks], whole_tail, num_heads, head_dim,
+                                   programs or runtime.num_sms(), cfg.persistent, forced)
+        if forced and heads_per_tile > 1:
+            raise ValueError(f"ws_tail={forced}: split blocks hold one query head a tile; {cfg.name} packs "
+                             f"{heads_per_tile} heads a tile")
+        if forced and choice is None:
+            raise ValueError(f"ws_tail={forced}: expected 1 <= k <= {whole_tail} (the whole {bm}-token blocks at "
+                             f"the end of the launch's order) and s >= 2")
+        if choice is not None:
+            items, splits = _tail_items(blocks, *choice, q_lens, bm, num_heads, head_dim, device)
+            return _WsWork(cfg, items, with_small, splits, programs)
+    items = torch.tensor([(b, m) for _, b, m, _, _ in blocks], dtype=torch.int32).reshape(-1, 2).to(device)
+    return _WsWork(cfg, items, with_small, None, programs)
+
+
+def _beside_programs(cfg: ws_launch.WsConfig, blocks, small, units: int, num_kv_heads: int, head_dim: int,
+                     small_beside: bool | int | None) -> int | None:
+    """The persistent grid of the large ws launch when the small class's launch runs beside it (``small_beside``,
+    see ``plan_paged_attention``; ``blocks``: the launch's (cost, b, m, keys, rows), ``units`` tiles each; ``small``:
+    the (b, q, keys) of the requests a Triton launch serves), or None (every SM, one launch after the other)."""
+    want = SMALL_BESIDE_DEFAULT if small_beside is None else small_beside
+    if want is False:
+        return None
+    sms = runtime.num_sms()
+    if not (small and cfg.persistent):
+        _no_beside(small_beside, "no decode launch" if not small else f"{cfg.name} is not persistent")
+        return None
+    if want is True:
+        small_bytes = sum(keys for _, _, keys in small) * num_kv_heads * head_dim * 2 * 2  # K and V, 16 bits
+        reserved = beside.choose([blk[3] for blk in blocks for _ in range(units)], head_dim, sms, small_bytes)
+        return sms - reserved if reserved is not None else None
+    if not 1 <= want < sms:
+        raise ValueError(f"small_beside={want}: expected 1 <= SMs left to the decode launch < {sms} (the GPU's SMs)")
+    return sms - want
+
+
+def _no_beside(small_beside: bool | int | None, why: str) -> None:
+    """A forced SM count (``small_beside=R``) where no decode launch can run beside a persistent ws launch."""
+    if small_beside is not None and not isinstance(small_beside, bool):
+        raise ValueError(f"small_beside={small_beside}: nothing to run beside ({why})")
+
+
+def _tail_items(blocks, k: int, s: int, q_lens, bm: int, num_heads: int, head_dim: int,
+                device) -> tuple[torch.Tensor, ws_launch.PagedSplits]:
+    """Items ``(b, query block, split, split block)`` of the ws launch with its last ``k`` blocks (whole ones) in
+    ``s`` shares each (``ws_kernel._round_work``), and their workspace: split block i is the (k − i)-th lightest,
+    its first query token ``cu_seqlens_q[b] + m·bm``."""
+    starts = [0, *itertools.accumulate(q_lens)]
+    n = len(blocks)
+    items = [(b, m, 0, -1) for _, b, m, _, _ in blocks[:n - k]]
+    for i, (_, b, m, _, _) in enumerate(blocks[n - k:]):
+        items += [(b, m, j, i) for j in range(s)]
+    block_start = torch.tensor([starts[b] + m * bm for _, b, m, _, _ in blocks[n - k:]], dtype=torch.int32)
+    return (torch.tensor(items, dtype=torch.int32).to(device),
+            ws_launch.PagedSplits.allocate(s, block_start.to(device), num_heads, head_dim))
+
+
+def _paged_default(large, head_dim: int, wl: int, wr: int) -> ws_launch.WsConfig:
+    """The head dim's ``LONG_PAGED_DEFAULTS`` config where even the first (shortest, under the causal mask) query
+    block of every ``large`` request reads ``LONG_BLOCK_KEYS`` keys or more, else its ``PAGED_DEFAULTS`` one."""
+    long_cfg = ws_launch.LONG_PAGED_DEFAULTS.get(head_dim)
+    if long_cfg is not None and min(_key_span(q, total, 0, min(q, ws_launch.BLOCK_M) - 1, wl, wr)
+                                    for _, q, total in large) >= ws_launch.LONG_BLOCK_KEYS:
+        return long_cfg
+    return ws_launch.PAGED_DEFAULTS[head_dim]
 
 
 def _ws_worth_it(large, small, num_heads: int, heads_per_tile: int, wl: int, wr: int) -> bool:

@@ -64,7 +64,7 @@ def launch(q, kv, indices, out, *, dim_tail: int, stride_kv: int, q_start_index_
     d = width - dim_tail
     rows = b * s * h_kv
     ws = isinstance(config, ws_launch.WsConfig)
-    refused = ws_launch.refusal(q, kv, dim_tail) if ws else None
+    refused = ws_launch.refusal(q, kv, dim_tail, config) if ws else None
     if refused:
         raise ValueError(f"config {config.name}: the warp-specialized kernel cannot serve this call: {refused}")
     if rows == 0 or h == 0:

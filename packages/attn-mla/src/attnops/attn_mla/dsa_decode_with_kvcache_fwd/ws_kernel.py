@@ -30,14 +30,25 @@ from attnops.attn_mla.latent_alt import consume_blocks, handoff_buffers
 from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys
 from attnops.kernel_utils.gluon_fns import (
     invalidate_ring,
+    release_count,
     ring_barriers,
     store_layout,
     to_store_layout,
+    warpgroup_partition,
     wgmma_acc_layout,
     wgmma_lhs_layout,
 )
 
 LOADER_WARPS = gl.constexpr(4)  # the gather's warps (warp_specialize's second worker)
+
+
+@gluon.constexpr_function
+def _alternating_registers(block_n):
+    """Registers per thread of consumer 1 and the loader beside the alternating consumers (consumer 0 has the
+    rest): at 232 / 40 the item loop's loader spilled 32 B on the 512-wide rows (the shared memory base, reloaded in
+    its tile loop), so 224 / 48; 64-key tiles hold 4 indices and 4 row pointers a loader thread, twice with the
+    prefetch, and spilled 16-20 B at 48 (persistent, rope tail; sm90_compile_attn_mla), so 56 there."""
+    return [224, 56 if block_n == 64 else 48]
 
 
 @gluon.jit
@@ -81,23 +92,19 @@ def _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stri
 
 
 @gluon.jit
-def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_mine, x_theirs, xchg, p_mine, p_theirs, st_mine, st_theirs,
-              full, empty, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
-              head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, HAS_PE: gl.constexpr, ALTERNATING: gl.constexpr):
+def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, p0, p1, st0, st1, full, empty, q_ready,
+              q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group, head_blocks_per_kv, qk_scale,
+              stride_ob, stride_os, stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              HAS_PE: gl.constexpr, ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr, THREAD_RELEASE: gl.constexpr):
     """Per work item, latent columns [256·WG, +256) of its 64 heads over the row's selected keys, then their store.
     Channel split (``latent_ws.consume_keys``): this warpgroup scores its latent half of every tile, the partial
-    scores summed through ``x_mine`` / ``x_theirs`` / ``xchg``. ``ALTERNATING`` (``latent_alt.consume_blocks``):
-    it scores every other tile whole and hands P over through ``p_*`` / ``st_*`` / ``full`` / ``empty``. (The other
-    form's buffers are placeholders.)"""
+    scores summed through ``x_lo`` / ``x_hi`` (warpgroup 0's / 1's) and ``xchg``. ``ALTERNATING``
+    (``latent_alt.consume_blocks``): it scores every other tile whole and hands P over through ``p0`` / ``st0``
+    (warpgroup 0's), ``p1`` / ``st1`` and ``full`` / ``empty``. (The other form's buffers are placeholders.)"""
     s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
     o_layout: gl.constexpr = wgmma_acc_layout(HALF)
-    if WG == 0:  # this warpgroup's latent half of the queries and keys
-        q_half = q_lo
-        k_half = k_lo
-    else:
-        q_half = q_hi
-        k_half = k_hi
+    q_half = (q_lo, q_hi)[WG]  # this warpgroup's latent half of the queries and keys
+    k_half = (k_lo, k_hi)[WG]
     r0 = 0  # ring position of the item's first tile
     n_q = 0  # items whose queries were loaded before this one
     h0 = 0  # (ALTERNATING) hand-offs published so far by warpgroup 0 (it scores each item's tiles 0, 2, ...)
@@ -115,14 +122,16 @@ def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_mine, x_theirs, xchg
                     h_mine = h1
                     h_theirs = h0
                 # (consume_blocks releases the queries after this warpgroup's last scores: RELEASE_Q)
-                acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs,
-                                               st_mine, st_theirs, full, empty, k_ready, kv_free, q_free, 0, count,
-                                               n_tiles, r0, h_mine, h_theirs, qk_scale, WG, BLOCK_N, STAGES, HAS_PE,
-                                               s_layout, o_layout, wgmma_lhs_layout(HALF), True, True)
+                acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, (p0, p1)[WG],
+                                               (p0, p1)[1 - WG], (st0, st1)[WG], (st0, st1)[1 - WG], full, empty,
+                                               k_ready, kv_free, q_free, 0, count, n_tiles, r0, h_mine, h_theirs,
+                                               qk_scale, WG, BLOCK_N, STAGES, HAS_PE, s_layout, o_layout,
+                                               wgmma_lhs_layout(HALF), True, True, HALF_READY, THREAD_RELEASE)
             else:
-                acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, x_mine, x_theirs,
-                                             k_ready, kv_free, xchg, 0, count, n_tiles, r0, qk_scale, WG, BLOCK_N,
-                                             STAGES, HAS_PE, s_layout, o_layout, wgmma_lhs_layout(HALF), True)
+                acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, (x_lo, x_hi)[WG],
+                                             (x_lo, x_hi)[1 - WG], k_ready, kv_free, xchg, 0, count, n_tiles, r0,
+                                             qk_scale, WG, BLOCK_N, STAGES, HAS_PE, s_layout, o_layout,
+                                             wgmma_lhs_layout(HALF), True)
                 mbarrier.arrive(q_free.index(0), count=1)  # every wgmma reading the queries has retired
             out = _normalized(acc, l_i, o_layout)
         else:  # no valid slot: zeros (the loader copies nothing)
@@ -192,12 +201,13 @@ def _load_queries(q_desc, qpe_desc, q_lo, q_hi, qpe_smem, q_ready, q_free, item,
 def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
             q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb, stride_kt, stride_kh,
             TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-            CHUNK: gl.constexpr):
+            CHUNK: gl.constexpr, HALF_READY: gl.constexpr):
     """Per work item: the selected rows of every tile by cp.async gathers (``_gather``) and the query heads by TMA
     (``_load_queries``): a program's first queries before their item's tiles (nothing to wait for: issued after
     the first ring fill they reached the consumers ~4 tile gathers late), later ones after their item's first ring
     fill (those tiles wait only for the slots of the previous item's last tiles, the queries for its last scores;
-    loaded first, they would hold the tiles back)."""
+    loaded first, they would hold the tiles back). ``HALF_READY``: each thread arrives on its slot's first ready
+    barrier once its copies of the low latent half have landed, on the second after the rest."""
     r0 = 0  # ring position of the item's first tile
     n_q = 0  # items whose queries were loaded before this one
     for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
@@ -226,10 +236,15 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
             offsets = gl.multiple_of(kv_base + idx.to(gl.int64) * stride_kt, 8)
             key_rows = kv_ptr + offsets
             _gather(k_lo.index(slot), key_rows, 0, sel, HALF, CHUNK)
+            if HALF_READY:  # (an arrival counts only the copies this thread issued before it)
+                async_copy.mbarrier_arrive(k_ready.index(slot), increment_count=False)
             _gather(k_hi.index(slot), key_rows, HALF, sel, HALF, CHUNK)
             if TAIL > 0:
                 _gather(kpe_smem.index(slot), key_rows, 2 * HALF, sel, TAIL, TAIL)
-            async_copy.mbarrier_arrive(k_ready.index(slot), increment_count=False)  # once this thread's copies land
+            if HALF_READY:
+                async_copy.mbarrier_arrive(k_ready.index(STAGES + slot), increment_count=False)
+            else:  # once this thread's copies land
+                async_copy.mbarrier_arrive(k_ready.index(slot), increment_count=False)
             if (n_q > 0) & (r - r0 == gl.minimum(n_tiles, STAGES) - 1):  # the item's first ring fill is issued
                 _load_queries(q_desc, qpe_desc, q_lo, q_hi, qpe_smem, q_ready, q_free, item, n_q, S, H, H_kv, group,
                               head_blocks_per_kv, TAIL)
@@ -242,13 +257,19 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
 def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr, n_items, S, H, H_kv, group,
                          head_blocks_per_kv, qk_scale, stride_kb, stride_kt, stride_kh, stride_ob, stride_os,
                          stride_oh, TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr,
-                         STAGES: gl.constexpr, ALTERNATING: gl.constexpr):
+                         STAGES: gl.constexpr, ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr,
+                         THREAD_RELEASE: gl.constexpr):
     """Grid: programs over ``n_items`` work items (head blocks per KV head x B·S·H_kv rows), program p taking items
     p, p + grid, ... (one each, or a persistent grid: the ring, query slot and hand-offs carry on from item to
     item, so the next item's keys and queries load during the last tiles and the stores of the one before).
     ``q_desc``: q as ``[B·S·H, D + TAIL]`` in [64, 256] boxes; ``qpe_desc``: the same rows in [64, TAIL] boxes (any
     descriptor when TAIL = 0). num_warps = 4 (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader:
-    4 warps)."""
+    4 warps). ``HALF_READY`` (alternating only): two ready barriers a ring slot (``latent_alt._block_scores``);
+    ``THREAD_RELEASE`` (alternating only): the consumers free ring slots one arrival per thread."""
+    gl.static_assert(ALTERNATING or not HALF_READY, "half-slot ready barriers: the alternating consumer only")
+    gl.static_assert(ALTERNATING or not THREAD_RELEASE, "per-thread releases: the alternating consumer only")
+    FREES: gl.constexpr = release_count(2, THREAD_RELEASE)  # both consumers release a slot
+    READY_PARTS: gl.constexpr = 2 if HALF_READY else 1
     dtype: gl.constexpr = q_desc.dtype
     k_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HALF], dtype)
     # the queries as one-slot buffers (the alternating consumer reads them through a runtime index: latent_alt)
@@ -264,26 +285,22 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
         qpe_smem = q_lo
         kpe_smem = k_lo
     q_ready, q_free = ring_barriers(1, 1, 2)  # the query slot: TMA fills it, both consumers release it
-    k_ready, kv_free = ring_barriers(STAGES, 32 * LOADER_WARPS, 2)  # both consumers release a slot
+    k_ready, kv_free = ring_barriers(STAGES, 32 * LOADER_WARPS, FREES, READY_PARTS)
     if ALTERNATING:
         # each warpgroup's P hand-off slot (64-key tiles with the rope tail: the rope slots) and its row maxima / sums
         p0, p1, st0, st1, full, empty = handoff_buffers(kpe_smem, BLOCK_N, TAIL)
         fence_async_shared()
-        # registers: consumer 1 224, the loader 48, consumer 0 the rest (232); at 232 / 40 the item loop's loader
-        # spilled 32 B on the 512-wide rows (the shared memory base, reloaded in its tile loop)
+        consumer_args = (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p0, p1, q_ready, p0, p1, st0, st1, full, empty,
+                         q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
+                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh)
+        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, TAIL > 0, True, HALF_READY, THREAD_RELEASE)
         gl.warp_specialize([
-            (_consumer, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p0, p1, q_ready, p0, p1, st0, st1, full, empty,
-                         q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
-                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 0, BLOCK_N, STAGES, TAIL > 0,
-                         True)),
-            (_consumer, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p1, p0, q_ready, p1, p0, st1, st0, full, empty,
-                         q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
-                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 1, BLOCK_N, STAGES, TAIL > 0,
-                         True)),
+            (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
+            (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
             (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem,
                        q_ready, q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb,
-                       stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, 64)),
-        ], [4, LOADER_WARPS], [224, 48])
+                       stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, 64, HALF_READY)),
+        ], [4, LOADER_WARPS], _alternating_registers(BLOCK_N))
         invalidate_ring(full, empty, 2)
     else:
         x_lo = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], EXCHANGE_LAYOUT)
@@ -292,20 +309,18 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
         for i in gl.static_range(2):
             mbarrier.init(xchg.index(i), count=2)
         fence_async_shared()
+        consumer_args = (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, x_lo, x_hi, x_lo, x_hi, xchg,
+                         xchg, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
+                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh)
+        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, TAIL > 0, False, False, False)
         gl.warp_specialize([
-            (_consumer, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, x_lo, x_hi, x_lo, x_hi, xchg,
-                         xchg, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
-                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 0, BLOCK_N, STAGES, TAIL > 0,
-                         False)),
-            (_consumer, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_hi, x_lo, xchg, x_hi, x_lo, x_hi, x_lo, xchg,
-                         xchg, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
-                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, 1, BLOCK_N, STAGES, TAIL > 0,
-                         False)),
+            (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
+            (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
             (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem,
                        q_ready, q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb,
-                       stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, HALF)),
+                       stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, HALF, False)),
         ], [4, LOADER_WARPS], [224, 56])  # (224 + 224 + 56) x 128 <= 64 K registers; 232 / 40 spilled 32 B (loader)
         for i in gl.static_range(2):
             mbarrier.invalidate(xchg.index(i))
     invalidate_ring(q_ready, q_free, 1)
-    invalidate_ring(k_ready, kv_free, STAGES)
+    invalidate_ring(k_ready, kv_free, STAGES, READY_PARTS)

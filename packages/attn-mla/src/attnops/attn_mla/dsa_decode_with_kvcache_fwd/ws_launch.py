@@ -11,7 +11,7 @@ import torch
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from attnops.attn_mla.latent_ws import CONFIGS, HALF, HEADS, WsConfig
+from attnops.attn_mla.latent_ws import CONFIGS, HALF, HEADS, UNTIMED_CONFIGS, WsConfig
 from attnops.kernel_utils import runtime
 
 from .ws_kernel import dsa_decode_ws_kernel
@@ -19,8 +19,8 @@ from .ws_kernel import dsa_decode_ws_kernel
 __all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run"]
 
 # The alternating consumer (``latent_alt``) first: the default, 1.15-1.18x the channel split on the H200
-# (docs/perf/attn-mla.md, seventeenth session); the channel split (``latent_ws.consume_keys``) after it. Not here:
-# 64-key tiles (``ws-alt-n64s2``): with the rope tail they compile without a spill, but without it ptxas spills
+# (docs/perf/attn-mla.md, seventeenth session); the channel split (``latent_ws.consume_keys``) after it. 64-key
+# tiles (``ws-alt-n64s2``, FlashMLA's layout) only with the rope tail (``config_refusal``): without it ptxas spills
 # 24 B of scalars in the gather loader (40 registers; 28 B with [224, 48]), and the compile test takes no spill.
 # First, the default: the alternating consumer persistent (``-p``): one program per SM running every grid-th work
 # item, so an item's query load, ring fill and stores overlap its neighbours' tiles. On the H200 (2026-12-03 sweep,
@@ -28,8 +28,12 @@ __all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run"]
 # d512-h128-kv32k 2.800 -> 2.624, d576-h128-kv32k 5.451 -> 5.158 (docs/perf/attn-mla.md).
 MLA_ONLY = (WsConfig(64, 2, alternating=True),)
 ALTERNATING = tuple(c for c in CONFIGS if c.alternating and c not in MLA_ONLY)
+# Last, untimed (forced only: tests and sweeps): persistent 64-key blocks, and the persistent forms of
+# ``latent_ws.UNTIMED_CONFIGS`` (a ready barrier per half slot; per-thread releases). Aimed at the rows below 0.8x
+# FlashMLA (its sparse kernel has the 64-key layout and the half-slot barriers): never run on a GPU yet.
+UNTIMED = (replace(MLA_ONLY[0], persistent=True),) + tuple(replace(c, persistent=True) for c in UNTIMED_CONFIGS)
 WS_CONFIGS = (tuple(replace(c, persistent=True) for c in ALTERNATING) + ALTERNATING
-              + tuple(c for c in CONFIGS if not c.alternating))
+              + tuple(c for c in CONFIGS if not c.alternating) + UNTIMED)
 LATENT = 2 * HALF.value  # the value width the kernel serves (D = 512)
 TAILS = (0, 64)  # the rope tails it serves
 
@@ -50,12 +54,22 @@ def _q_rows(q: torch.Tensor) -> tuple[int, int] | None:
     return q.shape[0] * q.shape[1] * q.shape[2], row
 
 
-def refusal(q: torch.Tensor, kv: torch.Tensor, dim_tail: int) -> str | None:
-    """Why the kernel cannot serve a call, or None: D = 512 with a rope tail of 0 or 64, 16-bit, q readable
-    through its TMA row view, the cache's rows 16-byte aligned (cp.async pieces), on a Hopper GPU."""
+def config_refusal(cfg: WsConfig, dim_tail: int) -> str | None:
+    """Why config ``cfg`` cannot serve calls with this rope tail, or None: 64-key blocks need the tail (above)."""
+    if cfg.block_n == 64 and dim_tail != 64:
+        return f"64-key blocks need the 64-channel rope tail (without it the gather loader spills), got {dim_tail}"
+    return None
+
+
+def refusal(q: torch.Tensor, kv: torch.Tensor, dim_tail: int, cfg: WsConfig | None = None) -> str | None:
+    """Why the kernel (with config ``cfg``, where given) cannot serve a call, or None: D = 512 with a rope tail of 0
+    or 64, 16-bit, q readable through its TMA row view, the cache's rows 16-byte aligned (cp.async pieces), on a
+    Hopper GPU; ``config_refusal``."""
     d = q.shape[-1] - dim_tail
     if d != LATENT or dim_tail not in TAILS:
         return f"needs D = {LATENT} and dim_tail in {TAILS}, got D = {d}, dim_tail = {dim_tail}"
+    if cfg is not None and config_refusal(cfg, dim_tail):
+        return config_refusal(cfg, dim_tail)
     if q.dtype not in (torch.float16, torch.bfloat16):
         return f"needs float16 / bfloat16, got {q.dtype}"
     if _q_rows(q) is None:
@@ -67,9 +81,9 @@ def refusal(q: torch.Tensor, kv: torch.Tensor, dim_tail: int) -> str | None:
     return None
 
 
-def applies(q: torch.Tensor, kv: torch.Tensor, dim_tail: int) -> bool:
-    """Whether the kernel serves the call (``refusal`` says why not)."""
-    return refusal(q, kv, dim_tail) is None
+def applies(q: torch.Tensor, kv: torch.Tensor, dim_tail: int, cfg: WsConfig | None = None) -> bool:
+    """Whether the kernel (with ``cfg``, where given) serves the call (``refusal`` says why not)."""
+    return refusal(q, kv, dim_tail, cfg) is None
 
 
 def _q_desc(q: torch.Tensor, box: list[int]) -> TensorDescriptor:
@@ -91,4 +105,5 @@ def run(cfg: WsConfig, q, kv, clean, count, out, dim_tail: int, head_blocks_per_
         q_desc, _q_desc(q, [HEADS.value, dim_tail]) if dim_tail else q_desc, kv, clean, count, out, n_items, s, h, h_kv,
         h // h_kv, head_blocks_per_kv, qk_scale, kv.stride(0), kv.stride(1), kv.stride(2), out.stride(0),
         out.stride(1), out.stride(2), TAIL=dim_tail, BLOCK_K=clean.shape[1], BLOCK_N=cfg.block_n,
-        STAGES=cfg.stages, ALTERNATING=cfg.alternating, num_warps=4)
+        STAGES=cfg.stages, ALTERNATING=cfg.alternating, HALF_READY=cfg.half_ready,
+        THREAD_RELEASE=cfg.thread_release, num_warps=4)

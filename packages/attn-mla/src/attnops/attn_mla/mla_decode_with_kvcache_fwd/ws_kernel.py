@@ -30,9 +30,11 @@ from attnops.attn_mla.latent_alt import consume_blocks, handoff_buffers
 from attnops.attn_mla.latent_ws import EXCHANGE_LAYOUT, HALF, HEADS, consume_keys
 from attnops.kernel_utils.gluon_fns import (
     invalidate_ring,
+    release_count,
     ring_barriers,
     store_layout,
     to_store_layout,
+    warpgroup_partition,
     wgmma_acc_layout,
     wgmma_lhs_layout,
 )
@@ -86,45 +88,51 @@ def _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_bloc
 
 
 @gluon.jit
-def _consumer(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, q_ready, k_ready, kv_free, xchg, out_ptr, part_o_ptr,
-              part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits, qk_scale, stride_ob, stride_oh,
-              WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr):
+def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, q_ready, k_ready, kv_free, xchg, out_ptr,
+              part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits, qk_scale, stride_ob,
+              stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr):
     """Channel split: latent columns [256·WG, +256) of the program's 64 heads over the split's key tiles
-    (``latent_ws.consume_keys``), then their store."""
+    (``latent_ws.consume_keys``; ``x_lo`` / ``x_hi``: each warpgroup's partial scores), then their store."""
+    q_half = (q_lo, q_hi)[WG]
+    k_half = (k_lo, k_hi)[WG]
     s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
     o_layout: gl.constexpr = wgmma_acc_layout(HALF)
     start, end, n_tiles = _split_keys(n_kv, split_len, BLOCK_N)
     mbarrier.wait(q_ready.index(0), 0)
-    acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, mine, theirs, k_ready, kv_free,
-                                 xchg, start, end, n_tiles, 0, qk_scale, WG, BLOCK_N, STAGES, True, s_layout,
-                                 o_layout, wgmma_lhs_layout(HALF), False)
+    acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, (x_lo, x_hi)[WG],
+                                 (x_lo, x_hi)[1 - WG], k_ready, kv_free, xchg, start, end, n_tiles, 0, qk_scale, WG,
+                                 BLOCK_N, STAGES, True, s_layout, o_layout, wgmma_lhs_layout(HALF), False)
     _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_blocks_per_kv, n_splits, stride_ob,
            stride_oh, q_half.dtype, WG, s_layout, o_layout, SPLIT)
 
 
 @gluon.jit
-def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs, st_mine, st_theirs, full,
-                  empty, q_ready, k_ready, kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group,
-                  head_blocks_per_kv, split_len, n_splits, qk_scale, stride_ob, stride_oh, WG: gl.constexpr,
-                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr):
+def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p0, p1, st0, st1, full, empty, q_ready, k_ready,
+                  kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits,
+                  qk_scale, stride_ob, stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                  SPLIT: gl.constexpr, HALF_READY: gl.constexpr, THREAD_RELEASE: gl.constexpr):
     """Alternating blocks: latent columns [256·WG, +256) of the program's 64 heads, this warpgroup scoring every
-    other key block (``latent_alt.consume_blocks``), then their store."""
+    other key block (``latent_alt.consume_blocks``; ``p0`` / ``st0``: warpgroup 0's hand-off, ``p1`` / ``st1``
+    warpgroup 1's), then their store."""
     s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
     o_layout: gl.constexpr = wgmma_acc_layout(HALF)
     start, end, n_tiles = _split_keys(n_kv, split_len, BLOCK_N)
     mbarrier.wait(q_ready.index(0), 0)
-    acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p_theirs, st_mine,
-                                   st_theirs, full, empty, k_ready, kv_free, kv_free, start, end, n_tiles, 0, 0, 0,
-                                   qk_scale, WG, BLOCK_N, STAGES, True, s_layout, o_layout, wgmma_lhs_layout(HALF),
-                                   False, False)  # (no persistent loader: the queries are never released)
+    acc, m_i, l_i = consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, (k_lo, k_hi)[WG], (p0, p1)[WG],
+                                   (p0, p1)[1 - WG], (st0, st1)[WG], (st0, st1)[1 - WG], full, empty, k_ready,
+                                   kv_free, kv_free, start, end, n_tiles, 0, 0, 0, qk_scale, WG, BLOCK_N, STAGES, True,
+                                   s_layout, o_layout, wgmma_lhs_layout(HALF), False, False, HALF_READY,
+                                   THREAD_RELEASE)  # (the queries are never released)
     _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_blocks_per_kv, n_splits, stride_ob,
            stride_oh, q_lo.dtype, WG, s_layout, o_layout, SPLIT)
 
 
 @gluon.jit
 def _loader(q_desc, qpe_desc, k_desc, kpe_desc, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready, k_ready, kv_free,
-            H, n_kv, group, head_blocks_per_kv, split_len, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """TMA producer: the program's 64 query heads, then every key tile of its split."""
+            H, n_kv, group, head_blocks_per_kv, split_len, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            HALF_READY: gl.constexpr):
+    """TMA producer: the program's 64 query heads, then every key tile of its split (``HALF_READY``: a tile's low
+    latent half on its slot's first ready barrier, the high half and the rope keys on its second)."""
     hb = gl.program_id(0)
     split = gl.program_id(1)
     b = gl.program_id(2)
@@ -140,30 +148,38 @@ def _loader(q_desc, qpe_desc, k_desc, kpe_desc, q_lo, q_hi, qpe_smem, k_lo, k_hi
     key_row = b * n_kv + start  # (rope keys: 2-D rows; latent keys: request b, rows from start)
     k_col = kvh * (2 * HALF)
     pe_col = kvh * kpe_desc.block_type.shape[1]
-    tile_bytes: gl.constexpr = 2 * k_desc.block_type.nbytes + kpe_desc.block_type.nbytes
+    half_bytes: gl.constexpr = k_desc.block_type.nbytes
     for j in range(n_tiles):
         slot = j % STAGES
         mbarrier.wait(kv_free.index(slot), ((j // STAGES) & 1) ^ 1)  # a fresh barrier passes parity 1
-        tile_ready = k_ready.index(slot)
-        mbarrier.expect(tile_ready, tile_bytes)
+        lo_ready = k_ready.index(slot)
+        if HALF_READY:
+            hi_ready = k_ready.index(STAGES + slot)
+            mbarrier.expect(lo_ready, half_bytes)
+            mbarrier.expect(hi_ready, half_bytes + kpe_desc.block_type.nbytes)
+        else:
+            hi_ready = lo_ready
+            mbarrier.expect(lo_ready, 2 * half_bytes + kpe_desc.block_type.nbytes)
         row = key_row + j * BLOCK_N
         key = start + j * BLOCK_N
         lo_box = k_lo.index(slot).reshape([1, BLOCK_N, HALF])
         hi_box = k_hi.index(slot).reshape([1, BLOCK_N, HALF])
-        tma.async_copy_global_to_shared(k_desc, [b, key, k_col], tile_ready, lo_box)
-        tma.async_copy_global_to_shared(k_desc, [b, key, k_col + HALF], tile_ready, hi_box)
-        tma.async_copy_global_to_shared(kpe_desc, [row, pe_col], tile_ready, kpe_smem.index(slot))
+        tma.async_copy_global_to_shared(k_desc, [b, key, k_col], lo_ready, lo_box)
+        tma.async_copy_global_to_shared(k_desc, [b, key, k_col + HALF], hi_ready, hi_box)
+        tma.async_copy_global_to_shared(kpe_desc, [row, pe_col], hi_ready, kpe_smem.index(slot))
 
 
 @gluon.jit
 def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group,
                          head_blocks_per_kv, split_len, n_splits, qk_scale, stride_ob, stride_oh,
                          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
-                         ALTERNATING: gl.constexpr):
+                         ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr, THREAD_RELEASE: gl.constexpr):
     """Descriptors over 2-D row views: q ``[B·H, 512]`` in [64, 256] boxes, q_pe ``[B·H, PE]`` in [64, PE], rope
     keys ``[B·N_kv, H_kv·PE]`` in [BLOCK_N, PE]; latent keys per request, ``[B, N_kv, H_kv·512]`` in [1, BLOCK_N,
     256] boxes (zeros past N_kv: ``ws_launch._key_desc``).
-    ``ALTERNATING``: the consumers alternate whole key blocks (``latent_alt``) instead of splitting the channels.
+    ``ALTERNATING``: the consumers alternate whole key blocks (``latent_alt``) instead of splitting the channels;
+    ``HALF_READY`` (alternating only): two ready barriers a ring slot (``latent_alt._block_scores``);
+    ``THREAD_RELEASE`` (alternating only): the consumers free ring slots one arrival per thread.
     num_warps = 4 (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader: 1 warp)."""
     dtype: gl.constexpr = q_desc.dtype
     PE: gl.constexpr = qpe_desc.block_type.shape[1]
@@ -178,20 +194,24 @@ def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr
     kpe_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, PE], kpe_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready.index(0), count=1)
-    k_ready, kv_free = ring_barriers(STAGES, 1, 2)  # both consumers release a slot
+    gl.static_assert(ALTERNATING or not HALF_READY, "half-slot ready barriers: the alternating consumer only")
+    gl.static_assert(ALTERNATING or not THREAD_RELEASE, "per-thread releases: the alternating consumer only")
+    READY_PARTS: gl.constexpr = 2 if HALF_READY else 1
+    # both consumers release a slot
+    k_ready, kv_free = ring_barriers(STAGES, 1, release_count(2, THREAD_RELEASE), READY_PARTS)
     if ALTERNATING:
         # each warpgroup's P hand-off slot (64-key blocks: the rope slots) and its row maxima / sums
         p0, p1, st0, st1, full, empty = handoff_buffers(kpe_smem, BLOCK_N, PE)
         fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
+        consumer_args = (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p0, p1, st0, st1, full, empty, q_ready, k_ready,
+                         kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len,
+                         n_splits, qk_scale, stride_ob, stride_oh)
+        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, SPLIT, HALF_READY, THREAD_RELEASE)
         gl.warp_specialize([
-            (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_lo, p0, p1, st0, st1, full, empty, q_ready,
-                             k_ready, kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv,
-                             split_len, n_splits, qk_scale, stride_ob, stride_oh, 0, BLOCK_N, STAGES, SPLIT)),
-            (_consumer_alt, (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_hi, p1, p0, st1, st0, full, empty, q_ready,
-                             k_ready, kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv,
-                             split_len, n_splits, qk_scale, stride_ob, stride_oh, 1, BLOCK_N, STAGES, SPLIT)),
+            (warpgroup_partition, (gl.constexpr(_consumer_alt), consumer_args, 0, consumer_flags)),
+            (warpgroup_partition, (gl.constexpr(_consumer_alt), consumer_args, 1, consumer_flags)),
             (_loader, (q_desc, qpe_desc, k_desc, kpe_desc, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
-                       k_ready, kv_free, H, n_kv, group, head_blocks_per_kv, split_len, BLOCK_N, STAGES)),
+                       k_ready, kv_free, H, n_kv, group, head_blocks_per_kv, split_len, BLOCK_N, STAGES, HALF_READY)),
         ], [4, 1], [232, 24])  # (240: ptxas spilled 12 B of the second consumer)
         invalidate_ring(full, empty, 2)
     else:
@@ -201,17 +221,17 @@ def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr
         for i in gl.static_range(2):
             mbarrier.init(xchg.index(i), count=2)  # both consumers meet at an exchange
         fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
+        consumer_args = (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, q_ready, k_ready, kv_free, xchg,
+                         out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits,
+                         qk_scale, stride_ob, stride_oh)
+        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, SPLIT)
         gl.warp_specialize([
-            (_consumer, (q_lo, qpe_smem, k_lo, kpe_smem, x_lo, x_hi, q_ready, k_ready, kv_free, xchg, out_ptr,
-                         part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits, qk_scale,
-                         stride_ob, stride_oh, 0, BLOCK_N, STAGES, SPLIT)),
-            (_consumer, (q_hi, qpe_smem, k_hi, kpe_smem, x_hi, x_lo, q_ready, k_ready, kv_free, xchg, out_ptr,
-                         part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits, qk_scale,
-                         stride_ob, stride_oh, 1, BLOCK_N, STAGES, SPLIT)),
+            (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
+            (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
             (_loader, (q_desc, qpe_desc, k_desc, kpe_desc, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
-                       k_ready, kv_free, H, n_kv, group, head_blocks_per_kv, split_len, BLOCK_N, STAGES)),
+                       k_ready, kv_free, H, n_kv, group, head_blocks_per_kv, split_len, BLOCK_N, STAGES, False)),
         ], [4, 1], [240, 24])
         for i in gl.static_range(2):
             mbarrier.invalidate(xchg.index(i))
     mbarrier.invalidate(q_ready.index(0))
-    invalidate_ring(k_ready, kv_free, STAGES)
+    invalidate_ring(k_ready, kv_free, STAGES, READY_PARTS)

@@ -10,13 +10,14 @@ import torch
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from attnops.attn_mla.latent_ws import CONFIGS as WS_CONFIGS
-from attnops.attn_mla.latent_ws import HALF, HEADS, WsConfig
+from attnops.attn_mla.latent_ws import CONFIGS, HALF, HEADS, UNTIMED_CONFIGS, WsConfig
 from attnops.kernel_utils import runtime
 
 from .ws_kernel import mla_decode_ws_kernel
 
 __all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run"]
+# the measured configs (the default first), then the untimed ones (forced only: latent_ws.UNTIMED_CONFIGS)
+WS_CONFIGS = CONFIGS + UNTIMED_CONFIGS
 LATENT = 2 * HALF.value  # the latent width the kernel serves (D = kv_lora_rank = 512)
 ROPE = 64  # the rope width it serves (PE)
 
@@ -96,4 +97,5 @@ def run(cfg: WsConfig, q, q_pe, k, k_pe, out, part_o, part_lse, head_blocks_per_
         _desc(q, [HEADS.value, HALF.value]), _desc(q_pe, [HEADS.value, ROPE]), _key_desc(k, cfg),
         _desc(k_pe, [cfg.block_n, ROPE]), out, part_o, part_lse, h, n_kv, h // h_kv, head_blocks_per_kv, split_len,
         splits, qk_scale, out.stride(0), out.stride(1),
-        BLOCK_N=cfg.block_n, STAGES=cfg.stages, SPLIT=splits > 1, ALTERNATING=cfg.alternating, num_warps=4)
+        BLOCK_N=cfg.block_n, STAGES=cfg.stages, SPLIT=splits > 1, ALTERNATING=cfg.alternating,
+        HALF_READY=cfg.half_ready, THREAD_RELEASE=cfg.thread_release, num_warps=4)

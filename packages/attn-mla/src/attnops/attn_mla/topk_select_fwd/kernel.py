@@ -331,6 +331,18 @@ def _key_bin(key, HIST_BITS: tl.constexpr):
 
 
 @triton.jit
+def _split_program(row0, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss, stride_sg, stride_wb,
+                   stride_ws, stride_eb, stride_es):
+    """Program (i, p) of the split path's grid: its batch row i (row r = row0 + i), its place p in the row, and the
+    row's window (``_row_window``: lo, n, score row pointer)."""
+    i = tl.program_id(0)
+    r = row0 + i
+    lo, _, n, row_ptr = _row_window(r, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
+                                    stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
+    return i, r, tl.program_id(1), lo, n, row_ptr
+
+
+@triton.jit
 def topk_split_histogram_kernel(
     score_ptr, starts_ptr, ends_ptr, hist_ptr,
     row0, S, G, S_kv,
@@ -344,11 +356,8 @@ def topk_split_histogram_kernel(
     previous call's step 2 left at zero. (tl.histogram of the chunk into 2048 bins, merged per bin, took
     ~6.8 µs a program on the H200: shared-memory atomics per warp and a 2048-bin pass; a normal row's busiest
     bin takes ~5 % of the row's atomics.)"""
-    i = tl.program_id(0)
-    r = row0 + i
-    p = tl.program_id(1)
-    lo, _, n, row_ptr = _row_window(r, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
-                                    stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
+    i, r, p, lo, n, row_ptr = _split_program(row0, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
+                                             stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
     j = p * CHUNK + tl.arange(0, CHUNK)
     m = j < n
     x = tl.load(row_ptr + (lo + j).to(tl.int64) * stride_st, mask=m, other=0.0)
@@ -423,6 +432,20 @@ def _finish_row(row_ptr, stride_t, lo, n, topk, S_kv, out_row_ptr, cand_row_ptr,
 
 
 @triton.jit
+def _row_counters(counter_ptr, i):
+    """Row i's three counters: keys written above the threshold bin, candidates written, programs arrived."""
+    return counter_ptr + 3 * i, counter_ptr + 3 * i + 1, counter_ptr + 3 * i + 2
+
+
+@triton.jit
+def _reset_counters(above_counter, cand_counter, arrivals):
+    """The row's counters back at 0 for the next call (by its last program to arrive: every other has read them)."""
+    tl.atomic_xchg(above_counter, 0, sem="relaxed", scope="gpu")
+    tl.atomic_xchg(cand_counter, 0, sem="relaxed", scope="gpu")
+    tl.atomic_xchg(arrivals, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
 def topk_split_select_kernel(
     score_ptr, starts_ptr, ends_ptr, out_ptr, hist_ptr, counter_ptr, cand_ptr,
     row0, S, G, S_kv, topk,
@@ -433,25 +456,22 @@ def topk_split_select_kernel(
     CAP: tl.constexpr,  # candidate slots per row (keys in the threshold bin)
     BLOCK: tl.constexpr,  # positions per step of the last program's loops
     RADIX: tl.constexpr,  # the last program's register select by 8-bit digits
+    RANK_LAUNCH: tl.constexpr,  # the candidates are left to step 3 (``topk_split_rank_kernel``)
 ):
     """Split path, step 2 of 2 (program (i, p) as in step 1): from the row's histogram, the threshold bin b.
     The chunk's keys above b go to the output at slots taken from a per-row counter, its keys in b, as
     (fp32 bits << 32 | position), to the row's candidate buffer at slots from a second counter (order
     unspecified in both). The last program of the row to arrive selects among the candidates and zeroes the
-    row's histogram and counters."""
+    row's histogram and counters; with ``RANK_LAUNCH`` a third launch does both instead (and this step writes
+    nothing where the threshold bin overflows its ``CAP`` slots, which step 3 reads as an empty count)."""
     tl.static_assert(CHUNK % 4 == 0)
-    i = tl.program_id(0)
-    r = row0 + i
-    p = tl.program_id(1)
+    i, r, p, lo, n, row_ptr = _split_program(row0, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
+                                             stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
     nchunks = tl.num_programs(1)
-    lo, _, n, row_ptr = _row_window(r, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
-                                    stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
     hist_row = hist_ptr + (i.to(tl.int64) << HIST_BITS)
     out_row = out_ptr + r.to(tl.int64) * topk
     cand_row = cand_ptr + i.to(tl.int64) * CAP
-    above_counter = counter_ptr + 3 * i
-    cand_counter = counter_ptr + 3 * i + 1
-    arrivals = counter_ptr + 3 * i + 2
+    above_counter, cand_counter, arrivals = _row_counters(counter_ptr, i)
     # The chunk is loaded before the histogram is scanned (not inside the branch): the two loads overlap.
     j = p * CHUNK + tl.arange(0, CHUNK // 4)[:, None] * 4 + tl.arange(0, 4)[None, :]  # [CHUNK / 4, 4]
     m = j < n
@@ -466,11 +486,69 @@ def topk_split_select_kernel(
         in_b = m & (key_bin == b)
         base = tl.atomic_add(cand_counter, tl.sum(tl.sum(in_b.to(tl.int32), axis=1), axis=0), sem="relaxed")
         _compact_tile(x, lo + j, in_b, base, cand_row, CAP)
+    if RANK_LAUNCH:
+        return
     tl.debug_barrier()  # every thread's writes (and histogram reads) done before the arrival is released
     if tl.atomic_add(arrivals, 1, sem="acq_rel", scope="gpu") == nchunks - 1:
         _finish_row(row_ptr, stride_st, lo, n, topk, S_kv, out_row, cand_row, b, above, in_bin, CAP, BLOCK,
                     HIST_BITS, RADIX)
         tl.store(hist_row + tl.arange(0, 1 << HIST_BITS), 0)
-        tl.atomic_xchg(above_counter, 0, sem="relaxed", scope="gpu")
-        tl.atomic_xchg(cand_counter, 0, sem="relaxed", scope="gpu")
-        tl.atomic_xchg(arrivals, 0, sem="relaxed", scope="gpu")
+        _reset_counters(above_counter, cand_counter, arrivals)
+
+
+@triton.jit
+def topk_split_rank_kernel(
+    score_ptr, starts_ptr, ends_ptr, out_ptr, hist_ptr, counter_ptr, cand_ptr,
+    row0, S, G, S_kv, topk,
+    stride_sb, stride_ss, stride_st, stride_sg,
+    stride_wb, stride_ws, stride_eb, stride_es,
+    HIST_BITS: tl.constexpr,
+    CAP: tl.constexpr,  # candidate slots per row (as in step 2)
+    BLOCK: tl.constexpr,  # positions per step of the short-window and whole-window loops
+    SLICE: tl.constexpr,  # candidates a program ranks at a time
+    RANK_BLOCK: tl.constexpr,  # candidates each of them is compared with at a time
+):
+    """Split path with ``RANK_LAUNCH``, step 3 of 3 (program (i, p) as in steps 1 and 2): the threshold bin's
+    candidates are ranked by every program of the row at once instead of selected by its last one (that
+    program's dependent steps were ~2/3 of step 2 on the decode row, H200 2026-12-03). A candidate's rank is
+    the number of candidates before it in (key descending, position ascending) order: a total order, so the
+    ranks are distinct and the ties go to the lower positions. Program p ranks candidates p·SLICE, (p + P)·
+    SLICE, ... against all of them and writes those ranked below topk − above after the keys above the bin.
+    Program 0 pads a window of n <= topk positions, or selects over the whole window when step 2 found the bin
+    over its slots (no candidate written). Each program zeroes its share of the row's histogram (this step
+    never reads it); the row's last program to arrive zeroes the counters once every program has read them."""
+    i, r, p, lo, n, row_ptr = _split_program(row0, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
+                                             stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
+    nprog = tl.num_programs(1)
+    out_row = out_ptr + r.to(tl.int64) * topk
+    cand_row = cand_ptr + i.to(tl.int64) * CAP
+    above_counter, cand_counter, arrivals = _row_counters(counter_ptr, i)
+    above = tl.load(above_counter)
+    n_cand = tl.load(cand_counter)
+    if n <= topk:
+        if p == 0:
+            _write_short_window(out_row, lo, n, topk, S_kv, tl.arange(0, BLOCK), BLOCK)
+    elif n_cand == 0:  # (a window of more than topk keys always has some in its threshold bin)
+        if p == 0:
+            _select_window(row_ptr, stride_st, lo, n, topk, out_row, BLOCK)
+    else:
+        need = topk - above
+        for s0 in range(p * SLICE, n_cand, nprog * SLICE):
+            si = s0 + tl.arange(0, SLICE)
+            vi = si < n_cand
+            ki, pi = _keys_at(si, vi, cand_row, 0, 0, cand_row, True)
+            rank = tl.zeros([SLICE], dtype=tl.int32)
+            for c0 in range(0, n_cand, RANK_BLOCK):
+                cj = c0 + tl.arange(0, RANK_BLOCK)
+                vj = cj < n_cand
+                kj, pj = _keys_at(cj, vj, cand_row, 0, 0, cand_row, True)
+                before = (kj[None, :] > ki[:, None]) | ((kj[None, :] == ki[:, None]) & (pj[None, :] < pi[:, None]))
+                rank += tl.sum((before & vj[None, :]).to(tl.int32), axis=1)
+            tl.store(out_row + above + rank, pi, mask=vi & (rank < need))
+    hist_row = hist_ptr + (i.to(tl.int64) << HIST_BITS)
+    for z0 in range(p * BLOCK, 1 << HIST_BITS, nprog * BLOCK):
+        z = z0 + tl.arange(0, BLOCK)
+        tl.store(hist_row + z, 0, mask=z < (1 << HIST_BITS))
+    tl.debug_barrier()  # every thread's counter reads done before the arrival is released
+    if tl.atomic_add(arrivals, 1, sem="acq_rel", scope="gpu") == nprog - 1:
+        _reset_counters(above_counter, cand_counter, arrivals)

@@ -9,7 +9,12 @@ import triton
 
 from attnops.kernel_utils import checks, runtime
 
-from .kernel import topk_select_kernel, topk_split_histogram_kernel, topk_split_select_kernel
+from .kernel import (
+    topk_select_kernel,
+    topk_split_histogram_kernel,
+    topk_split_rank_kernel,
+    topk_split_select_kernel,
+)
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,9 @@ class TopKConfig:
     # cap(topk) = candidate slots of the threshold bin. block: step of the last program's loops.
     split_chunk: int = 0
     hist_bits: int = 11
+    # Split path: a third launch ranks the threshold bin's candidates over every program of the row instead of
+    # the row's last program selecting them (``topk_split_rank_kernel``)
+    rank_launch: bool = False
 
     def programs_per_row(self, s_kv: int) -> int:
         return triton.cdiv(s_kv, self.split_chunk) if self.split_chunk else 1
@@ -77,6 +85,10 @@ CONFIGS = {
     # Sweep candidate (not picked): the last program's select by 8-bit digits (4 histogram steps instead of 21
     # bitwise ones over the candidates).
     "h200-split-radix": replace(_SPLIT, radix=True),
+    # Sweep candidate (not picked, untimed): the candidates ranked by a third launch over the row's 32 programs
+    # (each candidate counted against all ~870: a total order, so no search) instead of the last program's ~22 k
+    # cycles of dependent steps after the others finish (H200 Nsight, 2026-12-03: ~2/3 of the select launch).
+    "h200-split-rank": replace(_SPLIT, rank_launch=True),
     # Sweep candidates (not picked): the split path with 8 / 16 warps. H200 Nsight of h200-split (2026-12-03,
     # SASS counts): every select program runs ~1080 instructions per warp and the row's last program ~3000 more,
     # at ~7-9 cycles each: one warp per scheduler hides no latency. More warps spread the 2048 bins, the chunk
@@ -136,13 +148,17 @@ def launch(index_score, starts, ends, topk: int, out: torch.Tensor, config: TopK
 
 
 SPLIT_ROWS = 512  # rows per launch pair of the split path (row histograms and candidates: ~10 MB at k = 2048)
+# The rank launch (``TopKConfig.rank_launch``): candidates a program ranks at a time, and against how many at a time
+# ([32, 256] compares: 64 a thread at 4 warps)
+RANK_SLICE = 32
+RANK_BLOCK = 256
 
 
 def _launch_split(index_score, starts, ends, topk: int, out: torch.Tensor, config: TopKConfig) -> torch.Tensor:
-    """The split path: grid (rows, programs per row), two launches per batch of rows (one batch whenever
-    ``pick_config`` chose it; pinned on many long rows, several). The row histograms and counters live in the
-    stream's arrival counters (zero between calls: each row's last program resets its own), so no memset
-    runs; the candidates are scratch that step 2 reads only where its own programs wrote."""
+    """The split path: grid (rows, programs per row), two launches per batch of rows (three with ``rank_launch``;
+    one batch whenever ``pick_config`` chose it; pinned on many long rows, several). The row histograms and
+    counters live in the stream's arrival counters (zero between calls: each row's last program resets its own),
+    so no memset runs; the candidates are scratch that the last step reads only where step 2 wrote."""
     b, s, s_kv, g = index_score.shape
     num_rows, chunks = b * s * g, config.programs_per_row(s_kv)
     dev, bins, cap = index_score.device, 1 << config.hist_bits, config.cap(topk)
@@ -160,8 +176,14 @@ def _launch_split(index_score, starts, ends, topk: int, out: torch.Tensor, confi
         topk_split_select_kernel[grid](
             index_score, starts, ends, out, hist, counters, candidates, row0, s, g, s_kv, topk, *strides,
             CHUNK=config.split_chunk, HIST_BITS=config.hist_bits, CAP=cap, BLOCK=config.block, RADIX=config.radix,
-            num_warps=config.num_warps,
+            RANK_LAUNCH=config.rank_launch, num_warps=config.num_warps,
         )
+        if config.rank_launch:
+            topk_split_rank_kernel[grid](
+                index_score, starts, ends, out, hist, counters, candidates, row0, s, g, s_kv, topk, *strides,
+                HIST_BITS=config.hist_bits, CAP=cap, BLOCK=config.block, SLICE=RANK_SLICE, RANK_BLOCK=RANK_BLOCK,
+                num_warps=config.num_warps,
+            )
     return out
 
 
