@@ -44,9 +44,10 @@ def main():
         fn = lambda c=case: SPEC.fn(**c.inputs)  # noqa: E731
         G = H // a["k"].shape[2]
         variants = []
-        if args.order:  # chunks smaller than the row's B·H_kv pairs (the default is one chunk of them all)
+        if args.order:  # chunks of up to the row's B·H_kv pairs (all of them: one chunk)
+            pairs = B * a["k"].shape[2]
             variants += [(f"{chosen.name}-group{g}", SPEC.fn, functools.partial(bwd.forced, chosen, group=g))
-                         for g in (8, 16, 32, 64) if g < B * a["k"].shape[2]]
+                         for g in sorted({8, 16, 32, 64, pairs}) if g <= pairs]
         elif not args.ws_only:
             variants += [(cfg.name + ("" if det else "-atomic"), functools.partial(SPEC.fn, deterministic=det),
                           functools.partial(bwd.forced, cfg))

@@ -65,13 +65,14 @@ HEAD_SUM_ROWS = 32  # key rows per program of gqa_bwd_head_sum_kernel
 # fused; 4: 136.1 / 124.3; 8: 165.0 / 148.9; unsplit 180.6.
 FUSED_SUM_DEFAULT = True
 # The Triton kernel's program order (``gqa_bwd_kernel``): (batch, KV head) pairs per chunk, each chunk's dK/dV
-# programs then its dQ programs; None: one chunk, every dK/dV program before every dQ program (the order of every
-# measurement so far). Why smaller chunks may pay (offline reasoning, not measured): on the short MHA rows (128 pairs,
-# 2048 programs, ~8 waves of 264 resident) each wave of dK/dV programs streams Q / dO of every pair (33.5 MB) and
-# each wave of dQ programs K / V of every pair (33.5 MB), so later waves re-read from HBM what earlier ones read
-# (~2.5x the tensors: ~100 MB more than once); chunks of 32 pairs keep each wave's ~16 MB within the 50 MB L2.
-# ``tune_gqa_bwd --order`` times chunk sizes against this default.
-ORDER_GROUP: int | None = None
+# programs then its dQ programs (one chunk: every dK/dV program before every dQ program). Why chunks pay: on a
+# grid of several waves (the short MHA rows: 128 pairs, 2048 programs, ~8 waves of 264 resident) each wave of dK/dV
+# programs streams Q / dO of every pair and each wave of dQ programs K / V of every pair, so later waves re-read
+# from HBM what earlier ones read; chunks of 32 pairs keep a wave's ~16 MB within the 50 MB L2. H200, 2026-12-05,
+# one run, checked (benchmarks/results/h200/20261205-0234-tune-bwd-order.json), llama-8b / 70b-short-mha bf16:
+# 32 pairs 126.7 / 129.1 us, 16 127.2 / 129.0, 8 131.6 / 131.6, 64 133.4 / 133.1, one chunk 140.8 / 141.2. (Those
+# rows now take the Gluon kernels; a call of at most 32 pairs, e.g. every short GQA seed row, keeps one chunk.)
+ORDER_GROUP = 32
 
 
 def _dim_class(head_dim: int) -> int:
@@ -295,7 +296,7 @@ def _launch(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, cfg: BwdConfi
     key_blocks = 0 if dq_only else triton.cdiv(S_kv, cfg.block_n1)
     counters = runtime.arrival_counters(p.q.device, key_blocks * bh_kv) if fused_sum else delta
     num_q_blocks = triton.cdiv(S_q * G, cfg.block_m2)
-    group = min(_FORCED.get("group", ORDER_GROUP or bh_kv), bh_kv)
+    group = min(_FORCED.get("group", ORDER_GROUP), bh_kv)
     grid = (bh_kv * (key_blocks * splits + (num_q_blocks if p.deterministic else 0)),)
     gqa_bwd_kernel[grid](
         p.q, p.k, p.v, p.do, p.lse, delta, p.dq, p.dk, p.dv, dq_acc, part, counters,
