@@ -501,6 +501,16 @@ def test_strided_views_and_determinism():
         testing.assert_bitwise(name, first[name], again[name])
 
 
+def test_custom_ops_schema_and_fake():
+    """attnops::gqa_bwd and attnops::gqa_attention_fwd as the public functions call them: no argument declared or
+    found written, and fake impls whose outputs match the kernels' in shape, dtype and strides."""
+    from attnops.attn_core.gqa_bwd import autograd, op
+
+    a = make_case(GQA, DEV, shrink=True, seed=23, s_q=17, s_kv=29, head_dim=64).inputs
+    testing.opcheck_as_called(op, "_bwd", lambda: gqa_bwd(**a))
+    testing.opcheck_as_called(autograd, "_fwd_lse", lambda: gqa_attention_fwd(a["q"], a["k"], a["v"]))
+
+
 def test_empty_shapes():
     """No batch, no query, no key: every gradient is 0 (nothing launched)."""
     for kw in ({"batch": 0}, {"s_q": 0, "s_kv": 5}, {"s_q": 4, "s_kv": 0, "is_causal": False}):

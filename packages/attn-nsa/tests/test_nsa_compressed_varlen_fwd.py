@@ -187,3 +187,10 @@ def test_gpu_default_is_the_sweep_winner(monkeypatch):
     args = {"GP": 16, "BDK": 128, "BDV": 128}
     c = op._default(op._TUNED.valid_configs(args), args)
     assert (c.kwargs["BC"], c.kwargs["BM"], c.num_warps, c.num_stages) == (16, 64, 4, 2)
+
+
+def test_custom_op_schema_and_fake():
+    """attnops::nsa_compressed_varlen_fwd as the public function calls it: no argument written, and a fake impl
+    whose outputs (o and lse) match the kernel's (dv != dk, as the fake's output width must follow v_cmp)."""
+    case = build_case([50, 20], 8, 2, 64, 32, torch.float16, 0.125, 16, DEV, seed=25)
+    testing.opcheck_as_called(op, "_nsa_compressed", lambda: case.run(nsa_compressed_varlen_fwd))

@@ -9,6 +9,7 @@ from attnops.attn_nsa import nsa_topk_varlen_fwd
 from attnops.attn_nsa.nsa_topk_varlen_fwd import op
 from attnops.attn_nsa.nsa_topk_varlen_fwd.reference import nsa_topk_importance
 from attnops.attn_nsa.nsa_topk_varlen_fwd.spec import SPEC, build_case, make_case
+from attnops.kernel_utils import testing
 from attnops.kernel_utils.pytest_plugin import seed_rows
 
 SMALL = [c for c in op.CONFIGS if c.kwargs["BC"] == 32][0]  # BC 32 forces the multi-tile merge below
@@ -179,3 +180,10 @@ def test_gpu_default_is_the_sweep_winner(monkeypatch, bd, gp, s, want):
     args = {"GP": gp, "SP": s, "BD": bd}
     c = op._default(op._TUNED.valid_configs(args), args)
     assert (c.kwargs["BM"], c.kwargs["BC"], c.num_warps) == want
+
+
+def test_custom_op_schema_and_fake():
+    """attnops::nsa_topk_varlen_fwd as the public function calls it: no argument written, and a fake impl whose
+    block_indices match the kernel's in shape, dtype and strides."""
+    case = build_case([60, 33], 8, 2, 64, torch.float16, 0.125, 3, 16, DEV, seed=26)
+    testing.opcheck_as_called(op, "_nsa_topk", lambda: case.run(nsa_topk_varlen_fwd))

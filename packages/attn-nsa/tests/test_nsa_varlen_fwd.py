@@ -262,3 +262,10 @@ def test_gpu_default_is_the_sweep_winner(monkeypatch, bd, sel, tma, want):
     c = op._default(op._TUNED.valid_configs(args), args)
     assert (c.kwargs["KB"], c.num_stages, c.kwargs["TMA"], c.num_warps) == (1, 2, 0, 1)
     assert (c.kwargs["NT"], c.kwargs["INT32_ROWS"], c.maxnreg) == want
+
+
+def test_custom_op_schema_and_fake():
+    """attnops::nsa_varlen_fwd as the public function calls it: no argument written, and a fake impl whose output
+    matches the kernel's."""
+    case = build_case([40, 25], 8, 2, 64, torch.float16, 3, 16, True, 0.125, DEV, seed=24)
+    testing.opcheck_as_called(op, "_nsa_varlen", lambda: case.run(nsa_varlen_fwd))

@@ -109,3 +109,12 @@ def test_bad_input_is_rejected_before_launch(name, monkeypatch):
     with pytest.raises(error, match=message):
         paged_kv_cache_gather_fwd(**inputs)
     testing.assert_bitwise("dst", inputs["dst"], before)
+
+
+def test_custom_op_schema_and_fake():
+    """attnops::paged_kv_cache_gather_fwd as the public function calls it: it declares ``dst`` as the one argument
+    it writes, and its fake impl agrees (f16: the schema check cannot compare fp8 caches on the CPU)."""
+    from attnops.kvcache_ops.paged_kv_cache_gather_fwd import op
+
+    case = make_case(ROWS["mla-small"], DEV, shrink=True, seed=22)
+    testing.opcheck_as_called(op, "_gather", lambda: case.run(paged_kv_cache_gather_fwd))

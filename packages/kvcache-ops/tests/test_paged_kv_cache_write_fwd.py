@@ -120,3 +120,12 @@ def test_bad_input_is_rejected_before_launch(name, monkeypatch):
         paged_kv_cache_write_fwd(**inputs)
     if before is not None:
         testing.assert_bitwise("k_pages", inputs["k_pages"], before)
+
+
+def test_custom_op_schema_and_fake():
+    """attnops::paged_kv_cache_write_fwd as the public function calls it: it declares the two pools it writes and
+    no other argument, and its fake impl agrees (f16: the schema check cannot compare fp8 pools on the CPU)."""
+    from attnops.kvcache_ops.paged_kv_cache_write_fwd import op
+
+    case = make_case(F16_ROW, DEV, shrink=True, seed=21)
+    testing.opcheck_as_called(op, "_write", lambda: case.run(paged_kv_cache_write_fwd))

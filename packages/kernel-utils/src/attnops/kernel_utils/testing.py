@@ -187,3 +187,32 @@ def run_compile_script(script, timeout: int) -> subprocess.CompletedProcess:
         pytest.skip("Triton's NVIDIA backend or Gluon is not installed")
     env = dict(os.environ, TRITON_INTERPRET="0")
     return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def opcheck_as_called(module, attr: str, call) -> None:
+    """``torch.library.opcheck`` (schema: declared mutations; fake impl: output metadata) of the custom op
+    ``module.<attr>`` on the arguments a public function really passes it, so the checked tuple cannot drift from
+    the op's signature: ``call()`` runs the public function once while the op is recorded."""
+    op = getattr(module, attr)
+    seen = []
+
+    def copy(a):
+        return a.clone() if isinstance(a, torch.Tensor) else a
+
+    def record(*args, **kwargs):
+        # copies taken before the op runs: an in-place op rerun on its own results would write the same values
+        # again and hide an undeclared mutation from the schema check
+        seen.append((tuple(map(copy, args)), {k: copy(a) for k, a in kwargs.items()}))
+        return op(*args, **kwargs)
+
+    setattr(module, attr, record)
+    try:
+        call()
+    finally:
+        setattr(module, attr, op)
+    if not seen:
+        raise AssertionError(f"{module.__name__}.{attr}: the call never reached the custom op")
+    args, kwargs = seen[0]
+    result = torch.library.opcheck(op, args, kwargs, test_utils=("test_schema", "test_faketensor"))
+    failed = {test: outcome for test, outcome in result.items() if outcome != "SUCCESS"}
+    assert not failed, failed
