@@ -87,6 +87,24 @@ def test_repeated_calls_are_bitwise_identical(spec):
     reliability.assert_deterministic(spec, busy_fuzz_case(spec))
 
 
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+def test_compiles_as_one_graph(spec):
+    case = spec.fuzz(7, DEV)
+    case.inputs.pop("plan", None)  # planned inside the custom op
+    reliability.assert_compiles_whole(spec, case)
+
+
+PLANNED = [GQA_PAGED_FWD, MHA_DECODE_PAGED_FWD, GQA_PREFILL_PAGED_FWD]
+
+
+@pytest.mark.parametrize("spec", PLANNED, ids=[s.name for s in PLANNED])
+def test_planned_call_compiles_with_a_graph_break(spec):
+    """A call with a plan is no single custom op (the plan is a host object): under torch.compile its launches run
+    eagerly (``runtime.eager_under_compile``), with the eager call's bits."""
+    case = reliability.first_fuzz_case(spec, lambda case: case.inputs.get("plan") is not None)
+    reliability.assert_compiles_whole(spec, case, fullgraph=False)
+
+
 # ---------------------------------------------------------------------------------------------------
 # NaN / inf inputs (forward ops). Each case has four requests; r0 has q_len = kv_len (its first query sees key 0
 # only), r1 is clean, r0, r2 and r3 are poisoned as listed in POISONS. Every request is causal (bottom-right) with

@@ -21,3 +21,11 @@ def test_repeated_calls_are_bitwise_identical(spec):
     case = spec.fuzz(7, reliability.runtime.device())
     case.inputs.pop("clean_logits", None)  # unclean logits leave out-of-window entries unspecified
     reliability.assert_deterministic(spec, case)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+def test_compiles_as_one_graph(spec):
+    case = spec.fuzz(7, reliability.runtime.device())
+    case.inputs.pop("clean_logits", None)  # as above: the compiled call's bits are compared with the eager call's
+    reliability.assert_compiles_whole(spec, case)
+

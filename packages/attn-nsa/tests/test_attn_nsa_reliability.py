@@ -45,6 +45,11 @@ def test_repeated_calls_are_bitwise_identical(spec):
     reliability.assert_deterministic(spec, busy_fuzz_case(spec))
 
 
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+def test_compiles_as_one_graph(spec):
+    reliability.assert_compiles_whole(spec, spec.fuzz(7, DEV))
+
+
 # ---------------------------------------------------------------------------------------------------
 # NaN / inf inputs. Each case packs sequences of 40 (or 20 / 100), 0, 37 (70) and 50 (9) tokens so that token tiles
 # straddle sequences; the poisoned element lies in the third sequence, KV head 1, head-dim column 0. Checks: what

@@ -38,3 +38,8 @@ def test_nan_and_inf_inputs_propagate_like_the_reference(spec):
     first_three = (slice(None),) * (source.dim() - 1) + (slice(0, 3),)
     source[first_three] = torch.tensor([float("nan"), float("inf"), -float("inf")]).to(source.dtype)
     spec.check(case)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+def test_compiles_as_one_graph(spec):
+    reliability.assert_compiles_whole(spec, spec.fuzz(7, reliability.runtime.device()))

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from . import runtime, testing
+from . import checks, runtime, testing
 from .opspec import Case, OpSpec
 
 
@@ -54,3 +54,23 @@ def random_choice(gen: torch.Generator, options):
 def random_int(gen: torch.Generator, low: int, high: int) -> int:
     """Uniform in [low, high]."""
     return int(torch.randint(low, high + 1, (1,), generator=gen))
+
+
+def assert_compiles_whole(spec: OpSpec, case: Case, fullgraph: bool = True):
+    """``torch.compile(fullgraph=True)`` traces the public function as one graph (no host read of a tensor's values,
+    no untraceable Python in the wrapper) and the compiled call gives the eager call's bits (``fullgraph=False``:
+    for calls that break the graph by design, only the bits). The value checks, which
+    read index tensors on the host, are off as they are by default for CUDA tensors (``checks.validate_values``);
+    with them on, a traced call would break the graph at the first such read. ``aot_eager``: the call is traced
+    through the custom ops' fake impls and then runs the kernels themselves."""
+    eager = case.fresh().run(spec.fn)
+    validate_values = checks.validate_values
+    checks.validate_values = lambda *tensors: False
+    torch._dynamo.reset()
+    try:
+        compiled = case.fresh().run(torch.compile(spec.fn, backend="aot_eager", fullgraph=fullgraph))
+    finally:
+        checks.validate_values = validate_values
+        torch._dynamo.reset()
+    for name in eager:
+        testing.assert_bitwise(f"{name} (compiled call)", compiled[name], eager[name])

@@ -309,6 +309,7 @@ def _(q, k_pages, v_pages, page_table, cache_seqlens, cu_seqlens_q, q_scale, k_s
     return q.new_empty(q.shape, dtype=out_dtype)
 
 
+@runtime.eager_under_compile
 def _run(plan, q, k_pages, v_pages, page_table, cache_seqlens, cu_seqlens_q, q_scale, k_scale, v_scale, rope_cos,
          rope_sin, sinks, sm_scale, softcap, rope, rotary_dim, interleaved, out_dtype):
     o = testing.kernel_buffer(q.shape, out_dtype, q.device)

@@ -193,6 +193,7 @@ def _stage_width(plan: PrefillPagedPlan, q, k_pages, v_pages, block_table, out, 
     return 0
 
 
+@runtime.eager_under_compile
 def _run(plan: PrefillPagedPlan, q, k_new, v_new, k_pages, v_pages, k_scale, v_scale, cu_seqlens_q, cache_seqlens,
          block_table, out, page_size, sm_scale, softcap, fuse_rope, rope_base, max_position, rotary_dim):
     if q.shape[0] == 0:
