@@ -28,4 +28,3 @@ def test_compiles_as_one_graph(spec):
     case = spec.fuzz(7, reliability.runtime.device())
     case.inputs.pop("clean_logits", None)  # as above: the compiled call's bits are compared with the eager call's
     reliability.assert_compiles_whole(spec, case)
-

@@ -57,18 +57,17 @@ def random_int(gen: torch.Generator, low: int, high: int) -> int:
 
 
 def assert_compiles_whole(spec: OpSpec, case: Case, fullgraph: bool = True):
-    """``torch.compile(fullgraph=True)`` traces the public function as one graph (no host read of a tensor's values,
-    no untraceable Python in the wrapper) and the compiled call gives the eager call's bits (``fullgraph=False``:
-    for calls that break the graph by design, only the bits). The value checks, which
-    read index tensors on the host, are off as they are by default for CUDA tensors (``checks.validate_values``);
-    with them on, a traced call would break the graph at the first such read. ``aot_eager``: the call is traced
-    through the custom ops' fake impls and then runs the kernels themselves."""
+    """The public function under ``torch.compile(backend="aot_eager")`` passes ``spec.check`` (reference, inputs
+    untouched) and gives the eager call's bits; with ``fullgraph`` it must trace as one graph (no host read of a
+    tensor's values, no untraceable Python in the wrapper). The value checks, which read index tensors on the host,
+    are off, as they are by default for CUDA tensors (``checks.validate_values``): with them on, tracing would break
+    at the first such read. ``aot_eager`` traces through the custom ops' fake impls and runs the kernels."""
     eager = case.fresh().run(spec.fn)
     validate_values = checks.validate_values
     checks.validate_values = lambda *tensors: False
     torch._dynamo.reset()
     try:
-        compiled = case.fresh().run(torch.compile(spec.fn, backend="aot_eager", fullgraph=fullgraph))
+        compiled = spec.check(case, torch.compile(spec.fn, backend="aot_eager", fullgraph=fullgraph))
     finally:
         checks.validate_values = validate_values
         torch._dynamo.reset()
