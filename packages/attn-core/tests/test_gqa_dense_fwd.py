@@ -194,16 +194,13 @@ def test_strided_views():
 
 
 def test_custom_op_schema_and_fake():
-    """torch.library.opcheck of the registered op: schema (no mutation) and the fake (meta) impl (f16: the
-    schema check cannot compare fp8 tensors on the CPU)."""
+    """torch.library.opcheck of attnops::gqa_dense_fwd on the arguments the public function passes: schema (no
+    mutation) and the fake (meta) impl (f16: the schema check cannot compare fp8 tensors on the CPU)."""
+    from attnops.attn_core.gqa_dense_fwd import op
+
     case = make_case(DECODE, DEV, shrink=True, seed=14, s_q=3, s_kv=20, heads=(4, 2), head_dim=64,
                      softcap=10.0, pos_encoding_mode="rope", rotary_dim=32)
-    a = case.inputs
-    args = (a["q"], a["k"], a["v"], None, None, None, a["rope_cos"], a["rope_sin"],
-            1 << 30, 0, 0.125, 10.0, 32, False, torch.float16)
-    result = torch.library.opcheck(torch.ops.attnops.gqa_dense_fwd.default, args,
-                                   test_utils=("test_schema", "test_faketensor"))
-    assert set(result.values()) == {"SUCCESS"}, result
+    testing.opcheck_as_called(op, "_dense", lambda: case.run(gqa_dense_fwd))
 
 
 def test_empty_batch_and_empty_keys():

@@ -381,14 +381,10 @@ def test_head_dim_256_and_group_of_16():
 
 
 def test_custom_op_schema_and_fake_impl():
-    """torch.library registration: declared schema (no mutation) and the fake (meta) implementation."""
-    from attnops.attn_core.gqa_paged_fwd.op import _gqa_paged
-
-    a = build_case([2, 1], [20, 11], 4, 2, 64, 16, torch.float16, torch.float16, DEV, seed=31, sinks=True).inputs
-    args = (a["q"], a["k_pages"], a["v_pages"], a["page_table"], a["cache_seqlens"], a["cu_seqlens_q"], None, None,
-            None, None, None, a["sinks"], True, -1, -1, 0.125, 0.0, False, 64, False, torch.float16)
-    result = torch.library.opcheck(_gqa_paged, args, test_utils=("test_schema", "test_faketensor"))
-    assert set(result.values()) == {"SUCCESS"}, result
+    """torch.library registration, on the arguments the public function passes: declared schema (no mutation) and
+    the fake (meta) implementation."""
+    case = build_case([2, 1], [20, 11], 4, 2, 64, 16, torch.float16, torch.float16, DEV, seed=31, sinks=True)
+    testing.opcheck_as_called(paged_op, "_gqa_paged", lambda: case.run(gqa_paged_fwd))
 
 
 def test_empty_requests_and_empty_batch():

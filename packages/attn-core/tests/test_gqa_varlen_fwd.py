@@ -256,14 +256,12 @@ def test_strided_views():
 
 
 def test_custom_op_schema_and_fake():
-    """torch.library.opcheck of the registered op: schema (no mutation) and the fake (meta) impl."""
+    """torch.library.opcheck of attnops::gqa_varlen_fwd on the arguments the public function passes: schema (no
+    mutation) and the fake (meta) impl."""
+    from attnops.attn_core.gqa_varlen_fwd import op
+
     case = make_case(SINKS, DEV, shrink=True, seed=14, q_lens=[3, 0, 5], kv_lens=[9, 2, 5], window_size_left=4)
-    a = case.inputs
-    args = (a["q"], a["k"], a["v"], a["cu_seqlens_q"], a["cu_seqlens_kv"], None, None, None, None, None, a["sinks"],
-            5, 9, 4, 0, 0.125, 0.0, 0, False, torch.float16)
-    result = torch.library.opcheck(torch.ops.attnops.gqa_varlen_fwd.default, args,
-                                   test_utils=("test_schema", "test_faketensor"))
-    assert set(result.values()) == {"SUCCESS"}, result
+    testing.opcheck_as_called(op, "_varlen", lambda: case.run(gqa_varlen_fwd))
 
 
 def test_split_heuristic_on_132_sms():

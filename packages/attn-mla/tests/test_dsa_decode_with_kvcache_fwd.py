@@ -156,9 +156,7 @@ def test_torch_sdpa_form_of_the_torch_peer():
 
 
 def test_custom_op_schema_and_fake():
-    """torch.ops.attnops.dsa_decode_with_kvcache_fwd: schema and fake implementation agree with the kernel."""
-    a = _case([[[[3, 1, 2, 48]]]], seed=10).inputs
-    args = (a["q"], a["kv"], a["indices"], 16, 1, 40, 80**-0.5, True)
-    torch.library.opcheck(
-        torch.ops.attnops.dsa_decode_with_kvcache_fwd, args, test_utils=("test_schema", "test_faketensor")
-    )
+    """torch.ops.attnops.dsa_decode_with_kvcache_fwd, on the arguments the public function passes: schema and fake
+    implementation agree with the kernel."""
+    case = _case([[[[3, 1, 2, 48]]]], seed=10)
+    testing.opcheck_as_called(dsa_op, "_dsa_decode", lambda: case.run(dsa_decode_with_kvcache_fwd))

@@ -185,9 +185,7 @@ def test_bad_input_is_rejected_before_launch(name, monkeypatch):
 
 
 def test_custom_op_schema_and_fake():
-    """torch.ops.attnops.fp8_lightning_indexer_fwd: schema and fake implementation agree with the kernel."""
-    a = _case(s=6, s_kv=40, dtype=torch.bfloat16, seed=10).inputs  # schema check cannot compare fp8 on CPU
-    args = (a["index_q"], a["index_k"], a["weights"], a["cu_seqlen_ks"], a["cu_seqlen_ke"], a["index_k_scale"], True)
-    torch.library.opcheck(
-        torch.ops.attnops.fp8_lightning_indexer_fwd, args, test_utils=("test_schema", "test_faketensor")
-    )
+    """torch.ops.attnops.fp8_lightning_indexer_fwd, on the arguments the public function passes: schema and fake
+    implementation agree with the kernel."""
+    case = _case(s=6, s_kv=40, dtype=torch.bfloat16, seed=10)  # schema check cannot compare fp8 on CPU
+    testing.opcheck_as_called(indexer_op, "_indexer", lambda: case.run(fp8_lightning_indexer_fwd))
