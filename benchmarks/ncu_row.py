@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 
 import torch
 
@@ -48,8 +49,10 @@ def forced(spec, name: str):
         return _pinned_bwd(spec, name)
     mod = op_module(spec)
     if hasattr(mod, "with_config"):  # attn-mla
-        ws = importlib.import_module(mod.__name__.rsplit(".", 1)[0] + ".ws_launch")
-        named = {**mod.CONFIGS, **{c.name: c for c in ws.WS_CONFIGS}}
+        named = dict(mod.CONFIGS)
+        ws_name = mod.__name__.rsplit(".", 1)[0] + ".ws_launch"
+        if importlib.util.find_spec(ws_name) is not None:  # TopK and the indexer have no ws kernels
+            named.update({c.name: c for c in importlib.import_module(ws_name).WS_CONFIGS})
         if name not in named:
             raise SystemExit(f"{spec.name}: no config {name}; have {sorted(named)}")
         return mod.with_config(named[name])
