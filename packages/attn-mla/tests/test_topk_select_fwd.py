@@ -20,10 +20,11 @@ ROWS = {w.name: w for w in SPEC.workloads}
 # The picked config with the other register select (radix <-> bitwise): both run every edge case.
 SELECTS = (topk_op.pick_config(), dataclasses.replace(topk_op.pick_config(), radix=not topk_op.pick_config().radix))
 # The split path sized for shrunk rows (a few hundred keys per program), with either last-program select, and with
-# the candidates ranked by a third launch instead.
+# the candidates ranked by a third launch instead (32 or 8 a program).
 SPLITS = (topk_op.CONFIGS["interpreter-split"], dataclasses.replace(topk_op.CONFIGS["interpreter-split"], radix=True),
-          dataclasses.replace(topk_op.CONFIGS["interpreter-split"], rank_launch=True))
-SPLIT_IDS = ("bitwise", "radix", "rank")
+          dataclasses.replace(topk_op.CONFIGS["interpreter-split"], rank_launch=True),
+          dataclasses.replace(topk_op.CONFIGS["interpreter-split"], rank_launch=True, rank_slice=8, rank_block=64))
+SPLIT_IDS = ("bitwise", "radix", "rank", "rank-s8")
 
 
 @pytest.mark.parametrize(

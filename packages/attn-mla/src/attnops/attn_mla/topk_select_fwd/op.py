@@ -37,6 +37,10 @@ class TopKConfig:
     # Split path: a third launch ranks the threshold bin's candidates over every program of the row instead of
     # the row's last program selecting them (``topk_split_rank_kernel``)
     rank_launch: bool = False
+    # The rank launch: candidates a program ranks at a time, and against how many at a time. Its grid spreads the
+    # row's CAP slots over up to SMs / rows programs (at least the row's chunks), rank_slice each.
+    rank_slice: int = 32
+    rank_block: int = 256
 
     def programs_per_row(self, s_kv: int) -> int:
         return triton.cdiv(s_kv, self.split_chunk) if self.split_chunk else 1
@@ -89,6 +93,13 @@ CONFIGS = {
     # (each candidate counted against all ~870: a total order, so no search) instead of the last program's ~22 k
     # cycles of dependent steps after the others finish (H200 Nsight, 2026-12-03: ~2/3 of the select launch).
     "h200-split-rank": replace(_SPLIT, rank_launch=True),
+    # Sweep candidates (not picked): the rank launch measured 8.1 µs of the op's 16 (H100 CUPTI, 2026-12-06) for
+    # ~870 candidates in 28 busy programs of 4 dependent [32, 256] steps each. Here 8 / 16 candidates a program
+    # against 1024 at once (one step; ~109 / ~55 busy programs of 132); and 4096 bins (~435 candidates: a quarter
+    # of the compares) against 512 at once.
+    "h200-split-rank-s8": replace(_SPLIT, rank_launch=True, rank_slice=8, rank_block=1024),
+    "h200-split-rank-s16": replace(_SPLIT, rank_launch=True, rank_slice=16, rank_block=1024),
+    "h200-split-rank-s8-h12": replace(_SPLIT, rank_launch=True, rank_slice=8, rank_block=512, hist_bits=12),
     # Sweep candidates (not picked): the split path with 8 / 16 warps. H200 Nsight of h200-split (2026-12-03,
     # SASS counts): every select program runs ~1080 instructions per warp and the row's last program ~3000 more,
     # at ~7-9 cycles each: one warp per scheduler hides no latency. More warps spread the 2048 bins, the chunk
@@ -148,10 +159,6 @@ def launch(index_score, starts, ends, topk: int, out: torch.Tensor, config: TopK
 
 
 SPLIT_ROWS = 512  # rows per launch pair of the split path (row histograms and candidates: ~10 MB at k = 2048)
-# The rank launch (``TopKConfig.rank_launch``): candidates a program ranks at a time, and against how many at a time
-# ([32, 256] compares: 64 a thread at 4 warps)
-RANK_SLICE = 32
-RANK_BLOCK = 256
 
 
 def _launch_split(index_score, starts, ends, topk: int, out: torch.Tensor, config: TopKConfig) -> torch.Tensor:
@@ -179,10 +186,11 @@ def _launch_split(index_score, starts, ends, topk: int, out: torch.Tensor, confi
             RANK_LAUNCH=config.rank_launch, num_warps=config.num_warps,
         )
         if config.rank_launch:
-            topk_split_rank_kernel[grid](
+            spread = min(triton.cdiv(cap, config.rank_slice), runtime.num_sms() // grid[0])
+            topk_split_rank_kernel[(grid[0], max(chunks, spread))](
                 index_score, starts, ends, out, hist, counters, candidates, row0, s, g, s_kv, topk, *strides,
-                HIST_BITS=config.hist_bits, CAP=cap, BLOCK=config.block, SLICE=RANK_SLICE, RANK_BLOCK=RANK_BLOCK,
-                num_warps=config.num_warps,
+                HIST_BITS=config.hist_bits, CAP=cap, BLOCK=config.block, SLICE=config.rank_slice,
+                RANK_BLOCK=config.rank_block, num_warps=config.num_warps,
             )
     return out
 
