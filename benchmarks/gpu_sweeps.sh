@@ -71,7 +71,7 @@ tune tune-bwd-order 100 tune_gqa_bwd --order --filter "short-mha/bf16"
 # MHA rows
 tune tune-bwd-short-mha 120 tune_gqa_bwd --ws-only --filter short-mha/bf16
 # qwen35-9b-rope (issue 4: 17.9 ms, 17.68 needed for 0.8x FA3's published 14.1; ahead of the DSA sweep: it is the
-# nearer of the two to its floor): its default is now the pingpong config (LONG_PAGED_DEFAULTS: ahead of the 4-slot
+# nearer of the two to its floor): its default was then the pingpong config (ahead of the 4-slot
 # config in four earlier sweeps), beside the 4-slot config, that
 # one's per-thread release twin and the 3-slot form, each also with its 3 lightest blocks split in 3 (`+tail`,
 # plan.WS_TAIL_SPLITS_DEFAULT: modelled 1.9 % shorter), and the 64-key 2-slot tile with K freed before V (`-kr`: its

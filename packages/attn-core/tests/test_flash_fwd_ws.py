@@ -939,25 +939,16 @@ def test_rope_default_rule(monkeypatch):
 
 def test_paged_plan_default_per_head_dim(monkeypatch):
     """Runs everywhere: a paged plan's large class takes its head dim's ``PAGED_DEFAULTS`` config where the tiles
-    reach 7 / 8 of the SMs, its ``LONG_PAGED_DEFAULTS`` one where every query block reads ``LONG_BLOCK_KEYS`` keys or
-    more; too few tiles, or ``ws=False``, leave it on the Triton kernel."""
+    reach 7 / 8 of the SMs, whatever the blocks' key spans (qwen35-9b-rope's >= 32 k keys a block, a short request
+    beside them, a left window); too few tiles, or ``ws=False``, leave it on the Triton kernel."""
     monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 132)
     for d in (64, 128, 256):
-        plan = paged_plan.plan_paged_attention([512] * 8, [4096] * 8, num_heads=32, num_kv_heads=8, head_dim=d,
-                                               device="cpu")
-        assert [ln.ws for ln in plan.launches if ln.kind == "large"] == [ws_launch.PAGED_DEFAULTS[d]]
-    for d in (64, 128, 256):  # (qwen35-9b-rope's lengths: every block reads >= 32 k keys)
-        plan = paged_plan.plan_paged_attention([1024] * 8, [33792] * 8, num_heads=32, num_kv_heads=8, head_dim=d,
-                                               device="cpu")
-        want = ws_launch.LONG_PAGED_DEFAULTS.get(d, ws_launch.PAGED_DEFAULTS[d])
-        assert [ln.ws for ln in plan.launches if ln.kind == "large"] == [want]
-    # one request whose first block reads fewer keys keeps the batch on the default; so does a left window
-    short = paged_plan.plan_paged_attention([1024] * 7 + [256], [33792] * 7 + [4352], num_heads=32, num_kv_heads=8,
-                                            head_dim=256, device="cpu")
-    windowed = paged_plan.plan_paged_attention([1024] * 8, [33792] * 8, num_heads=32, num_kv_heads=8, head_dim=256,
-                                               window_size_left=4096, device="cpu")
-    for plan in (short, windowed):
-        assert [ln.ws for ln in plan.launches if ln.kind == "large"] == [ws_launch.PAGED_DEFAULTS[256]]
+        for q_lens, kv_lens, window in (([512] * 8, [4096] * 8, -1), ([1024] * 8, [33792] * 8, -1),
+                                        ([1024] * 7 + [256], [33792] * 7 + [4352], -1),
+                                        ([1024] * 8, [33792] * 8, 4096)):
+            plan = paged_plan.plan_paged_attention(q_lens, kv_lens, num_heads=32, num_kv_heads=8, head_dim=d,
+                                                   window_size_left=window, device="cpu")
+            assert [ln.ws for ln in plan.launches if ln.kind == "large"] == [ws_launch.PAGED_DEFAULTS[d]]
     few = paged_plan.plan_paged_attention([256], [4096], num_heads=32, num_kv_heads=8, head_dim=128, device="cpu")
     off = paged_plan.plan_paged_attention([512] * 8, [4096] * 8, num_heads=32, num_kv_heads=8, head_dim=128,
                                           ws=False, device="cpu")
@@ -1021,12 +1012,13 @@ def test_q_in_registers_binds_its_columns(monkeypatch):
 
 def test_last_v_zeroed_in_place_only_where_its_buffers_do_not_fit():
     """Runs everywhere: every paged config fits in shared memory with its way of zeroing the last V tile's rows
-    past the keys; the defaults keep the per-consumer buffers (the path the H200 benchmarks ran); the 64-key D = 256
-    tile zeroes in place (its ring leaves no room for the buffers)."""
+    past the keys; the D = 64 / 128 defaults keep the per-consumer buffers, the D = 256 default (the 64-key tile)
+    zeroes in place (its ring leaves no room for the buffers)."""
     for d in ws_launch.CONFIGS:
         for cfg in ws_launch.paged_configs(d):
             in_place = ws_launch.tail_in_place(cfg, d)
             assert ws_launch.smem_bytes(cfg, d, not in_place) <= ws_launch.SMEM_LIMIT, (d, cfg.name)
-    assert not any(ws_launch.tail_in_place(cfg, d) for d, cfg in ws_launch.PAGED_DEFAULTS.items())
+    assert {d: ws_launch.tail_in_place(cfg, d) for d, cfg in ws_launch.PAGED_DEFAULTS.items()} == {
+        64: False, 128: False, 256: True}
     wide = ws_launch.WsConfig(64, 2, True)
     assert wide in ws_launch.paged_configs(256) and ws_launch.tail_in_place(wide, 256)

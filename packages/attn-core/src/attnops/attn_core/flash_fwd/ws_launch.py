@@ -219,20 +219,14 @@ def paged_configs(head_dim: int) -> tuple[WsConfig, ...]:
 # The paged layout's default per head dim, where the plan's rule (``worth_it``) takes the large class (2026-12-02
 # 03:50 sweep beside the Triton paged kernel, outputs checked at full size: benchmarks/results/h200/
 # 20261202-0350-tune-ws-paged.json): D = 128 llama-8b 495.8 against 958.0 us, serving-step 280.8 / 366.0,
-# qwen3-ragged-odd 193.1 / 345.9, starcoder 412.7 / 668.6 (4 slots within 1 %); D = 64 falcon-7b 191.6 / 314.2;
-# D = 256 gemma-2b 154.8 / 325.3 (4 slots; 3: 156.8).
+# qwen3-ragged-odd 193.1 / 345.9, starcoder 412.7 / 668.6 (4 slots within 1 %); D = 64 falcon-7b 191.6 / 314.2.
+# D = 256: the 64-key 2-slot tile with K freed before V (``ws-n64s2-ov-kr``; the 32-key tiles' score wgmmas overran
+# the shared-memory port, docs/perf/attn-core.md), each variant checked, one run per GPU: H200 qwen35-9b-rope 14.38
+# against 18.24 ms (benchmarks/results/h200/20261205-0247-tune-qwen35-kr.json); H100 qwen35-9b-mixed 4.84 against
+# the 4-slot 32-key tile's 6.65 ms, gemma-2b 119 against 155 us (benchmarks/results/h100/
+# 20261206-0215-tune-ws-tail.json). Its ring leaves no room for the last-V buffers: it zeroes in place.
 PAGED_DEFAULTS: dict[int, WsConfig] = {64: WsConfig(128, 3, True), 128: WsConfig(64, 3, True),
-                                       256: WsConfig(32, 4, True)}
-# Batches whose every query block reads at least LONG_BLOCK_KEYS keys take LONG_PAGED_DEFAULTS where the head dim
-# has one. D = 256: the pingpong turns on 3 slots led the 4-slot default on qwen35-9b-rope (8 requests x 1024
-# queries over 33 k keys) in all four runs (ms: 16.35 / 17.76, 17.84 / 18.28, 18.36 / 19.27, 18.82 / 19.73;
-# 2026-12-03 sweeps, docs/perf/attn-core.md), but not on blocks of 4-5 k keys (gemma-2b 157.2 against 152.5 us,
-# qwen35-9b-mixed 6.20 against 6.11 ms). Since 2026-12-05 the 64-key 2-slot tile with K freed before V
-# (``ws-n64s2-ov-kr``): 14.38 against the pingpong config's 18.24 ms on qwen35-9b-rope, every variant checked, 40
-# iterations, one run (benchmarks/results/h200/20261205-0247-tune-qwen35-kr.json; its 32-key score wgmmas overran
-# the shared-memory port, docs/perf/attn-core.md).
-LONG_PAGED_DEFAULTS: dict[int, WsConfig] = {256: WsConfig(64, 2, True, early_k_release=True)}
-LONG_BLOCK_KEYS = 16384
+                                       256: WsConfig(64, 2, True, early_k_release=True)}
 
 
 def paged_applies(cfg: WsConfig, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, o: torch.Tensor,

@@ -450,7 +450,7 @@ def _ws_work(q_lens, kv_lens, num_heads: int, head_dim: int, wl: int, wr: int, n
                              f"(ws_launch.paged_configs: {[c.name for c in ws_launch.paged_configs(head_dim)]})")
         cfg = ws
     elif _ws_worth_it(large, [], num_heads, 1, wl, wr):
-        cfg = _paged_default(large, head_dim, wl, wr)
+        cfg = ws_launch.PAGED_DEFAULTS[head_dim]
     else:
         cfg = _packed_merge(large, small, num_heads, head_dim, group, wl, wr, merge_small)
         if cfg is None:
@@ -533,16 +533,6 @@ def _tail_items(blocks, k: int, s: int, q_lens, bm: int, num_heads: int, head_di
     block_start = torch.tensor([starts[b] + m * bm for _, b, m, _, _ in blocks[n - k:]], dtype=torch.int32)
     return (torch.tensor(items, dtype=torch.int32).to(device),
             ws_launch.PagedSplits.allocate(s, block_start.to(device), num_heads, head_dim))
-
-
-def _paged_default(large, head_dim: int, wl: int, wr: int) -> ws_launch.WsConfig:
-    """The head dim's ``LONG_PAGED_DEFAULTS`` config where even the first (shortest, under the causal mask) query
-    block of every ``large`` request reads ``LONG_BLOCK_KEYS`` keys or more, else its ``PAGED_DEFAULTS`` one."""
-    long_cfg = ws_launch.LONG_PAGED_DEFAULTS.get(head_dim)
-    if long_cfg is not None and min(_key_span(q, total, 0, min(q, ws_launch.BLOCK_M) - 1, wl, wr)
-                                    for _, q, total in large) >= ws_launch.LONG_BLOCK_KEYS:
-        return long_cfg
-    return ws_launch.PAGED_DEFAULTS[head_dim]
 
 
 def _ws_worth_it(large, small, num_heads: int, heads_per_tile: int, wl: int, wr: int) -> bool:
