@@ -82,8 +82,8 @@ tune tune-qwen35-thread-release 300 tune_attn_core_paged --ws --filter qwen35-9b
 # (each variant checked first; the channel split and the one-item configs left out), then MLA's 64-key form
 tune tune-dsa-half-ready 300 tune_attn_mla --filter "mla-d576-h128-kv32k,mla-d512-h128-kv8k,mla-d512-h64-kv32k" \
   --skip h200,ws-n32s3,ws-n32s2,ws-alt-n32s4
-# TopK's decode row (issue 6: 15.1 us against FlashInfer's 9.9): the split path's candidates ranked by a third launch
-# over the row's 32 programs (h200-split-rank) against the last-program select (h200-split, the default)
+# TopK's decode row (issue 6: FlashInfer 9.9 us): the split path's candidates ranked by a third launch (the default
+# h200-split-rank-s8: H100 11.9 us) against the last-program select (h200-split: 15.7) and one program per row
 tune tune-topk-rank 60 tune_attn_mla --filter topk-decode --iters 20 \
   --skip h200,h200-4w,h200-radix,h200-latency-radix,h200-latency-4x,h200-split-w8,h200-split-w16
 # the other seed rows the tail rule would split (modelled: qwen35-9b-mixed 3 blocks in 2, 1.3 %; the fp8-pool qwen35-9b

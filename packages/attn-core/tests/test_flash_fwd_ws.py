@@ -1012,13 +1012,13 @@ def test_q_in_registers_binds_its_columns(monkeypatch):
 
 def test_last_v_zeroed_in_place_only_where_its_buffers_do_not_fit():
     """Runs everywhere: every paged config fits in shared memory with its way of zeroing the last V tile's rows
-    past the keys; the D = 64 / 128 defaults keep the per-consumer buffers, the D = 256 default (the 64-key tile)
-    zeroes in place (its ring leaves no room for the buffers)."""
+    past the keys; the D = 64 default keeps the per-consumer buffers, the D = 128 / 256 defaults (128 / 64-key tiles)
+    zero in place (their rings leave no room for the buffers)."""
     for d in ws_launch.CONFIGS:
         for cfg in ws_launch.paged_configs(d):
             in_place = ws_launch.tail_in_place(cfg, d)
             assert ws_launch.smem_bytes(cfg, d, not in_place) <= ws_launch.SMEM_LIMIT, (d, cfg.name)
     assert {d: ws_launch.tail_in_place(cfg, d) for d, cfg in ws_launch.PAGED_DEFAULTS.items()} == {
-        64: False, 128: False, 256: True}
+        64: False, 128: True, 256: True}
     wide = ws_launch.WsConfig(64, 2, True)
     assert wide in ws_launch.paged_configs(256) and ws_launch.tail_in_place(wide, 256)

@@ -284,7 +284,7 @@ def test_pick_config_splits_only_few_long_rows(monkeypatch):
     monkeypatch.setattr(runtime, "interpreting", lambda: False)
     monkeypatch.setattr(runtime, "num_sms", lambda: 132)
     pick = lambda rows, s_kv: next(n for n, c in topk_op.CONFIGS.items() if c is topk_op.pick_config(rows, s_kv))
-    assert pick(1, 16384) == pick(4, 16384) == pick(1, 65536) == "h200-split"
+    assert pick(1, 16384) == pick(4, 16384) == pick(1, 65536) == "h200-split-rank-s8"
     assert pick(5, 16384) == pick(1, 2048) == pick(2, 65536) == "h200-latency"
     assert pick(32768, 65536) == "h200"
     monkeypatch.setattr(topk_op, "SPLIT_DEFAULT", False)

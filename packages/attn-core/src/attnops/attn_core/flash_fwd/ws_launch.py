@@ -218,14 +218,16 @@ def paged_configs(head_dim: int) -> tuple[WsConfig, ...]:
 
 # The paged layout's default per head dim, where the plan's rule (``worth_it``) takes the large class (2026-12-02
 # 03:50 sweep beside the Triton paged kernel, outputs checked at full size: benchmarks/results/h200/
-# 20261202-0350-tune-ws-paged.json): D = 128 llama-8b 495.8 against 958.0 us, serving-step 280.8 / 366.0,
-# qwen3-ragged-odd 193.1 / 345.9, starcoder 412.7 / 668.6 (4 slots within 1 %); D = 64 falcon-7b 191.6 / 314.2.
-# D = 256: the 64-key 2-slot tile with K freed before V (``ws-n64s2-ov-kr``; the 32-key tiles' score wgmmas overran
-# the shared-memory port, docs/perf/attn-core.md), each variant checked, one run per GPU: H200 qwen35-9b-rope 14.38
-# against 18.24 ms (benchmarks/results/h200/20261205-0247-tune-qwen35-kr.json); H100 qwen35-9b-mixed 4.84 against
-# the 4-slot 32-key tile's 6.65 ms, gemma-2b 119 against 155 us (benchmarks/results/h100/
-# 20261206-0215-tune-ws-tail.json). Its ring leaves no room for the last-V buffers: it zeroes in place.
-PAGED_DEFAULTS: dict[int, WsConfig] = {64: WsConfig(128, 3, True), 128: WsConfig(64, 3, True),
+# 20261202-0350-tune-ws-paged.json): D = 64 falcon-7b 191.6 against 314.2 us. D = 128 and 256: the tile with K freed
+# before V (``-kr``), whose score wgmmas read 96 B a clock of shared memory against the port's 128 (the 64-key D =
+# 128 and 32-key D = 256 tiles overran it, docs/perf/attn-core.md); each variant checked, one run per GPU. D = 128,
+# ``ws-n128s2-ov-kr`` against ``ws-n64s3-ov``, H100 2026-12-06 (benchmarks/results/h100/20261206-0215-tune-paged-kr.
+# json, 20261206-0235-tune-paged-kr.json): llama-8b 430 / 469 us, llama-8b-rope prefill 516 / 564, starcoder 356 /
+# 404, serving-step 283 / 295, qwen3-ragged-odd 179 / 184. D = 256, ``ws-n64s2-ov-kr`` against ``ws-n32s4-ov``: H200
+# qwen35-9b-rope 14.38 / 18.24 ms (benchmarks/results/h200/20261205-0247-tune-qwen35-kr.json); H100 qwen35-9b-mixed
+# 4.84 / 6.65 ms, gemma-2b 119 / 155 us (benchmarks/results/h100/20261206-0215-tune-ws-tail.json). Both rings leave
+# no room for the last-V buffers: they zero in place.
+PAGED_DEFAULTS: dict[int, WsConfig] = {64: WsConfig(128, 3, True), 128: WsConfig(128, 2, True, early_k_release=True),
                                        256: WsConfig(64, 2, True, early_k_release=True)}
 
 

@@ -80,7 +80,8 @@ CONFIGS = {
                                      max_cap=16384, num_warps=16, maxnreg=128, programs_per_sm=1, radix=True),
     "h200-radix": TopKConfig(block=2048, stages=4, samples=2048, slack=(9, 4), cap_factor=4, max_cap=16384,
                              num_warps=8, maxnreg=80, programs_per_sm=3, radix=True),
-    # Few long rows (decode, picked when rows × cdiv(S_kv, 512) <= SMs): each row split over 512-key programs;
+    # The split path for few long rows (rows × cdiv(S_kv, 512) <= SMs; the default there until 2026-12-06, now
+    # in its rank-launch form below): each row split over 512-key programs;
     # 2048 bins (4 per octave) put ~5.3 % of a normal row in the threshold bin (~870 candidates at 16384 keys,
     # k = 2048), selected in 21 bitwise steps by the row's last program over a next_pow2(topk)-wide register
     # tensor. (4096 bins would halve the candidates, but not that tensor, and double tl.histogram's work:
@@ -89,17 +90,13 @@ CONFIGS = {
     # Sweep candidate (not picked): the last program's select by 8-bit digits (4 histogram steps instead of 21
     # bitwise ones over the candidates).
     "h200-split-radix": replace(_SPLIT, radix=True),
-    # Sweep candidate (not picked, untimed): the candidates ranked by a third launch over the row's 32 programs
-    # (each candidate counted against all ~870: a total order, so no search) instead of the last program's ~22 k
-    # cycles of dependent steps after the others finish (H200 Nsight, 2026-12-03: ~2/3 of the select launch).
-    "h200-split-rank": replace(_SPLIT, rank_launch=True),
-    # Sweep candidates (not picked): the rank launch measured 8.1 µs of the op's 16 (H100 CUPTI, 2026-12-06) for
-    # ~870 candidates in 28 busy programs of 4 dependent [32, 256] steps each. Here 8 / 16 candidates a program
-    # against 1024 at once (one step; ~109 / ~55 busy programs of 132); and 4096 bins (~435 candidates: a quarter
-    # of the compares) against 512 at once.
+    # The decode row's default (picked with the split path): the threshold bin's candidates ranked by a third launch
+    # instead of the row's last program selecting them, 8 candidates a program against 1024 at once, over up to 132
+    # programs. H100 2026-12-06 (each config checked, 20 iterations): 11.9 µs against h200-split's 15.7 (kernels
+    # 3.6 + 4.5 + 3.7 against 3.6 + 11.7); the same launch with 32 candidates a program against 256 at a time, on
+    # the row's 32 programs, 16.4 (its rank kernel 8.1: four dependent steps in 28 busy programs); 16 a program 12.8;
+    # with 4096 bins (half the candidates) 13.3 (a slower histogram and select).
     "h200-split-rank-s8": replace(_SPLIT, rank_launch=True, rank_slice=8, rank_block=1024),
-    "h200-split-rank-s16": replace(_SPLIT, rank_launch=True, rank_slice=16, rank_block=1024),
-    "h200-split-rank-s8-h12": replace(_SPLIT, rank_launch=True, rank_slice=8, rank_block=512, hist_bits=12),
     # Sweep candidates (not picked): the split path with 8 / 16 warps. H200 Nsight of h200-split (2026-12-03,
     # SASS counts): every select program runs ~1080 instructions per warp and the row's last program ~3000 more,
     # at ~7-9 cycles each: one warp per scheduler hides no latency. More warps spread the 2048 bins, the chunk
@@ -121,14 +118,14 @@ CONFIGS = {
 
 SPLIT_MIN_KEYS = 4096  # shorter rows: a row split saves less than its second launch costs
 # The split path for few long rows: on the H200 (2026-12-02) the decode row (1 x 16384 keys) took 19.2 us against
-# 37.4 us for one program per row (h200-latency); its GPU tests pass.
+# 37.4 us for one program per row (h200-latency); its GPU tests pass. Since 2026-12-06 in its rank-launch form.
 SPLIT_DEFAULT = True
 
 
 def pick_config(num_rows: int = 1 << 30, s_kv: int = 0) -> TopKConfig:
     if runtime.interpreting():
         return CONFIGS["interpreter"]
-    split = CONFIGS["h200-split"]
+    split = CONFIGS["h200-split-rank-s8"]
     if SPLIT_DEFAULT and s_kv >= SPLIT_MIN_KEYS and num_rows * split.programs_per_row(s_kv) <= runtime.num_sms():
         return split  # few long rows: one program per row would leave most SMs idle
     return CONFIGS["h200-latency" if num_rows < runtime.num_sms() else "h200"]
