@@ -100,6 +100,11 @@ tune tune-paged-beside 90 tune_attn_core_paged --ws --filter "serving-step,qwen3
 # freed before V (its score wgmmas read 96 B a clock of shared memory against the 64-key tile's 128)
 tune tune-fwd-thread-release 150 tune_attn_core --ws --only "n64s3-ov-bm-lpt,n128s2-ov" \
   --filter "llama-8b-uniform/bf16,llama-70b-q-lt-kv/bf16,qwen3-8b-chunked-b8"
+# the 128-key 2-slot tile with K freed before V on the other D = 128 rows whose blocks read more keys than queries
+# (H100 2026-12-06: llama-70b-q-lt-kv 88.4 against the default's 96.5 us, qwen3-8b-chunked-b8 68.0 / 69.2, but
+# llama-8b-uniform 41.3 / 35.2): the rule that would pick it needs these rows first
+tune tune-fwd-kr 150 tune_attn_core --ws --only "n64s3-ov-bm-lpt,n128s2-ov" \
+  --filter "q-lt-kv/bf16,long-w1024/bf16,qwen3-8b-chunked,llama-8b-4k/bf16,llama-8b-32k/bf16"
 tune tune-mla-half-ready 120 tune_attn_mla --filter "mla-b128-8192/bf16" --skip h200,ws-n32s3,ws-n32s2
 # the paged D = 128 compute-bound rows (GQAPagedFwd llama-8b at 0.91x FA3) with the 128-key 2-slot tile, K freed
 # first, and the paged default with Q in registers
