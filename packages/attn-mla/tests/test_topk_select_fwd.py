@@ -250,6 +250,21 @@ def test_split_ties_inside_the_threshold_bin(config):
     assert torch.equal(got.sort(-1).values, expected.sort(-1).values)
 
 
+def test_rank_launch_slots_hold_a_wide_threshold_bin():
+    """The decode row's default split config on scores in [0.5, 1): one octave, so 2048 bins (4 an octave) put ~4096
+    of the 16384 keys in the threshold bin at k = 2048, twice a register select's 2048 slots; the rank launch keeps
+    them all as candidates and ranks them in 1024-wide steps."""
+    config = topk_op.CONFIGS["h200-split-rank-s8"]
+    scores = 0.5 + 0.5 * torch.rand((1, 1, 16384, 1), generator=testing.generator(73))
+    in_bin = _threshold_bin_size(scores[0, 0, :, 0], 2048, config.hist_bits)
+    assert 2048 < in_bin <= config.cap(2048), in_bin
+    case = _case(scores, [[0]], [[16384]], 2048)
+    expected = case.fresh().run(SPEC.reference)["indexes"].cpu()
+    got = SPEC.check(case, pinned(topk_op, config))["indexes"].cpu()
+    assert torch.equal(got.sort(-1).values, expected.sort(-1).values)
+    assert _split_counters_are_zero(), "split histograms / counters not reset"
+
+
 @pytest.mark.parametrize("config", SPLITS[::2], ids=SPLIT_IDS[::2])
 def test_split_candidate_overflow_selects_over_the_window(config):
     """More keys in the threshold bin than candidate slots (near-equal scores, an all-equal row): the row's

@@ -98,12 +98,17 @@ CONFIGS = {
     # programs. H100 2026-12-06 (each config checked, 20 iterations): 11.9 µs against h200-split's 15.7 (kernels
     # 3.6 + 4.5 + 3.7 against 3.6 + 11.7); the same launch with 32 candidates a program against 256 at a time, on
     # the row's 32 programs, 16.4 (its rank kernel 8.1: four dependent steps in 28 busy programs); 16 a program 12.8;
-    # with 4096 bins (half the candidates) 13.3 (a slower histogram and select).
-    "h200-split-rank-s8": replace(_SPLIT, rank_launch=True, rank_slice=8, rank_block=1024),
+    # with 4096 bins (half the candidates) 13.3 (a slower histogram and select). Its candidate slots are 4·topk (no
+    # register tensor holds them here, and the ranking's work follows the count, not the slots): 2048 bins are 4 an
+    # octave, so scores in [0, 1) put ~2200 of 16384 keys in the threshold bin at k = 2048 (~4200 of 32768), which
+    # 2048 slots would send to the whole-window select of one program.
+    "h200-split-rank-s8": replace(_SPLIT, rank_launch=True, rank_slice=8, rank_block=1024, cap_factor=4,
+                                  max_cap=8192),
     # Sweep candidate (not picked, untimed): the same with the select and rank launches as programmatic dependents.
     # The op's time is the union of its kernels' intervals (spec §9): what can go is each dependent's start-up and
     # input loads before its wait (the select's chunk of scores from HBM with a cold L2), not the gaps between.
-    "h200-split-rank-s8-pdl": replace(_SPLIT, rank_launch=True, rank_slice=8, rank_block=1024, dependent=True),
+    "h200-split-rank-s8-pdl": replace(_SPLIT, rank_launch=True, rank_slice=8, rank_block=1024, cap_factor=4,
+                                      max_cap=8192, dependent=True),
     # Sweep candidates (not picked): the split path with 8 / 16 warps. H200 Nsight of h200-split (2026-12-03,
     # SASS counts): every select program runs ~1080 instructions per warp and the row's last program ~3000 more,
     # at ~7-9 cycles each: one warp per scheduler hides no latency. More warps spread the 2048 bins, the chunk
