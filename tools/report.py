@@ -284,15 +284,17 @@ def floor_gap(op: str, name: str) -> str:
     if op == "DSADecodeWithKVCacheFwd":
         return ("the persistent alternating warp-specialized kernel with 16-byte output stores (attn-mla 0.2.12: "
                 "-1 to -14 % on these rows) at 0.75-0.88x FlashMLA: 32-key blocks (FlashMLA: 64; MLA's 64-key form "
-                "measured 1.24-1.28x slower on a 2-slot ring) and a cp.async gather whose 64-column copies Triton "
-                f"3.6 separates by loader barriers ({mla})")
+                "measured 1.24-1.28x slower on a 2-slot ring; DSA's own 64-key forms and half-slot ready barriers "
+                "-1 to +6 % on an H100) and a cp.async gather whose 64-column copies Triton 3.6 separates by loader "
+                f"barriers ({mla})")
     if op == "FP8LightningIndexerFwd":
         return (f"the narrow / wide tile rule (attn-mla 0.2.7, swept on all 18 rows) is the lever measured so far "
                 f"({mla})")
     if op == "TopKSelectFwd":
-        return ("split over 32 programs in two launches (histogram 3.5 µs, select 11.7 µs): 4-warp programs issue "
-                "~1080 dependent instructions a warp, the row's last program ~3000 more, at ~7-9 cycles each (H200 "
-                f"SASS counts); 8 / 16-warp and one-launch candidates measured level (14.8-15.3 µs) ({mla})")
+        return ("measured on the two-launch split (histogram 3.5 µs, select 11.7 µs: the row's last program selects "
+                "the candidates after the others finish); since attn-mla 0.2.12 the candidates are ranked by a third "
+                "launch over 132 programs instead: H100 11.9 µs against 15.7 for the measured path, not yet run on "
+                f"the H200 ({mla})")
     return "not analysed yet"
 
 
