@@ -24,7 +24,7 @@ SELECTS = (topk_op.pick_config(), dataclasses.replace(topk_op.pick_config(), rad
 SPLITS = (topk_op.CONFIGS["interpreter-split"], dataclasses.replace(topk_op.CONFIGS["interpreter-split"], radix=True),
           dataclasses.replace(topk_op.CONFIGS["interpreter-split"], rank_launch=True),
           dataclasses.replace(topk_op.CONFIGS["interpreter-split"], rank_launch=True, rank_slice=8, rank_block=64))
-SPLIT_IDS = ("bitwise", "radix", "rank", "rank-s8")
+SPLIT_IDS = ("bitwise", "radix", "rank-s32", "rank-s8")
 
 
 @pytest.mark.parametrize(
@@ -102,7 +102,7 @@ def test_ties_go_to_the_lower_position():
 
 @pytest.mark.parametrize("config", SELECTS + SPLITS,
                          ids=lambda c: ("split-" if c.split_chunk else "")
-                         + ("rank" if c.rank_launch else "radix" if c.radix else "bitwise"))
+                         + (f"rank-s{c.rank_slice}" if c.rank_launch else "radix" if c.radix else "bitwise"))
 def test_all_minus_inf_row_is_still_selected(config):
     """In-window −inf scores are eligible: a row of only −inf returns the first topk positions."""
     scores = torch.full((1, 1, 2000, 1), float("-inf"))

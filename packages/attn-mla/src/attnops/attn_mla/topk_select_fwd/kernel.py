@@ -517,7 +517,8 @@ def topk_split_rank_kernel(
     RANK_BLOCK: tl.constexpr,  # candidates each of them is compared with at a time
     DEPENDENT: tl.constexpr,  # launched as step 2's programmatic dependent
 ):
-    """Split path with ``RANK_LAUNCH``, step 3 of 3 (program (i, p) as in steps 1 and 2): the threshold bin's
+    """Split path with ``RANK_LAUNCH``, step 3 of 3 (program (i, p): batch row i as in steps 1 and 2, p one of P
+    programs of the row, P at least the row's chunks and up to SMs / rows; p names no chunk here): the threshold bin's
     candidates are ranked by every program of the row at once instead of selected by its last one (that
     program's dependent steps were ~2/3 of step 2 on the decode row, H200 2026-12-03). A candidate's rank is
     the number of candidates before it in (key descending, position ascending) order: a total order, so the

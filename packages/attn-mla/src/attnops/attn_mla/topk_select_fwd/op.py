@@ -60,6 +60,8 @@ class TopKConfig:
 # The split path's config for the decode row; its sweep candidates below vary one field or two.
 _SPLIT = TopKConfig(block=1024, stages=1, samples=64, slack=(9, 4), cap_factor=1, max_cap=4096, num_warps=4,
                     maxnreg=None, programs_per_sm=1, split_chunk=512, hist_bits=11)
+# ... and its rank-launch form (the decode row's default, ``h200-split-rank-s8`` below)
+_SPLIT_RANK = replace(_SPLIT, rank_launch=True, rank_slice=8, rank_block=1024, cap_factor=4, max_cap=8192)
 # Every config the op can pick; tests run each (GPU: full-size rows; CPU: shrunk rows).
 CONFIGS = {
     # Many rows: 8-warp programs capped at 80 registers, 3 per SM. 2048-position tiles, 3 in flight per
@@ -102,13 +104,11 @@ CONFIGS = {
     # register tensor holds them here, and the ranking's work follows the count, not the slots): 2048 bins are 4 an
     # octave, so scores in [0, 1) put ~2200 of 16384 keys in the threshold bin at k = 2048 (~4200 of 32768), which
     # 2048 slots would send to the whole-window select of one program.
-    "h200-split-rank-s8": replace(_SPLIT, rank_launch=True, rank_slice=8, rank_block=1024, cap_factor=4,
-                                  max_cap=8192),
+    "h200-split-rank-s8": _SPLIT_RANK,
     # Sweep candidate (not picked, untimed): the same with the select and rank launches as programmatic dependents.
     # The op's time is the union of its kernels' intervals (spec §9): what can go is each dependent's start-up and
     # input loads before its wait (the select's chunk of scores from HBM with a cold L2), not the gaps between.
-    "h200-split-rank-s8-pdl": replace(_SPLIT, rank_launch=True, rank_slice=8, rank_block=1024, cap_factor=4,
-                                      max_cap=8192, dependent=True),
+    "h200-split-rank-s8-pdl": replace(_SPLIT_RANK, dependent=True),
     # Sweep candidates (not picked): the split path with 8 / 16 warps. H200 Nsight of h200-split (2026-12-03,
     # SASS counts): every select program runs ~1080 instructions per warp and the row's last program ~3000 more,
     # at ~7-9 cycles each: one warp per scheduler hides no latency. More warps spread the 2048 bins, the chunk
