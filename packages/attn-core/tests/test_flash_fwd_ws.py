@@ -904,7 +904,8 @@ def test_tail_split_merge(mask, shares):
 def test_default_rule(monkeypatch):
     """Runs everywhere: dense / varlen calls take the D = 128 default (block-major where requests are equally
     long, sorted requests otherwise) when their query blocks visit >= MIN_BLOCK_KEYS keys and their tiles reach
-    7 / 8 of the SMs; every other call stays on the Triton kernel (None)."""
+    7 / 8 of the SMs, the long-block default from LONG_BLOCK_KEYS keys (16-bit); every other call stays on the
+    Triton kernel (None)."""
     monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 132)
     cfg = ws_launch.default_config(_varlen_problem())
     assert cfg == ws_launch.CONFIGS[128][0] and cfg.block_major and cfg.lpt
@@ -914,6 +915,11 @@ def test_default_rule(monkeypatch):
     assert ws_launch.default_config(_varlen_problem(dtype=torch.float8_e4m3fn, ragged=True)) == \
         ws_launch.FP8_RAGGED_DEFAULT
     assert ws_launch.default_config(_varlen_problem(window=256)) is None  # 384-key blocks
+    # 16-bit blocks visiting LONG_BLOCK_KEYS keys or more: the 128-key tile with K freed first; fp8 keeps its rule
+    assert ws_launch.default_config(_varlen_problem(s=1024)) == ws_launch.LONG_BLOCK_DEFAULT
+    assert ws_launch.default_config(_varlen_problem(s=2048, window=1024)) == ws_launch.LONG_BLOCK_DEFAULT
+    assert ws_launch.default_config(_varlen_problem(s=2048, window=512)) == cfg  # 640-key blocks
+    assert ws_launch.default_config(_varlen_problem(s=1024, dtype=torch.float8_e4m3fn)) == cfg
     assert ws_launch.default_config(_varlen_problem(d=64)) is None
     assert ws_launch.default_config(_varlen_problem(softcap=30.0)) is None
     # 4 query blocks x heads: 116 tiles reach 7 / 8 of 132 SMs, 112 do not

@@ -130,6 +130,13 @@ DEFAULT_HEAD_DIMS = (128,)
 # it: an fp8 K tile is half as large). Requests of one length keep the default (block-major: llama-8b-fp8 47.3
 # against 54.8).
 FP8_RAGGED_DEFAULT = WsConfig(128, 2, True)
+# 16-bit calls whose query blocks visit LONG_BLOCK_KEYS keys or more: the 128-key 2-slot tile with K freed before V,
+# as the paged D = 128 default (H100 2026-12-06, benchmarks/results/h100/20261206-0355-tune-fwd-kr.json, us):
+# llama-8b / 70b-q-lt-kv (1536-key blocks) 47.6 / 89.2 against 49.5 / 97.5, llama-8b / 70b-long-w1024 (1152)
+# 234.0 / 437.3 against 250.4 / 467.1, qwen3-8b-chunked-b8 (2048) 70.8 / 68.0 against 69.9 / 69.2 in two sweeps;
+# with 512-key blocks it lost (llama-8b-uniform 41.3 against 35.2: too few tiles of 128 keys to fill its ring).
+LONG_BLOCK_DEFAULT = WsConfig(128, 2, True, early_k_release=True)
+LONG_BLOCK_KEYS = 1024
 # a query block must visit at least this many keys: with fewer, the per-tile cost (Q load, pipeline fill, store)
 # outweighs the overlap (2026-12-02 03:30: the 384-key blocks of llama-8b / 70b-short-w256 45.7 / 84.7 us against
 # the Triton kernel's 46.4 / 83.9; the 512-key blocks of llama-8b-uniform 46.3 against 50.4 in block-major order)
@@ -259,8 +266,8 @@ def uniform_lengths(p: Problem) -> bool:
 
 
 def default_config(p: Problem) -> WsConfig | None:
-    """The config a dense / varlen call (``applies(p)`` holds) runs by default, or None (the Triton kernel).
-    Softcap, sinks and strided q / k / v (fused qkv views) stay on the Triton kernel until an H200 run has the
+    """The config a dense / varlen call (``applies(p)`` holds) runs by default, or None (the Triton kernel):
+    16-bit calls whose query blocks visit ``LONG_BLOCK_KEYS`` keys or more take ``LONG_BLOCK_DEFAULT``. Softcap, sinks and strided q / k / v (fused qkv views) stay on the Triton kernel until an H200 run has the
     warp-specialized one with them (written 2026-12-02 after the last device call)."""
     if p.softcap or p.sinks is not None or not all(t.is_contiguous() for t in (p.q, p.k, p.v)):
         return None
@@ -268,9 +275,12 @@ def default_config(p: Problem) -> WsConfig | None:
     if d not in DEFAULT_HEAD_DIMS:
         return None
     tiles = triton.cdiv(p.max_q, BLOCK_M) * p.batch * h
-    if not worth_it(p.max_q, min(p.max_kv, p.wl + p.wr + BLOCK_M), tiles):
+    block_keys = min(p.max_kv, p.wl + p.wr + BLOCK_M)
+    if not worth_it(p.max_q, block_keys, tiles):
         return None
-    return FP8_RAGGED_DEFAULT if p.q.dtype == E4M3 and not uniform_lengths(p) else CONFIGS[d][0]
+    if p.q.dtype == E4M3:
+        return CONFIGS[d][0] if uniform_lengths(p) else FP8_RAGGED_DEFAULT
+    return LONG_BLOCK_DEFAULT if block_keys >= LONG_BLOCK_KEYS else CONFIGS[d][0]
 
 
 GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, E4M3: gl.float8e4nv}
