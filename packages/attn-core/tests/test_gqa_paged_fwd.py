@@ -10,6 +10,7 @@ import torch
 
 from attnops.attn_core import gqa_paged_fwd, gqa_paged_plan
 from attnops.attn_core.gqa_paged_fwd import op as paged_op
+from attnops.attn_core.gqa_paged_fwd import rope_pools
 from attnops.attn_core.gqa_paged_fwd.op import FALLBACKS
 from attnops.attn_core.gqa_paged_fwd.plan import (
     CONFIGS,
@@ -367,6 +368,44 @@ def test_rope_layouts(layout, rotary_dim):
     case = build_case([7, 1], [50, 37], 8, 2, 64, 16, torch.float16, torch.float16, DEV, seed=10, rope=True,
                       rotary_dim=rotary_dim, rope_layout=layout)
     _check(case)
+
+
+@pytest.mark.parametrize("layout,rotary_dim", [("neox", 64), ("neox", 32), ("interleaved", 64)])
+def test_rotated_pool_copies(layout, rotary_dim):
+    """Runs everywhere (the copies are made by the rotation pre-pass): a RoPE call's rotated page copies
+    (``rope_pools``, the warp-specialized kernel's form of it) attended without RoPE give the RoPE call's reference.
+    Keys rotate at their positions, queries at cache_len - q_len + i; unused table entries (UNUSED_PAGE) are
+    clamped; table slots past the RoPE tables' rows (a 16-page table, 150 rows) are copied without reading them."""
+    case = build_case([20, 1, 0, 7], [140, 64, 30, 7], 8, 2, 64, 16, torch.float16, torch.float16, DEV, seed=11,
+                      width=16, rope=True, rope_rows=150, rotary_dim=rotary_dim, rope_layout=layout)
+    a = case.inputs
+    q, k_pages, v_pages, table = rope_pools.rotated_pools(
+        a["q"], a["k_pages"], a["v_pages"], a["page_table"], a["cache_seqlens"], a["cu_seqlens_q"], a["rope_cos"],
+        a["rope_sin"], rotary_dim, layout == "interleaved", max_q=20)
+    assert k_pages.shape == v_pages.shape == (4 * 16, 16, 2, 64) and table.tolist()[1][:3] == [16, 17, 18]
+    plain = {n: t for n, t in a.items() if n not in ("pos_encoding_mode", "rope_cos", "rope_sin", "rope_layout",
+                                                     "rotary_dim")}
+    plain.update(q=q, k_pages=k_pages, v_pages=v_pages, page_table=table)
+    got = dataclasses.replace(case, inputs=plain).run(SPEC.reference)
+    SPEC.compare(got, case.fresh().run(SPEC.reference), case)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("copy", [True, False], ids=["rotated-copies", "triton-tile"])
+def test_rope_prefill_on_the_ws_kernel_gpu(dtype, copy, monkeypatch):
+    """A RoPE prefill batch the warp-specialized kernel takes without RoPE: with ``rope_pools`` on (the default) it
+    runs on rotated page copies, off on the Triton tile rotating in its key loop; both match the reference, NeoX
+    and a partial interleaved rotation, a sliding window and sinks."""
+    calls = []
+    monkeypatch.setattr(rope_pools, "ROPE_POOL_COPY_DEFAULT", copy)
+    made = rope_pools.rotated_pools
+    monkeypatch.setattr(rope_pools, "rotated_pools", lambda *args: calls.append(1) or made(*args))
+    for extra in (dict(), dict(rotary_dim=64, rope_layout="interleaved", window_size_left=700, sinks=True)):
+        case = build_case([512, 300, 512, 448], [1500, 300, 2048, 900], 32, 8, 128, 64, dtype, dtype, DEV, seed=12,
+                          rope=True, **extra)
+        SPEC.check(case)
+    assert len(calls) == (2 if copy else 0)
 
 
 def test_strong_softcap_and_custom_scale():

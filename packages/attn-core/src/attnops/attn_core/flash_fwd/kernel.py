@@ -280,7 +280,7 @@ def _write_rows(acc, m_i, l_i, v_scale, o_ptr, lse_ptr, sink_ptr, b64, t, head, 
 @triton.jit
 def rope_rows_kernel(
     k_ptr, out_ptr, cu_kv_ptr, pos_off_ptr, cu_keys_ptr, cos_ptr, sin_ptr,
-    S_kv, S_keys,
+    S_kv, S_keys, n_pos,
     stride_kb, stride_kt, stride_kh, stride_ob, stride_ot, stride_oh, stride_rope,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr, VARLEN: tl.constexpr,
     ROTARY_DIM: tl.constexpr, INTERLEAVED: tl.constexpr, POS_OFFSET: tl.constexpr, QUERY_ROWS: tl.constexpr,
@@ -291,7 +291,8 @@ def rope_rows_kernel(
     request b at ``pos_off[b] + i`` (GQAPrefillPagedWithKVCacheFwd's queries, after the cached tokens); with
     ``QUERY_ROWS``, the rows are a request's queries at the bottom-right positions ``kv_len − q_len + i`` (its key
     count from ``cu_keys`` (varlen) or ``S_keys``), rows at negative positions passed through as the flash
-    kernel's in-loop rotation does."""
+    kernel's in-loop rotation does; rows at positions past the ``n_pos`` table rows pass through too (no row of the
+    tables is read out of bounds on any input)."""
     b = tl.program_id(2)
     h = tl.program_id(1).to(tl.int64)
     if VARLEN:
@@ -319,6 +320,7 @@ def rope_rows_kernel(
             at = pos + tl.load(pos_off_ptr + b)
         else:
             at = pos
-        y = rope_tile(x, src, mask, cos_ptr, sin_ptr, at, rows_ok & (at >= 0), stride_rope, ROTARY_DIM, INTERLEAVED)
+        y = rope_tile(x, src, mask, cos_ptr, sin_ptr, at, rows_ok & (at >= 0) & (at < n_pos), stride_rope, ROTARY_DIM,
+                   INTERLEAVED)
         dst = out_ptr + b64 * stride_ob + rows * stride_ot + h * stride_oh
         tl.store(dst[:, None] + offs_d[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)

@@ -287,19 +287,21 @@ def rope_keys_in_prepass(p: Problem, rows_per_request: int, block_m: int) -> boo
 
 def rotate_rows(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int, interleaved: bool, *,
                 batch: int, max_rows: int, cu: torch.Tensor | None = None,
-                pos_off: torch.Tensor | None = None, keys: torch.Tensor | int | None = None) -> torch.Tensor:
+                pos_off: torch.Tensor | None = None, keys: torch.Tensor | int | None = None,
+                out: torch.Tensor | None = None) -> torch.Tensor:
     """A contiguous copy of ``x`` (varlen ``[T, heads, D]`` packed by ``cu``, or dense ``[B, S, heads, D]``) with
     row i of each request rotated at position i (plus ``pos_off[b]``, int32 ``[B]``; or, with ``keys`` (varlen:
     cu_seqlens of the keys, dense: S_kv), at the queries' bottom-right positions ``kv_len − q_len + i``)
-    (``rope_rows_kernel``)."""
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    (``rope_rows_kernel``); into ``out`` (x's shape, any strides) where given."""
+    if out is None:
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     heads, D = x.shape[-2], x.shape[-1]
     varlen = cu is not None
     rows = ROPE_KEY_ELEMS // triton.next_power_of_2(D)
     rope_rows_kernel[(triton.cdiv(max(max_rows, 1), rows), heads, batch)](
         x, out, cu if varlen else x, pos_off if pos_off is not None else x,
         keys if isinstance(keys, torch.Tensor) else x, cos, sin, 0 if varlen else x.shape[1],
-        keys if isinstance(keys, int) else 0,
+        keys if isinstance(keys, int) else 0, cos.shape[0],
         *_bsh_strides(x, varlen), *_bsh_strides(out, varlen), cos.stride(0),
         HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D), BLOCK_T=rows, VARLEN=varlen,
         ROTARY_DIM=rotary_dim or D, INTERLEAVED=interleaved, POS_OFFSET=pos_off is not None,

@@ -267,7 +267,8 @@ def uniform_lengths(p: Problem) -> bool:
 
 def default_config(p: Problem) -> WsConfig | None:
     """The config a dense / varlen call (``applies(p)`` holds) runs by default, or None (the Triton kernel):
-    16-bit calls whose query blocks visit ``LONG_BLOCK_KEYS`` keys or more take ``LONG_BLOCK_DEFAULT``. Softcap, sinks and strided q / k / v (fused qkv views) stay on the Triton kernel until an H200 run has the
+    16-bit calls whose query blocks visit ``LONG_BLOCK_KEYS`` keys or more take ``LONG_BLOCK_DEFAULT``. Softcap,
+    sinks and strided q / k / v (fused qkv views) stay on the Triton kernel until an H200 run has the
     warp-specialized one with them (written 2026-12-02 after the last device call)."""
     if p.softcap or p.sinks is not None or not all(t.is_contiguous() for t in (p.q, p.k, p.v)):
         return None

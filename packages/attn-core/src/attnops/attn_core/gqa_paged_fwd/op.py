@@ -17,6 +17,7 @@ from attnops.kernel_utils import checks, runtime, testing
 from attnops.kernel_utils.attention_fns import LOG2E, window_bounds
 from attnops.kernel_utils.fp8 import E4M3
 
+from . import rope_pools
 from .kernel import paged_attention_combine_kernel, paged_attention_kernel
 from .plan import PagedAttentionPlan, TileConfig, decode_residency, plan_paged_attention
 
@@ -96,6 +97,21 @@ def _launch(cfg: TileConfig, key: tuple, launch):
             cfg = FALLBACKS[key] = nxt
 
 
+def _rope_copy_pays(plan, q, k_pool, v_pool, o, table, cu_q, q_uniform, q_scale, k_scale, k_new,
+                    page_size) -> bool:
+    """Whether a RoPE call runs on rotated copies of its pages (``rope_pools``): every launch with work is a
+    warp-specialized one the call would get without RoPE, 16-bit queries and 4-D pools without scales, and a copy
+    of at most ``rope_pools.MAX_COPY_BYTES``."""
+    if not rope_pools.ROPE_POOL_COPY_DEFAULT or k_new is not None or k_pool.dim() != 4:
+        return False
+    if cu_q is None or q_uniform or q_scale is not None or k_scale is not None:
+        return False
+    work = [ln for ln in plan.launches if ln.n_items > 0]
+    return (bool(work) and all(ln.ws is not None and ws_launch.paged_applies(ln.ws, q, k_pool, v_pool, o, page_size,
+                                                                               True) for ln in work)
+            and rope_pools.copy_bytes(k_pool, table) <= rope_pools.MAX_COPY_BYTES)
+
+
 def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_lens, cu_q, pool_strides,
              page_size: int, num_pages: int, sm_scale: float, softcap=None, k_new=None, v_new=None, q_scale=None,
              k_scale=None, v_scale=None, sinks=None, cos=None, sin=None, q_uniform: int = 0, rope_q=False,
@@ -122,6 +138,11 @@ def run_plan(plan: PagedAttentionPlan, *, q, k_pool, v_pool, o, table, cache_len
     # reads every key from the pool (the prefill op appended the new rows first, rotated when rope_new_k)
     plain = (cu_q is not None and not q_uniform and q_scale is None and k_scale is None
              and not (rope_q or rope_pool_k))
+    if rope_q and rope_pool_k and _rope_copy_pays(plan, q, k_pool, v_pool, o, table, cu_q, q_uniform, q_scale,
+                                                  k_scale, k_new, page_size):
+        q, k_pool, v_pool, table = rope_pools.rotated_pools(q, k_pool, v_pool, table, cache_lens, cu_q, cos, sin,
+                                                            rotary_dim, interleaved, max(plan.q_lens))
+        plain = True
     ws_runs = [ln.n_items > 0 and ln.ws is not None
                and ws_launch.paged_applies(ln.ws, q, k_pool, v_pool, o, page_size, plain) for ln in plan.launches]
     # a decode launch beside the persistent ws launch (``plan.SMALL_BESIDE_DEFAULT``): forked before the ws launch is
