@@ -390,6 +390,35 @@ def test_rotated_pool_copies(layout, rotary_dim):
     SPEC.compare(got, case.fresh().run(SPEC.reference), case)
 
 
+def test_rotated_pool_copy_rule(monkeypatch):
+    """Runs everywhere (the ws kernel's applicability as a Hopper GPU answers it): a RoPE call takes the rotated
+    copies only where every launch with work is a ws one, 16-bit without scales, the table at most
+    MAX_TABLE_SLACK times the pages its KV lengths need and the copy within MAX_COPY_BYTES."""
+    monkeypatch.setattr(paged_op.ws_launch, "_tensors_ok", lambda *_: True)
+    d, page = 128, 64
+    q = torch.empty(512 + 300 + 512, 32, d, dtype=torch.float16)
+    pool = torch.empty(100, page, 8, d, dtype=torch.float16)
+    o = torch.empty_like(q)
+    cu = torch.tensor([0, 512, 812, 1324], dtype=torch.int32)
+    plan = gqa_paged_plan(cu, torch.tensor([1500, 300, 2048]), 32, 8, d)
+    needed = 24 + 5 + 32
+
+    def pays(plan=plan, table_width=32, q_scale=None, q_uniform=0, cu_q=cu):
+        table = torch.zeros(3, table_width, dtype=torch.int32)
+        return paged_op._rope_copy_pays(plan, q, pool, pool, o, table, cu_q, q_uniform, q_scale, None, None, page)
+
+    assert pays()
+    assert pays(table_width=2 * needed // 3) and not pays(table_width=2 * needed // 3 + 1)  # the table's slack
+    assert not pays(q_scale=torch.ones(3, 8))
+    mixed = gqa_paged_plan(torch.tensor([0, 512, 513, 1025]), torch.tensor([1500, 301, 2048]), 32, 8, d)
+    assert any(ln.ws is None and ln.n_items for ln in mixed.launches) and not pays(plan=mixed)  # a decode launch
+    monkeypatch.setattr(rope_pools, "MAX_COPY_BYTES", rope_pools.copy_bytes(pool, torch.zeros(3, 31)))
+    assert not pays()
+    monkeypatch.setattr(rope_pools, "MAX_COPY_BYTES", 1 << 30)
+    monkeypatch.setattr(rope_pools, "ROPE_POOL_COPY_DEFAULT", False)
+    assert not pays()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("copy", [True, False], ids=["rotated-copies", "triton-tile"])

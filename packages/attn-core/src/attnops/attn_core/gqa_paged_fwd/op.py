@@ -101,14 +101,18 @@ def _rope_copy_pays(plan, q, k_pool, v_pool, o, table, cu_q, q_uniform, q_scale,
                     page_size) -> bool:
     """Whether a RoPE call runs on rotated copies of its pages (``rope_pools``): every launch with work is a
     warp-specialized one the call would get without RoPE, 16-bit queries and 4-D pools without scales, and a copy
-    of at most ``rope_pools.MAX_COPY_BYTES``."""
+    that pays: of at most ``rope_pools.MAX_COPY_BYTES`` and a table at most ``rope_pools.MAX_TABLE_SLACK`` times
+    wider than the pages the plan's KV lengths need (the copy takes every slot of the table: serving engines size
+    tables for the longest possible request)."""
     if not rope_pools.ROPE_POOL_COPY_DEFAULT or k_new is not None or k_pool.dim() != 4:
         return False
     if cu_q is None or q_uniform or q_scale is not None or k_scale is not None:
         return False
     work = [ln for ln in plan.launches if ln.n_items > 0]
+    needed = sum(-(-kv // page_size) for kv in plan.kv_lens)
     return (bool(work) and all(ln.ws is not None and ws_launch.paged_applies(ln.ws, q, k_pool, v_pool, o, page_size,
                                                                                True) for ln in work)
+            and table.numel() <= rope_pools.MAX_TABLE_SLACK * needed
             and rope_pools.copy_bytes(k_pool, table) <= rope_pools.MAX_COPY_BYTES)
 
 

@@ -17,6 +17,9 @@ from attnops.attn_core.flash_fwd.launch import rotate_rows
 # Calls whose copy would exceed this stay on the Triton tile (rotation in its key loop): the copy is scratch
 # memory of the call.
 MAX_COPY_BYTES = 1 << 30
+# and calls whose table has more than this many slots per page their KV lengths reach (at plan time): the copy's
+# cost grows with the table, the work's with the lengths.
+MAX_TABLE_SLACK = 2
 ROPE_POOL_COPY_DEFAULT = True
 
 
