@@ -109,7 +109,7 @@ def _rope_copy_pays(plan, q, k_pool, v_pool, o, table, cu_q, q_uniform, q_scale,
     if cu_q is None or q_uniform or q_scale is not None or k_scale is not None:
         return False
     work = [ln for ln in plan.launches if ln.n_items > 0]
-    needed = sum(-(-kv // page_size) for kv in plan.kv_lens)
+    needed = sum(triton.cdiv(kv, page_size) for kv in plan.kv_lens)
     return (bool(work) and all(ln.ws is not None and ws_launch.paged_applies(ln.ws, q, k_pool, v_pool, o, page_size,
                                                                                True) for ln in work)
             and table.numel() <= rope_pools.MAX_TABLE_SLACK * needed
