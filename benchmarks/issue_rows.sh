@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The open issues' rows on the H200 in one device call: each step its own benchmarks/gpu_job.sh (TESTS=0) or pytest
+# run, with its own $OUT subfolder and its own deadline, so a slow step cannot take the next one's logs with it.
+# The issues' floors are H200 numbers: on any other GPU the script prints the card and stops (exit 3) before
+# anything runs, unless ANY_GPU=1 (then the steps run there: their ratios beside the peers stand, their times and
+# the published ratios do not; results go to benchmarks/results/h100/).
+# STEPS: space-separated <step>:<deadline in s after the start>, run in that order. Steps:
+#   bwd        the 16 GQABwd rows beside cuDNN / flash SDPA (issue 5)
+#   bwd-tests  every GQABwd test (both files) on the GPU with ATTNOPS_POISON=1 and pytest-xdist (the seed rows at
+#              full size are left to the bench step, which checks each row it times against the same reference)
+#   paged      the 44 paged rows beside FA3 / FlashInfer / SDPA (issue 4)
+#   mla        TopK decode and the 17 DSA rows beside FlashInfer / FlashMLA (issue 6)
+#   fwd        the varlen rows and the qwen3 dense rows (the long-block rule)
+# Carry .peers (attn-core bundles plus FlashMLA: benchmarks/peers_copy.sh) and .peers-jit.
+#   ATTNOPS_GIT_SHA=<sha> [STEPS="bwd:100 bwd-tests:220 paged:430"] [ANY_GPU=1] bash benchmarks/issue_rows.sh
+set -u
+steps=${STEPS:-bwd:100 bwd-tests:220 paged:430}
+for step in $steps; do  # (a misspelt step fails here, before any device time is spent)
+  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|fwd):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
+done
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+echo "GPU: $gpu"
+if [[ "$gpu" != *H200* ]] && [ "${ANY_GPU:-0}" != 1 ]; then
+  echo "not an H200: nothing run (ANY_GPU=1 runs the steps anyway)"
+  exit 3
+fi
+start=$(date +%s)
+root_out=${OUT:-/tmp/attnops-out}
+no_ref="torch-ref,torch-compile"
+no_ref_mla="$no_ref,torch-gather,torch,torch-sdpa"
+# job <subfolder> <deadline> <gpu_job.sh arguments...>
+job() { local sub=$1 deadline=$2; shift 2; mkdir -p "$root_out/$sub"
+        OUT=$root_out/$sub TESTS=0 DEADLINE=$deadline bash benchmarks/gpu_job.sh "$@"; }
+bwd_tests() {
+  local deadline=$1 log=$root_out/tests/poison-bwd.log
+  mkdir -p "$root_out/tests"
+  PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)" ATTNOPS_POISON=1 \
+    timeout $(( deadline - $(date +%s) )) python3 -m pytest -q -rf -p no:cacheprovider -n 12 \
+    -k "not seed_row_full_size" packages/attn-core/tests/test_gqa_bwd.py packages/attn-core/tests/test_gqa_bwd_ws.py \
+    >"$log" 2>&1
+  echo "bwd-tests: rc=$? $(grep -v -i warn "$log" | tail -n 1)"
+}
+for step in $steps; do
+  name=${step%%:*}; deadline=$(( start + ${step##*:} ))
+  [ "$(date +%s)" -lt "$deadline" ] || { echo "$name: skipped (its deadline has passed)"; continue; }
+  case $name in
+    bwd) job bwd "$deadline" attn-core -- --filter "GQABwd/" --exclude-peers "$no_ref" ;;
+    bwd-tests) bwd_tests "$deadline" ;;
+    paged) job paged "$deadline" attn-core -- --filter \
+             "GQAPagedFwd/,MHADecodePagedWithKVCacheFwd/,GQAPrefillPagedWithKVCacheFwd/" --exclude-peers "$no_ref" ;;
+    mla) job mla "$deadline" attn-mla -- --filter "TopKSelectFwd/ds-v32,DSADecode" --exclude-peers "$no_ref_mla" ;;
+    fwd) job fwd "$deadline" attn-core -- --filter "GQAVarlenFwd/,GQADenseFwd/qwen3" --exclude-peers "$no_ref" ;;
+  esac
+done
+echo "wall $(( $(date +%s) - start )) s"
