@@ -294,7 +294,7 @@ def rotate_rows(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_di
     cu_seqlens of the keys, dense: S_kv), at the queries' bottom-right positions ``kv_len − q_len + i``)
     (``rope_rows_kernel``); into ``out`` (x's shape, any strides) where given."""
     if out is None:
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        out = testing.kernel_buffer(x.shape, x.dtype, x.device)
     heads, D = x.shape[-2], x.shape[-1]
     varlen = cu is not None
     rows = ROPE_KEY_ELEMS // triton.next_power_of_2(D)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from attnops.attn_core.flash_fwd.launch import rotate_rows
+from attnops.kernel_utils import testing
 
 # Calls whose copy would exceed this stay on the Triton tile (rotation in its key loop): the copy is scratch
 # memory of the call.
@@ -42,7 +43,7 @@ def rotated_pools(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, t
     ids = table.reshape(-1).clamp(0, pages - 1)
     keys = k_pool.index_select(0, ids).view(batch, width * page_size, kv_heads, d)
     v_copy = v_pool.index_select(0, ids)
-    k_rot = torch.empty_like(v_copy)
+    k_rot = testing.kernel_buffer(v_copy.shape, v_copy.dtype, v_copy.device)
     # (slots at positions past the tables' rows are copied unrotated, as the Triton tile reads them)
     rotate_rows(keys, cos, sin, rotary_dim, interleaved, batch=batch, max_rows=width * page_size,
                 out=k_rot.view(batch, width * page_size, kv_heads, d))
