@@ -173,7 +173,8 @@ def mla_ws_variants():
                         stride_ob=128 * 512, stride_oh=512)
             for split in (False, True):
                 cx = dict(BLOCK_N=cfg.block_n, STAGES=cfg.stages, SPLIT=split, ALTERNATING=cfg.alternating,
-                          HALF_READY=cfg.half_ready, THREAD_RELEASE=cfg.thread_release)
+                          HALF_READY=cfg.half_ready, THREAD_RELEASE=cfg.thread_release,
+                          LAZY_RESCALE=cfg.lazy_rescale)
                 yield f"mla-ws {cfg.name} {name} split={split}", lambda cx=cx, ptrs=ptrs, ints=ints: compile_sm90(
                     mla_decode_ws_kernel, ptrs, ints, cx, 4, 1, floats=("qk_scale",), source=GluonASTSource)
 
@@ -195,7 +196,7 @@ def dsa_ws_variants():
                         stride_kt=pitch, stride_kh=pitch, stride_ob=4096 * 128 * 512, stride_os=128 * 512,
                         stride_oh=512)
             cx = dict(TAIL=tail, BLOCK_K=2048, BLOCK_N=cfg.block_n, STAGES=cfg.stages, ALTERNATING=cfg.alternating,
-                      HALF_READY=cfg.half_ready, THREAD_RELEASE=cfg.thread_release)
+                      HALF_READY=cfg.half_ready, THREAD_RELEASE=cfg.thread_release, LAZY_RESCALE=cfg.lazy_rescale)
             yield f"dsa-ws {cfg.name} {name} tail={tail} pitch={pitch}", lambda cx=cx, ptrs=ptrs, ints=ints: \
                 compile_sm90(dsa_decode_ws_kernel, ptrs, ints, cx, 4, 1, floats=("qk_scale",), source=GluonASTSource)
 

@@ -6,7 +6,7 @@ import functools
 
 import pytest
 import torch
-from mla_testlib import dsa_case, pinned
+from mla_testlib import dsa_case, pinned, staircase_scores
 
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import ws_kernel, ws_launch
@@ -86,6 +86,18 @@ def test_persistent_programs_carry_state_across_items(cfg, tail, monkeypatch):
     case = _case(indices, h=256, h_kv=2, tail=tail, seed=8)
     out = SPEC.check(case, pinned(dsa_op, cfg))["o"]
     assert bool((out.view(2, 5, 2, 128, 512)[keep == 0] == 0).all())
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("cfg", ws_launch.WS_CONFIGS, ids=CONFIG_IDS)
+def test_climbing_scores(cfg):
+    """Each query row selects cache rows 0, 1, .., 279 in order, whose scores rise by ~12 (base 2) every 96 rows:
+    the lazy rescale's reference max moves at every third 32-key block and not in between (``latent_alt``)."""
+    indices = torch.arange(280).expand(1, 4, 1, 280)
+    case = _case(indices, seed=13)
+    staircase_scores(case.inputs["q"][..., 512:], case.inputs["kv"][..., 512:], 96)
+    SPEC.check(case, pinned(dsa_op, cfg))
 
 
 @pytest.mark.gpu

@@ -24,6 +24,15 @@ which nobody reads once its owner has retired S_b. ``empty`` is then not needed:
 after loading b's statistics; the owner writes its statistics again for its next block, b + 2, which with 2 slots
 (asserted) is the block that refills b's slot, so only after that arrival. ``full[w]``'s phases cannot run ahead
 either: warpgroup w publishes b + 2 only once b + 2 has landed, after the other's fold of b.
+
+Lazy rescale (``LAZY_RESCALE``, the ``-l`` configs): each O rescale is a [64, 256] fp32 multiply, 128 FMULs a
+thread, twice per block and warpgroup (its own block and the other's fold), on the path from one P·V to the
+next. With ``softmax_tile``'s ``SLACK`` a row's m moves only when a block's maximum exceeds it by more than
+``RESCALE_SLACK`` (P <= 2^8 otherwise: exact in 16 bits up to the usual rounding, l and O in fp32), so after the
+first blocks the factor is 1 in every row. The publisher reduces "did any row's m move" over its warpgroup (one
+cross-warp max) and hands the flag over with m_b (row 2 of its statistics); both warpgroups skip the multiply
+when it is 0. The other's fold needs nothing more: the receiver's m before the fold is the m the publisher
+started block b from (its own last hand-off), so the flag says exactly whether the fold's factor is 1.
 """
 
 from triton.experimental import gluon
@@ -38,16 +47,25 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from attnops.attn_mla.latent_ws import HALF, HEADS, p_in_rope_slots, softmax_tile
 from attnops.kernel_utils.gluon_fns import release, ring_barriers
 
-# [2, HEADS] fp32 per publisher: row 0 the running max m_b, row 1 the row sums of P_b of its last hand-off
+# [2, HEADS] fp32 per publisher: row 0 the running max m_b, row 1 the row sums of P_b of its last hand-off; with the
+# lazy rescale also [WARPS] int8, per warp of the publisher whether one of its 16 rows' m moved (an allocation of its
+# own: as another row of the statistics it cost one more warpgroup barrier per hand-off, membar ordering the row
+# stores of one buffer)
 STATS_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
+WARPS = gl.constexpr(4)  # a consumer warpgroup's warps: 16 query heads (rows of the wgmma tiles) each
+# the 4 flag bytes read back as one 32-bit word by every thread: nonzero if some warp's rows moved (one register and
+# no barrier; as 4 int32 the DSA kernel's first consumer spilled)
+WORD_LAYOUT = gl.constexpr(gl.BlockedLayout([1], [32], [WARPS.value], [0]))
+RESCALE_SLACK = gl.constexpr(8.0)  # base-2 units: P <= 256 between the lazy rescales
 
 
 @gluon.jit
-def handoff_buffers(kpe_smem, BLOCK_N: gl.constexpr, ROPE: gl.constexpr):
+def handoff_buffers(kpe_smem, BLOCK_N: gl.constexpr, ROPE: gl.constexpr, LAZY_RESCALE: gl.constexpr):
     """The two warpgroups' hand-off slots for ``consume_blocks``, ``(p0, p1, st0, st1, full, empty)``: P buffers
     [64, BLOCK_N] of their own (a wgmma operand in place) or, where ``p_in_rope_slots``, the rope ring ``kpe_smem``
-    itself for both (P_b in block b's slot); each publisher's row maxima / sums [2, 64]; the barriers [publisher]
-    (``empty``: unused with P in the rope slots). Separate allocations per publisher (module docstring)."""
+    itself for both (P_b in block b's slot); each publisher's statistics as a pair (row maxima / sums [2, 64], its
+    per-warp rescale flags [4] int8: ``LAZY_RESCALE`` only, else the first again); the barriers [publisher] (``empty``:
+    unused with P in the rope slots). Separate allocations per publisher (module docstring)."""
     if p_in_rope_slots(BLOCK_N, ROPE):
         p0 = kpe_smem
         p1 = kpe_smem
@@ -57,8 +75,13 @@ def handoff_buffers(kpe_smem, BLOCK_N: gl.constexpr, ROPE: gl.constexpr):
         p1 = gl.allocate_shared_memory(kpe_smem.dtype, [HEADS, BLOCK_N], p_layout)
     st0 = gl.allocate_shared_memory(gl.float32, [2, HEADS], STATS_LAYOUT)
     st1 = gl.allocate_shared_memory(gl.float32, [2, HEADS], STATS_LAYOUT)
+    flag0 = st0
+    flag1 = st1
+    if LAZY_RESCALE:
+        flag0 = gl.allocate_shared_memory(gl.int8, [WARPS], STATS_LAYOUT)
+        flag1 = gl.allocate_shared_memory(gl.int8, [WARPS], STATS_LAYOUT)
     full, empty = ring_barriers(2, 1, 1)  # one publisher, one reader per slot
-    return p0, p1, st0, st1, full, empty
+    return p0, p1, (st0, flag0), (st1, flag1), full, empty
 
 
 @gluon.jit
@@ -108,36 +131,71 @@ def _block_scores(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_ready, r, s_layo
 
 
 @gluon.jit
-def _publish(p_op, m_b, row_sum, p_buf, st_slot, full, empty, r, h, STAGES: gl.constexpr):
-    """Hand-off number h of this warpgroup: its P_b, m_b and row sums of the block at ring position r, to the
-    other, once the other has retired the P·V that read the slot's previous contents (a buffer of its own: its
-    ``empty``; the rope slot: ``kv_free`` ordered it before block b landed); store, order the stores before the
-    other's wgmma (async proxy) and loads, arrive."""
+def _moved_per_warp(m_new, m_old):
+    """[WARPS]: whether the step from ``m_old`` to ``m_new`` moved one of the warp's 16 rows' m (rows 16w .. 16w + 15
+    are warp w's in the wgmma layouts, so the max is within each warp: shuffles, no barrier)."""
+    moved = (m_new > m_old).to(gl.int32)
+    return gl.max(gl.reshape(moved, [WARPS, HEADS // WARPS]), axis=1).to(gl.int8)
+
+
+@gluon.jit
+def _any_moved(flag):
+    """Whether some row of the hand-off behind ``flag`` moved its m (nonzero; a scalar every thread holds)."""
+    return gl.max(flag._reinterpret(gl.int32, [1], STATS_LAYOUT).load(WORD_LAYOUT), axis=0)
+
+
+@gluon.jit
+def _rescaled(acc, scale, moved, LAZY_RESCALE: gl.constexpr):
+    """O·scale per row, or O itself where the lazy rescale knows every factor is 1 (``moved`` == 0)."""
+    if LAZY_RESCALE:
+        if moved != 0:
+            acc = acc * scale[:, None]
+    else:
+        acc = acc * scale[:, None]
+    return acc
+
+
+@gluon.jit
+def _publish(p_op, m_b, row_sum, m_before, p_buf, st_slot, full, empty, r, h, STAGES: gl.constexpr,
+             LAZY_RESCALE: gl.constexpr):
+    """Hand-off number h of this warpgroup: its P_b, m_b and row sums of the block at ring position r (and,
+    ``LAZY_RESCALE``, per warp whether m moved from ``m_before``), to the other, once the other has retired the P·V
+    that read the slot's previous contents (a buffer of its own: its ``empty``; the rope slot: ``kv_free`` ordered it
+    before block b landed); store, order the stores before the other's wgmma (async proxy) and loads, arrive."""
     if p_buf.rank == 2:
         mbarrier.wait(empty, (h & 1) ^ 1)  # use h of the slot; a fresh barrier passes parity 1
+    stats, flag = st_slot
     _p_slot(p_buf, r, STAGES).store(p_op)
-    st_slot.index(0).store(m_b)
-    st_slot.index(1).store(row_sum)
+    stats.index(0).store(m_b)
+    stats.index(1).store(row_sum)
+    if LAZY_RESCALE:
+        flag.store(_moved_per_warp(m_b, m_before))
     fence_async_shared()
     gl.thread_barrier()  # every thread's stores done before the single arrival releases them
     mbarrier.arrive(full, count=1)
 
 
 @gluon.jit
-def _receive(st_slot, full, h, row_layout: gl.constexpr):
-    """Wait for the other warpgroup's hand-off number h (its block b): (m_b, row sums of P_b). Its wait for block
-    b's keys happened before it published: they have landed."""
+def _receive(st_slot, full, h, row_layout: gl.constexpr, LAZY_RESCALE: gl.constexpr):
+    """Wait for the other warpgroup's hand-off number h (its block b): (m_b, row sums of P_b, its ``moved`` flag:
+    1 without the lazy rescale). Its wait for block b's keys happened before it published: they have landed."""
     mbarrier.wait(full, h & 1)
-    return st_slot.index(0).load(row_layout), st_slot.index(1).load(row_layout)
+    stats, flag = st_slot
+    moved = 1
+    if LAZY_RESCALE:
+        moved = _any_moved(flag)
+    return stats.index(0).load(row_layout), stats.index(1).load(row_layout), moved
 
 
 @gluon.jit
-def _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, r, o_layout: gl.constexpr, STAGES: gl.constexpr):
+def _fold_theirs(acc, m_i, l_i, m_b, row_sum, moved, p_theirs, k_half, r, o_layout: gl.constexpr,
+                 STAGES: gl.constexpr, LAZY_RESCALE: gl.constexpr):
     """Issue O = O·2^(m - m_b) + P_b·V_b for the other's block b at ring position r (async, P_b read where it was
-    handed over); returns (the wgmma, m_b, l)."""
+    handed over); returns (the wgmma, m_b, l). ``moved`` == 0 (lazy rescale): m_b == m in every row."""
     alpha = gl.exp2(m_i - m_b)  # 0 before this warpgroup's first block (m = -inf); m_b is finite
     scale = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
-    acc = warpgroup_mma(_p_slot(p_theirs, r, STAGES), k_half.index(r % STAGES), acc * scale[:, None], is_async=True)
+    acc = _rescaled(acc, scale, moved, LAZY_RESCALE)
+    acc = warpgroup_mma(_p_slot(p_theirs, r, STAGES), k_half.index(r % STAGES), acc, is_async=True)
     return acc, m_b, l_i * alpha + row_sum
 
 
@@ -165,13 +223,14 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
                    WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr,
                    s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                    GENERIC_COPIES: gl.constexpr, RELEASE_Q: gl.constexpr, HALF_READY: gl.constexpr,
-                   THREAD_RELEASE: gl.constexpr):
+                   THREAD_RELEASE: gl.constexpr, LAZY_RESCALE: gl.constexpr):
     """Warpgroup WG's part of ``n_tiles`` >= 1 key blocks of the ring (keys n0, n0 + 1, ...; those >= end masked;
     ``qk_scale`` > 0): it scores blocks WG, WG + 2, ... and folds every block into its output columns (``k_half``: its
     latent half of the ring, the values). Returns (O [64, 256] f32 unnormalized, m, l in base 2), the same m and l
     in both warpgroups. ``q_lo`` / ``q_hi`` / ``qpe_smem``: the queries as one-slot buffers [1, 64, W]
-    (``_queries``); ``p_mine`` / ``p_theirs`` and ``st_mine`` / ``st_theirs`` [2, 64]: the two hand-off slots
-    (this warpgroup's, the other's; ``handoff_buffers``: P buffers [64, BLOCK_N], or both the rope ring);
+    (``_queries``); ``p_mine`` / ``p_theirs`` and ``st_mine`` / ``st_theirs``: the two hand-off slots (this
+    warpgroup's, the other's; ``handoff_buffers``: P buffers [64, BLOCK_N], or both the rope ring; the statistics
+    pairs);
     ``full`` / ``empty`` [2]: their barriers, index = the publisher; ``GENERIC_COPIES``: the ring is filled by
     cp.async; ``HALF_READY``: ``k_ready`` holds two barriers a slot (``_block_scores``); ``THREAD_RELEASE``:
     ``kv_free`` takes one arrival per thread (``gluon_fns.release``). The rows of a block past its
@@ -183,12 +242,14 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
     module docstring needs each warpgroup's blocks on the same slot parity). ``RELEASE_Q``: arrive once on
     ``q_free`` [1] as soon as this warpgroup's last score wgmma has retired (or at once, with no block of its own),
     so that a persistent loader can load the next item's queries during the last blocks' softmax, hand-offs and
-    P·V (an item's last block-time earlier than after the return)."""
+    P·V (an item's last block-time earlier than after the return). ``LAZY_RESCALE``: the lazy rescale (module
+    docstring); the returned m is then the rows' reference, not their maximum (m + log2 l is the same)."""
     gl.static_assert(STAGES >= 2, "warpgroup 0 waits for block b's keys before it frees block b - 1's slot")
     gl.static_assert(p_mine.rank == 2 or STAGES == 2,
                      "P in the rope slots: kv_free guards the statistics only if a warpgroup's next block refills "
                      "the slot of its last one")
     OTHER: gl.constexpr = 1 - WG
+    SLACK: gl.constexpr = RESCALE_SLACK if LAZY_RESCALE else 0.0
     dtype: gl.constexpr = q_lo.dtype
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     m_i = gl.full([HEADS], float("-inf"), gl.float32, layout=row_layout)
@@ -208,8 +269,10 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
         if n_tiles <= 2:  # block 0 was this warpgroup's only one
             _release_queries(q_free, RELEASE_Q)
         p_op, alpha, m_i, l_i, row_sum = softmax_tile(s, n0, end, m_i, l_i, qk_scale, BLOCK_N, s_layout, p_layout,
-                                                      o_layout, dtype)
-        _publish(p_op, m_i, row_sum, p_mine, st_mine, full.index(WG), empty.index(WG), r0, h_mine, STAGES)
+                                                      o_layout, dtype, SLACK)
+        # (from m = -inf every row moves)
+        _publish(p_op, m_i, row_sum, gl.full_like(m_i, float("-inf")), p_mine, st_mine, full.index(WG),
+                 empty.index(WG), r0, h_mine, STAGES, LAZY_RESCALE)
         acc = warpgroup_mma(p_op, k_half.index(r0 % STAGES), acc * alpha[:, None], is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
         release(kv_free.index(r0 % STAGES), THREAD_RELEASE)
@@ -221,24 +284,33 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
         q_lo_i, q_hi_i, qpe_i = _queries(q_lo, q_hi, qpe_smem, i * (qk_scale < 0).to(gl.int32))
         s = _block_scores(q_lo_i, q_hi_i, qpe_i, k_lo, k_hi, kpe_smem, k_ready, r, s_layout, BLOCK_N, STAGES,
                           HAS_PE, GENERIC_COPIES, HALF_READY)
-        m_b, row_sum = _receive(st_theirs, full.index(OTHER), h_theirs + (b - 1) // 2, row_layout)
-        acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, r - 1, o_layout, STAGES)
+        m_b, row_sum, moved_b = _receive(st_theirs, full.index(OTHER), h_theirs + (b - 1) // 2, row_layout,
+                                         LAZY_RESCALE)
+        acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, moved_b, p_theirs, k_half, r - 1, o_layout, STAGES,
+                                     LAZY_RESCALE)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_b (its rope slot read); the other's P·V runs on
         if b + 2 > last:  # this warpgroup's last block
             _release_queries(q_free, RELEASE_Q)
         n_b = n0 + b * BLOCK_N
+        m_before = m_i
         p_op, alpha, m_i, l_i, row_sum = softmax_tile(s, n_b, end, m_i, l_i, qk_scale, BLOCK_N, s_layout, p_layout,
-                                                      o_layout, dtype)
-        _publish(p_op, m_i, row_sum, p_mine, st_mine, full.index(WG), empty.index(WG), r, h_mine + i, STAGES)
+                                                      o_layout, dtype, SLACK)
+        _publish(p_op, m_i, row_sum, m_before, p_mine, st_mine, full.index(WG), empty.index(WG), r, h_mine + i, STAGES,
+                 LAZY_RESCALE)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         # (the other's statistics were loaded before _publish's thread barrier: keep the release after _publish)
         _release_theirs(p_theirs, empty.index(OTHER), kv_free, r - 1, STAGES, THREAD_RELEASE)
-        acc = warpgroup_mma(p_op, k_half.index(r % STAGES), acc * alpha[:, None], is_async=True)
+        moved = 1
+        if LAZY_RESCALE:  # (its own flags, read after the barriers above: no barrier of its own)
+            moved = _any_moved(st_mine[1])
+        acc = _rescaled(acc, alpha, moved, LAZY_RESCALE)
+        acc = warpgroup_mma(p_op, k_half.index(r % STAGES), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
         release(kv_free.index(r % STAGES), THREAD_RELEASE)
     if last % 2 == OTHER:  # the last block is the other's: fold it in too
-        m_b, row_sum = _receive(st_theirs, full.index(OTHER), h_theirs + last // 2, row_layout)
-        acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, p_theirs, k_half, r0 + last, o_layout, STAGES)
+        m_b, row_sum, moved_b = _receive(st_theirs, full.index(OTHER), h_theirs + last // 2, row_layout, LAZY_RESCALE)
+        acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, moved_b, p_theirs, k_half, r0 + last, o_layout,
+                                     STAGES, LAZY_RESCALE)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         _release_theirs(p_theirs, empty.index(OTHER), kv_free, r0 + last, STAGES, THREAD_RELEASE)
     return acc, m_i, l_i

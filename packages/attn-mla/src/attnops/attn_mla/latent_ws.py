@@ -61,11 +61,14 @@ class WsConfig:
     # (alternating only) the consumers release ring slots and the query slot one arrival per thread, without the
     # warpgroup barrier Triton puts before a single thread's arrival (``kernel_utils.gluon_fns.release``)
     thread_release: bool = False
+    # (alternating only) O rescaled only when some row's reference max moves by more than ``latent_alt.RESCALE_SLACK``
+    lazy_rescale: bool = False
 
     @property
     def name(self) -> str:
         return (f"ws-{'alt-' if self.alternating else ''}n{self.block_n}s{self.stages}{'-h' if self.half_ready else ''}"
-                f"{'-t' if self.thread_release else ''}{'-p' if self.persistent else ''}")
+                f"{'-t' if self.thread_release else ''}{'-l' if self.lazy_rescale else ''}"
+                f"{'-p' if self.persistent else ''}")
 
 
 @gluon.constexpr_function
@@ -103,9 +106,12 @@ CONFIGS = tuple(c for c in (WsConfig(32, 4, alternating=True), WsConfig(32, 3), 
 # the other warpgroup has folded b, and its consumer waits for all of it); FlashMLA's sparse kernel, the same layout,
 # starts a block's scores on its first channel half. And the default's form with per-thread releases
 # (``thread_release``: 3-4 warpgroup barriers fewer per 2 blocks). Forced only (sweeps, tests) until measured.
+# Also untimed (2026-12-06, offline): the default's form with the lazy rescale (``latent_alt``: the O rescale, 2 x 128
+# FMULs a thread per block, skipped while no row's reference max moves by more than 8 in base 2).
 UNTIMED_CONFIGS = (WsConfig(32, 4, alternating=True, half_ready=True),
                    WsConfig(64, 2, alternating=True, half_ready=True),
-                   WsConfig(32, 4, alternating=True, thread_release=True))
+                   WsConfig(32, 4, alternating=True, thread_release=True),
+                   WsConfig(32, 4, alternating=True, lazy_rescale=True))
 
 
 @gluon.jit
@@ -139,15 +145,23 @@ def _full_scores(s, mine, theirs, xchg, x, s_layout: gl.constexpr):
 
 @gluon.jit
 def softmax_tile(s, n0, end, m_i, l_i, qk_scale, BLOCK_N: gl.constexpr, s_layout: gl.constexpr,
-                 p_layout: gl.constexpr, o_layout: gl.constexpr, dtype: gl.constexpr):
+                 p_layout: gl.constexpr, o_layout: gl.constexpr, dtype: gl.constexpr, SLACK: gl.constexpr):
     """Online-softmax step (base 2, the scale folded into exp2) of key tile [n0, n0 + BLOCK_N), keys >= end
     masked (only the last tile has any): (P as the P·V wgmma's register operand, the rescale factor in
     the accumulator's layout, m, l, the tile's row sums of P). ``kernel_utils.attention_fns.online_softmax_step``'s
-    arithmetic with the wgmma layouts (a Gluon kernel cannot call ``triton.jit`` functions)."""
+    arithmetic with the wgmma layouts (a Gluon kernel cannot call ``triton.jit`` functions).
+    ``SLACK`` > 0 (base-2 units): a row's reference m moves only when the tile's maximum exceeds it by more than
+    ``SLACK``, so P stays <= 2^SLACK and, on most tiles, the rescale factor is exactly 1 for every row (the caller
+    may then skip the rescale: ``latent_alt``'s lazy rescale). m is then not the running maximum, but the
+    (m, l) pair still gives the row's exact log-sum-exp, and the output O / l is unchanged."""
     if n0 + BLOCK_N > end:
         k_pos = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         s = gl.where((k_pos < end)[None, :], s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)  # every tile has a visible key: m_new is finite
+    if SLACK > 0:  # (m_i = -inf before the first tile: every row moves there)
+        m_tile = gl.max(s, axis=1) * qk_scale
+        m_new = gl.where(m_tile > m_i + SLACK, m_tile, m_i)
+    else:
+        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)  # every tile has a visible key: m_new is finite
     p = gl.exp2(s * qk_scale - m_new[:, None])
     alpha = gl.exp2(m_i - m_new)
     row_sum = gl.sum(p, axis=1)
@@ -179,7 +193,7 @@ def consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_f
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
     s = _full_scores(s, mine, theirs, xchg, r0, s_layout)
     p_op, alpha, m_i, l_i, _ = softmax_tile(s, n0, end, m_i, l_i, qk_scale, BLOCK_N, s_layout, p_layout, o_layout,
-                                            dtype)
+                                            dtype, 0.0)
     for j in range(1, n_tiles):
         s_next = _partial_scores(q_half, k_half, qpe_smem, kpe_smem, k_ready, r0 + j, zero_s, WG, STAGES, HAS_PE,
                                  GENERIC_COPIES)
@@ -188,7 +202,7 @@ def consume_keys(q_half, qpe_smem, k_half, kpe_smem, mine, theirs, k_ready, kv_f
         s_next = warpgroup_mma_wait(num_outstanding=1, deps=(s_next, ))  # the scores of j; P·V may run on
         s_next = _full_scores(s_next, mine, theirs, xchg, r0 + j, s_layout)
         p_next, alpha_next, m_i, l_i, _ = softmax_tile(s_next, n0 + j * BLOCK_N, end, m_i, l_i, qk_scale, BLOCK_N,
-                                                       s_layout, p_layout, o_layout, dtype)
+                                                       s_layout, p_layout, o_layout, dtype, 0.0)
         # p_op stays live until its wgmma is waited for: its registers are read asynchronously
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
         mbarrier.arrive(kv_free.index(slot), count=1)

@@ -106,4 +106,5 @@ def run(cfg: WsConfig, q, kv, clean, count, out, dim_tail: int, head_blocks_per_
         h // h_kv, head_blocks_per_kv, qk_scale, kv.stride(0), kv.stride(1), kv.stride(2), out.stride(0),
         out.stride(1), out.stride(2), TAIL=dim_tail, BLOCK_K=clean.shape[1], BLOCK_N=cfg.block_n,
         STAGES=cfg.stages, ALTERNATING=cfg.alternating, HALF_READY=cfg.half_ready,
-        THREAD_RELEASE=cfg.thread_release, num_warps=4)
+        THREAD_RELEASE=cfg.thread_release, LAZY_RESCALE=cfg.lazy_rescale,
+        num_warps=4)

@@ -110,7 +110,8 @@ def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, q_ready, k
 def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p0, p1, st0, st1, full, empty, q_ready, k_ready,
                   kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len, n_splits,
                   qk_scale, stride_ob, stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  SPLIT: gl.constexpr, HALF_READY: gl.constexpr, THREAD_RELEASE: gl.constexpr):
+                  SPLIT: gl.constexpr, HALF_READY: gl.constexpr, THREAD_RELEASE: gl.constexpr,
+                  LAZY_RESCALE: gl.constexpr):
     """Alternating blocks: latent columns [256·WG, +256) of the program's 64 heads, this warpgroup scoring every
     other key block (``latent_alt.consume_blocks``; ``p0`` / ``st0``: warpgroup 0's hand-off, ``p1`` / ``st1``
     warpgroup 1's), then their store."""
@@ -122,7 +123,7 @@ def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p0, p1, st0, st1, 
                                    (p0, p1)[1 - WG], (st0, st1)[WG], (st0, st1)[1 - WG], full, empty, k_ready,
                                    kv_free, kv_free, start, end, n_tiles, 0, 0, 0, qk_scale, WG, BLOCK_N, STAGES, True,
                                    s_layout, o_layout, wgmma_lhs_layout(HALF), False, False, HALF_READY,
-                                   THREAD_RELEASE)  # (the queries are never released)
+                                   THREAD_RELEASE, LAZY_RESCALE)  # (the queries are never released)
     _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_blocks_per_kv, n_splits, stride_ob,
            stride_oh, q_lo.dtype, WG, s_layout, o_layout, SPLIT)
 
@@ -173,13 +174,15 @@ def _loader(q_desc, qpe_desc, k_desc, kpe_desc, q_lo, q_hi, qpe_smem, k_lo, k_hi
 def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group,
                          head_blocks_per_kv, split_len, n_splits, qk_scale, stride_ob, stride_oh,
                          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
-                         ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr, THREAD_RELEASE: gl.constexpr):
+                         ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr, THREAD_RELEASE: gl.constexpr,
+                         LAZY_RESCALE: gl.constexpr):
     """Descriptors over 2-D row views: q ``[B·H, 512]`` in [64, 256] boxes, q_pe ``[B·H, PE]`` in [64, PE], rope
     keys ``[B·N_kv, H_kv·PE]`` in [BLOCK_N, PE]; latent keys per request, ``[B, N_kv, H_kv·512]`` in [1, BLOCK_N,
     256] boxes (zeros past N_kv: ``ws_launch._key_desc``).
     ``ALTERNATING``: the consumers alternate whole key blocks (``latent_alt``) instead of splitting the channels;
     ``HALF_READY`` (alternating only): two ready barriers a ring slot (``latent_alt._block_scores``);
-    ``THREAD_RELEASE`` (alternating only): the consumers free ring slots one arrival per thread.
+    ``THREAD_RELEASE`` (alternating only): the consumers free ring slots one arrival per thread;
+    ``LAZY_RESCALE`` (alternating only): O is rescaled only when some row's reference max moves (``latent_alt``).
     num_warps = 4 (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader: 1 warp)."""
     dtype: gl.constexpr = q_desc.dtype
     PE: gl.constexpr = qpe_desc.block_type.shape[1]
@@ -196,17 +199,18 @@ def mla_decode_ws_kernel(q_desc, qpe_desc, k_desc, kpe_desc, out_ptr, part_o_ptr
     mbarrier.init(q_ready.index(0), count=1)
     gl.static_assert(ALTERNATING or not HALF_READY, "half-slot ready barriers: the alternating consumer only")
     gl.static_assert(ALTERNATING or not THREAD_RELEASE, "per-thread releases: the alternating consumer only")
+    gl.static_assert(ALTERNATING or not LAZY_RESCALE, "lazy rescale: the alternating consumer only")
     READY_PARTS: gl.constexpr = 2 if HALF_READY else 1
     # both consumers release a slot
     k_ready, kv_free = ring_barriers(STAGES, 1, release_count(2, THREAD_RELEASE), READY_PARTS)
     if ALTERNATING:
         # each warpgroup's P hand-off slot (64-key blocks: the rope slots) and its row maxima / sums
-        p0, p1, st0, st1, full, empty = handoff_buffers(kpe_smem, BLOCK_N, PE)
+        p0, p1, st0, st1, full, empty = handoff_buffers(kpe_smem, BLOCK_N, PE, LAZY_RESCALE)
         fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
         consumer_args = (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p0, p1, st0, st1, full, empty, q_ready, k_ready,
                          kv_free, out_ptr, part_o_ptr, part_lse_ptr, H, n_kv, group, head_blocks_per_kv, split_len,
                          n_splits, qk_scale, stride_ob, stride_oh)
-        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, SPLIT, HALF_READY, THREAD_RELEASE)
+        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, SPLIT, HALF_READY, THREAD_RELEASE, LAZY_RESCALE)
         gl.warp_specialize([
             (warpgroup_partition, (gl.constexpr(_consumer_alt), consumer_args, 0, consumer_flags)),
             (warpgroup_partition, (gl.constexpr(_consumer_alt), consumer_args, 1, consumer_flags)),

@@ -98,4 +98,5 @@ def run(cfg: WsConfig, q, q_pe, k, k_pe, out, part_o, part_lse, head_blocks_per_
         _desc(k_pe, [cfg.block_n, ROPE]), out, part_o, part_lse, h, n_kv, h // h_kv, head_blocks_per_kv, split_len,
         splits, qk_scale, out.stride(0), out.stride(1),
         BLOCK_N=cfg.block_n, STAGES=cfg.stages, SPLIT=splits > 1, ALTERNATING=cfg.alternating,
-        HALF_READY=cfg.half_ready, THREAD_RELEASE=cfg.thread_release, num_warps=4)
+        HALF_READY=cfg.half_ready, THREAD_RELEASE=cfg.thread_release, LAZY_RESCALE=cfg.lazy_rescale,
+        num_warps=4)
