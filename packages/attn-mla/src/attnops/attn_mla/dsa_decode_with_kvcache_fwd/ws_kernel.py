@@ -95,7 +95,8 @@ def _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stri
 def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, p0, p1, st0, st1, full, empty, q_ready,
               q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group, head_blocks_per_kv, qk_scale,
               stride_ob, stride_os, stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              HAS_PE: gl.constexpr, ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr, THREAD_RELEASE: gl.constexpr):
+              HAS_PE: gl.constexpr, ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr, THREAD_RELEASE: gl.constexpr,
+              LAZY_RESCALE: gl.constexpr):
     """Per work item, latent columns [256·WG, +256) of its 64 heads over the row's selected keys, then their store.
     Channel split (``latent_ws.consume_keys``): this warpgroup scores its latent half of every tile, the partial
     scores summed through ``x_lo`` / ``x_hi`` (warpgroup 0's / 1's) and ``xchg``. ``ALTERNATING``
@@ -126,7 +127,8 @@ def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, p0, 
                                                (p0, p1)[1 - WG], (st0, st1)[WG], (st0, st1)[1 - WG], full, empty,
                                                k_ready, kv_free, q_free, 0, count, n_tiles, r0, h_mine, h_theirs,
                                                qk_scale, WG, BLOCK_N, STAGES, HAS_PE, s_layout, o_layout,
-                                               wgmma_lhs_layout(HALF), True, True, HALF_READY, THREAD_RELEASE)
+                                               wgmma_lhs_layout(HALF), True, True, HALF_READY, THREAD_RELEASE,
+                                               LAZY_RESCALE)
             else:
                 acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, (x_lo, x_hi)[WG],
                                              (x_lo, x_hi)[1 - WG], k_ready, kv_free, xchg, 0, count, n_tiles, r0,
@@ -258,14 +260,16 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
                          head_blocks_per_kv, qk_scale, stride_kb, stride_kt, stride_kh, stride_ob, stride_os,
                          stride_oh, TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr,
                          STAGES: gl.constexpr, ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr,
-                         THREAD_RELEASE: gl.constexpr):
+                         THREAD_RELEASE: gl.constexpr, LAZY_RESCALE: gl.constexpr):
     """Grid: programs over ``n_items`` work items (head blocks per KV head x B·S·H_kv rows), program p taking items
     p, p + grid, ... (one each, or a persistent grid: the ring, query slot and hand-offs carry on from item to
     item, so the next item's keys and queries load during the last tiles and the stores of the one before).
     ``q_desc``: q as ``[B·S·H, D + TAIL]`` in [64, 256] boxes; ``qpe_desc``: the same rows in [64, TAIL] boxes (any
     descriptor when TAIL = 0). num_warps = 4 (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader:
     4 warps). ``HALF_READY`` (alternating only): two ready barriers a ring slot (``latent_alt._block_scores``);
-    ``THREAD_RELEASE`` (alternating only): the consumers free ring slots one arrival per thread."""
+    ``THREAD_RELEASE`` (alternating only): the consumers free ring slots one arrival per thread;
+    ``LAZY_RESCALE`` (alternating only): O is rescaled only when some row's reference max moves (``latent_alt``)."""
+    gl.static_assert(ALTERNATING or not LAZY_RESCALE, "lazy rescale: the alternating consumer only")
     gl.static_assert(ALTERNATING or not HALF_READY, "half-slot ready barriers: the alternating consumer only")
     gl.static_assert(ALTERNATING or not THREAD_RELEASE, "per-thread releases: the alternating consumer only")
     FREES: gl.constexpr = release_count(2, THREAD_RELEASE)  # both consumers release a slot
@@ -288,12 +292,12 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
     k_ready, kv_free = ring_barriers(STAGES, 32 * LOADER_WARPS, FREES, READY_PARTS)
     if ALTERNATING:
         # each warpgroup's P hand-off slot (64-key tiles with the rope tail: the rope slots) and its row maxima / sums
-        p0, p1, st0, st1, full, empty = handoff_buffers(kpe_smem, BLOCK_N, TAIL)
+        p0, p1, st0, st1, full, empty = handoff_buffers(kpe_smem, BLOCK_N, TAIL, LAZY_RESCALE)
         fence_async_shared()
         consumer_args = (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p0, p1, q_ready, p0, p1, st0, st1, full, empty,
                          q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
                          head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh)
-        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, TAIL > 0, True, HALF_READY, THREAD_RELEASE)
+        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, TAIL > 0, True, HALF_READY, THREAD_RELEASE, LAZY_RESCALE)
         gl.warp_specialize([
             (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
             (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
@@ -312,7 +316,7 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
         consumer_args = (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, x_lo, x_hi, x_lo, x_hi, xchg,
                          xchg, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
                          head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh)
-        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, TAIL > 0, False, False, False)
+        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, TAIL > 0, False, False, False, False)
         gl.warp_specialize([
             (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
             (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
