@@ -43,11 +43,16 @@ LOADER_WARPS = gl.constexpr(4)  # the gather's warps (warp_specialize's second w
 
 
 @gluon.constexpr_function
-def _alternating_registers(block_n):
+def _alternating_registers(block_n, lazy_rescale):
     """Registers per thread of consumer 1 and the loader beside the alternating consumers (consumer 0 has the
     rest): at 232 / 40 the item loop's loader spilled 32 B on the 512-wide rows (the shared memory base, reloaded in
     its tile loop), so 224 / 48; 64-key tiles hold 4 indices and 4 row pointers a loader thread, twice with the
-    prefetch, and spilled 16-20 B at 48 (persistent, rope tail; sm90_compile_attn_mla), so 56 there."""
+    prefetch, and spilled 16-20 B at 48 (persistent, rope tail; sm90_compile_attn_mla), so 56 there. With the lazy
+    rescale consumer 0 (the default partition, 232 then) spilled 88-156 B of wgmma descriptors, reloaded once an item
+    (H100, 2026-12-06: the d512-h64 rows with caches of >= 32 k rows 7 % slower, items of 16 tiles), and 28 B at
+    248; so 200 / 48 there (consumer 0: 256, consumer 1 spill-free at 200)."""
+    if lazy_rescale:
+        return [200, 48]
     return [224, 56 if block_n == 64 else 48]
 
 
@@ -304,7 +309,7 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
             (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem,
                        q_ready, q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb,
                        stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, 64, HALF_READY)),
-        ], [4, LOADER_WARPS], _alternating_registers(BLOCK_N))
+        ], [4, LOADER_WARPS], _alternating_registers(BLOCK_N, LAZY_RESCALE))
         invalidate_ring(full, empty, 2)
     else:
         x_lo = gl.allocate_shared_memory(gl.float32, [2, HEADS, BLOCK_N], EXCHANGE_LAYOUT)
