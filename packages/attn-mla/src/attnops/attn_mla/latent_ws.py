@@ -94,24 +94,24 @@ def smem_bytes(cfg: WsConfig, rope: int) -> int:
 # Measured ones fastest first (the MLA default is CONFIGS[0]; DSA's order: its ws_launch). The alternating consumer
 # (docs/perf/attn-mla.md): 32-key blocks in 4 slots (225 KB), 1.10-1.34x the Triton kernel on all 26 MLA rows on
 # the H200 (2026-12-02); TMA boxes have power-of-2 rows (no 48-key blocks), and with 3 slots ptxas spilled 12 B.
+# First its lazy-rescale form (``latent_alt``: the O rescale skipped while no row's reference max moves by more than
+# 8 in base 2): on an H100 (2026-12-06, each checked) MLA decode 0-3.5 % faster (mla-b128-8192 536.6 -> 519.9 us),
+# DSA 4-9 % on the rows of >= 32 tiles an item (d576-h128-kv32k 5044 -> 4752 us) and within 2 % on d512-h64.
 # The channel split: 64-key tiles do not fit beside its exchange slots (Q 72 KB + 2 x 72 KB ring + 64 KB of
 # exchange), so 32-key tiles, 3 slots (212 KB with a 64-channel rope part). Last, untimed: the alternating
 # consumer's 64-key blocks in 2 slots with P in the rope slots (FlashMLA's layout, 217 KB; with P buffers of their
 # own 233 KB), compile-checked only.
-CONFIGS = tuple(c for c in (WsConfig(32, 4, alternating=True), WsConfig(32, 3), WsConfig(32, 2),
-                            WsConfig(64, 2, alternating=True))
+CONFIGS = tuple(c for c in (WsConfig(32, 4, alternating=True, lazy_rescale=True), WsConfig(32, 4, alternating=True),
+                            WsConfig(32, 3), WsConfig(32, 2), WsConfig(64, 2, alternating=True))
                 if smem_bytes(c, 64) <= SMEM_LIMIT)
 # Untimed (2026-12-04, offline): the alternating configs with a ready barrier per half slot (``half_ready``). Why:
 # the 64-key 2-slot ring ran 1.24-1.28x slower than the 32-key 4-slot one on the H200 (block b + 2 loads only after
 # the other warpgroup has folded b, and its consumer waits for all of it); FlashMLA's sparse kernel, the same layout,
 # starts a block's scores on its first channel half. And the default's form with per-thread releases
 # (``thread_release``: 3-4 warpgroup barriers fewer per 2 blocks). Forced only (sweeps, tests) until measured.
-# Also untimed (2026-12-06, offline): the default's form with the lazy rescale (``latent_alt``: the O rescale, 2 x 128
-# FMULs a thread per block, skipped while no row's reference max moves by more than 8 in base 2).
 UNTIMED_CONFIGS = (WsConfig(32, 4, alternating=True, half_ready=True),
                    WsConfig(64, 2, alternating=True, half_ready=True),
-                   WsConfig(32, 4, alternating=True, thread_release=True),
-                   WsConfig(32, 4, alternating=True, lazy_rescale=True))
+                   WsConfig(32, 4, alternating=True, thread_release=True))
 
 
 @gluon.jit

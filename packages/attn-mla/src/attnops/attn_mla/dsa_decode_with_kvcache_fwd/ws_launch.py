@@ -25,7 +25,8 @@ __all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run"]
 # First, the default: the alternating consumer persistent (``-p``): one program per SM running every grid-th work
 # item, so an item's query load, ring fill and stores overlap its neighbours' tiles. On the H200 (2026-12-03 sweep,
 # each checked) 5-9 % faster than one item per program: d512-h64-kv32k 0.871 -> 0.791 ms (16 tiles an item),
-# d512-h128-kv32k 2.800 -> 2.624, d576-h128-kv32k 5.451 -> 5.158 (docs/perf/attn-mla.md).
+# d512-h128-kv32k 2.800 -> 2.624, d576-h128-kv32k 5.451 -> 5.158 (docs/perf/attn-mla.md). Its lazy-rescale form
+# (``-l``, ``latent_ws.CONFIGS``) first: 4-9 % faster on an H100 where items have >= 32 tiles (2026-12-06).
 MLA_ONLY = (WsConfig(64, 2, alternating=True),)
 ALTERNATING = tuple(c for c in CONFIGS if c.alternating and c not in MLA_ONLY)
 # Last, untimed (forced only: tests and sweeps): persistent 64-key blocks, and the persistent forms of
