@@ -153,7 +153,9 @@ def torch_sparse_attention(q, kv, indices, *, q_start_index_s, stride_kv=1, dim_
         else:
             scores = torch.matmul(qs, keys.transpose(-1, -2)) * scale  # [B, s, H_kv, G, K]
             o = torch.matmul(torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1), keys[..., :d])
-        out[:, sl] = o.nan_to_num(0.0).flatten(2, 3)  # a row with no valid slot: zeros (its softmax is NaN)
+        # a row with no valid slot: zeros (its softmax is NaN; SDPA's fused backends on the GPU return finite values
+        # there instead, H100 2026-12-06, so the rows are zeroed by their mask, not by their NaNs)
+        out[:, sl] = o.masked_fill(~mask.any(-1)[..., None], 0.0).flatten(2, 3)
     return out
 
 
