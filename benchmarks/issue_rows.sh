@@ -10,13 +10,15 @@
 #              full size are left to the bench step, which checks each row it times against the same reference)
 #   paged      the 44 paged rows beside FA3 / FlashInfer / SDPA (issue 4)
 #   mla        TopK decode and the 17 DSA rows beside FlashInfer / FlashMLA (issue 6)
+#   mla-decode the 26 MLA decode rows beside FlashInfer / FlashMLA (issue 6; their default is the lazy rescale since
+#              attn-mla 0.2.13, not yet run on the H200)
 #   fwd        the varlen rows and the qwen3 dense rows (the long-block rule)
 # Carry .peers (attn-core bundles plus FlashMLA: benchmarks/peers_copy.sh) and .peers-jit.
 #   ATTNOPS_GIT_SHA=<sha> [STEPS="bwd:100 bwd-tests:220 paged:430"] [ANY_GPU=1] bash benchmarks/issue_rows.sh
 set -u
 steps=${STEPS:-bwd:100 bwd-tests:220 paged:430}
 for step in $steps; do  # (a misspelt step fails here, before any device time is spent)
-  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|fwd):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
+  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|fwd):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
 done
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 echo "GPU: $gpu"
@@ -49,6 +51,7 @@ for step in $steps; do
     paged) job paged "$deadline" attn-core -- --filter \
              "GQAPagedFwd/,MHADecodePagedWithKVCacheFwd/,GQAPrefillPagedWithKVCacheFwd/" --exclude-peers "$no_ref" ;;
     mla) job mla "$deadline" attn-mla -- --filter "TopKSelectFwd/ds-v32,DSADecode" --exclude-peers "$no_ref_mla" ;;
+    mla-decode) job mla-decode "$deadline" attn-mla -- --filter "MLADecodeWithKVCacheFwd/" --exclude-peers "$no_ref_mla" ;;
     fwd) job fwd "$deadline" attn-core -- --filter "GQAVarlenFwd/,GQADenseFwd/qwen3" --exclude-peers "$no_ref" ;;
   esac
 done
