@@ -101,6 +101,16 @@ def test_another_requests_nan_keys_stay_out(n_kv, cfg):
     assert bool(out[1].isnan().all())
 
 
+@pytest.mark.parametrize("fields", [dict(block_n=32, stages=3, lazy_rescale=True),
+                                    dict(block_n=32, stages=3, half_ready=True),
+                                    dict(block_n=64, stages=2, alternating=True, lazy_rescale=True)],
+                         ids=["lazy-channel-split", "half-ready-channel-split", "lazy-64-key"])
+def test_config_flags_it_cannot_build_are_refused(fields):
+    """Runs everywhere: a forced config whose flags the kernels do not build fails on the host, naming them."""
+    with pytest.raises(ValueError, match="WsConfig"):
+        ws_launch.WsConfig(**fields)
+
+
 def test_compiles_for_sm90():
     """Every config, both dtypes, with and without splits, through Gluon's sm_90 pipeline and ptxas: no compile
     error, no spill, no serialized wgmma, shared memory under the limit."""

@@ -64,6 +64,15 @@ class WsConfig:
     # (alternating only) O rescaled only when some row's reference max moves by more than ``latent_alt.RESCALE_SLACK``
     lazy_rescale: bool = False
 
+    def __post_init__(self):
+        """The kernels assert these at compile time; a forced config fails here first, before any launch."""
+        if (self.half_ready or self.thread_release or self.lazy_rescale) and not self.alternating:
+            raise ValueError(f"WsConfig: half_ready, thread_release and lazy_rescale need alternating=True, got {self}")
+        if self.lazy_rescale and self.block_n != 32:
+            # (only the 32-key 4-slot form was built and checked: DSA's 64-key gather loader needs 56 registers, which
+            # the lazy form's 200 / 48 split does not leave it)
+            raise ValueError(f"WsConfig: lazy_rescale is built for 32-key blocks only, got block_n={self.block_n}")
+
     @property
     def name(self) -> str:
         return (f"ws-{'alt-' if self.alternating else ''}n{self.block_n}s{self.stages}{'-h' if self.half_ready else ''}"
