@@ -64,6 +64,7 @@ def compile_ws(cfg: ws_launch.WsConfig, d: int, layout: int, dtype=torch.float16
               "TAIL_IN_PLACE": layout == PAGED and ws_launch.tail_in_place(cfg, d), "FP8": fp8, "PACK": pack,
               "THREAD_RELEASE": cfg.thread_release, "SPLITS": splits, "K_EARLY": cfg.early_k_release,
               "Q_REGS": 0 if fp8 else min(cfg.q_registers, d),
+              "LAZY_RESCALE": ws_launch.lazy_rescale_applies(cfg, kv_box),
               "_float_args": ("qk_scale", "cap_scale", "cap_log2")}
     return compile_sm90(gqa_fwd_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
@@ -82,12 +83,17 @@ VARIANTS = ((VARLEN, "varlen", 64, False, False, False), (DENSE, "dense", 64, Fa
 # few values stored once and reloaded once a tile in the consumers (their key loops stay spill-free); in ws-n32s3 /
 # n32s4 / n64s2-ov also one or two local loads in the 1-warp loader's key-tile loop (the loop with the UTMALDGs),
 # which waits on the ring anyway; the pingpong build (qwen35-9b-rope's) has none in any loop. D = 128
-# ws-n128s2-ov-kr over 48-token pages, 160 B: the loader's two passes over a tile's 8 page chunks (K, then V after
+# ws-n128s2-ov-kr over 48-token pages (and -kr-l, the same build: no lazy rescale over 16-row copies,
+# ws_launch.lazy_rescale_applies), 160 B: the loader's two passes over a tile's 8 page chunks (K, then V after
 # its own wait) at 24 registers, 13-24 local loads and stores a key tile in the loader only; page sizes that hold
 # the tile (one chunk) build spill-free. D = 256 ws-n64s2-ov-kr-qr128's split build (2026-12-05), 160 B: a value
 # stored and reloaded (LDL.LU) twice a key tile inside the consumers' loops, where every other build of that config
-# is spill-free: only a ws_tail plan on that forced config builds it.
+# is spill-free: only a ws_tail plan on that forced config builds it. D = 128 lazy rescale (2026-12-06): the split
+# build of ws-n128s2-ov-kr-l / -t-kr-l 36 B (only ws_tail plans build it; off by default), -t-kr-l over 48-token
+# pages 112 B (eager there, with per-thread releases; forced only); where was not looked at.
 SPILL_ALLOWED = {("p-split", 256, None): 104, ("pag48", 128, "ws-n128s2-ov-kr"): 160,
+                 ("pag48", 128, "ws-n128s2-ov-kr-l"): 160, ("pag48", 128, "ws-n128s2-ov-t-kr-l"): 112,
+                 ("p-split", 128, "ws-n128s2-ov-kr-l"): 36, ("p-split", 128, "ws-n128s2-ov-t-kr-l"): 36,
                  ("p-split", 256, "ws-n64s2-ov-kr-qr128"): 160}
 
 

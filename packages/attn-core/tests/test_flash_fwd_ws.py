@@ -282,6 +282,67 @@ def test_paged(d, page_size, mask):
         _plan_case(paged_spec.SPEC, case, plan)
 
 
+CLIMB_KEYS, CLIMB_STEP, CLIMB_CHANNELS = 96, 12.0, 16  # (test_climbing_scores*)
+
+
+def _climb(q: torch.Tensor, k_rows: torch.Tensor, positions: torch.Tensor) -> None:
+    """Make the scores climb along each request's keys, in place: q's last ``CLIMB_CHANNELS`` channels all 1 and
+    those of the key at ``positions`` (its index in its request; ``k_rows`` [keys, H_kv, D]) raised by
+    ``(position // CLIMB_KEYS) · c`` on top of their noise, so that the scores rise by ~``CLIMB_STEP`` (base 2) every
+    ``CLIMB_KEYS`` keys: the lazy rescale's reference max has to move every few key tiles (else O is off by
+    ~2^12) and stays put between the steps, so both of its paths run."""
+    d = q.shape[-1]
+    c = CLIMB_STEP / (CLIMB_CHANNELS * d ** -0.5 * 1.4426950408889634)
+    q[..., -CLIMB_CHANNELS:] = 1.0
+    k_rows[..., -CLIMB_CHANNELS:] += ((positions // CLIMB_KEYS).to(k_rows.dtype) * c)[:, None, None]
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
+@pytest.mark.parametrize("mask", ["causal", "full", "causal-w100"])
+def test_climbing_scores(d, mask):
+    """Every config on ragged varlen requests whose scores climb along the keys (``_climb``)."""
+    q_lens, kv_lens = LAYOUTS["ragged"]
+    gen = testing.generator(d + 11)
+    q = testing.randn((sum(q_lens), 8, d), torch.float16, "cuda", gen)
+    k = testing.randn((sum(kv_lens), 2, d), torch.float16, "cuda", gen)
+    v = testing.randn((sum(kv_lens), 2, d), torch.float16, "cuda", gen)
+    _climb(q, k, torch.cat([torch.arange(n, device="cuda") for n in kv_lens]))
+    cu_q, cu_kv = testing.cu_seqlens(q_lens, "cuda"), testing.cu_seqlens(kv_lens, "cuda")
+    causal, wl, wr = MASKS[mask]
+    kw = dict(is_causal=causal, window_size_left=wl, window_size_right=wr)
+    ref = gqa_varlen_fwd_ref(q, k, v, cu_q, cu_kv, **kw)
+    lowp = gqa_varlen_fwd_ref(q, k, v, cu_q, cu_kv, **kw, compute_dtype=torch.float16)
+    for cfg in ws_launch.CONFIGS[d]:
+        with fwd.forced(config=cfg):
+            out = gqa_varlen_fwd(q, k, v, cu_q, cu_kv, **kw)
+        testing.assert_close_dual(f"ws climbing D{d} {mask} {cfg.name}", out, ref, lowp)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
+def test_paged_climbing_scores(d):
+    """Every paged config (GQAPagedFwd's large class, 48-token pages: key tiles in several copies, NaN page tails)
+    on causal requests whose scores climb along the keys (``_climb`` through the page table)."""
+    page_size = 48
+    case = paged_spec.build_case([300, 1, 77, 130], [3000, 1500, 777, 130], 8, 2, d, page_size, torch.float16,
+                                 torch.float16, "cuda", seed=d + 5, is_causal=True)
+    a = case.inputs
+    table = a["page_table"]
+    for b, n in enumerate(a["cache_seqlens"].tolist()):
+        pos = torch.arange(n, device="cuda")
+        pages, slots = table[b, pos // page_size].long(), pos % page_size
+        rows = a["k_pages"][pages, slots]
+        _climb(a["q"], rows, pos)
+        a["k_pages"][pages, slots] = rows
+    for cfg in ws_launch.paged_configs(d):
+        plan = gqa_paged_plan(a["cu_seqlens_q"], a["cache_seqlens"], 8, 2, d, is_causal=True, ws=cfg)
+        assert [ln.ws for ln in plan.launches if ln.kind == "large"] == [cfg]
+        _plan_case(paged_spec.SPEC, case, plan)
+
+
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("mask", ["causal", "full", "causal-w100"])
@@ -985,12 +1046,13 @@ def test_packed_merge_default(monkeypatch):
 
 
 def test_config_knobs_that_need_the_overlap():
-    """Runs everywhere: the pingpong turns and the early K release exist only in the overlap consumer; a config
-    asking for them without it is refused when it is made, not at compile time."""
-    for knob in ("pingpong", "early_k_release"):
+    """Runs everywhere: the pingpong turns, the early K release and the lazy rescale exist only in the overlap
+    consumer; a config asking for them without it is refused when it is made, not at compile time."""
+    for knob in ("pingpong", "early_k_release", "lazy_rescale"):
         with pytest.raises(ValueError, match="overlap"):
             ws_launch.WsConfig(64, 2, **{knob: True})
     assert ws_launch.WsConfig(64, 2, True, early_k_release=True).name == "ws-n64s2-ov-kr"
+    assert ws_launch.WsConfig(128, 2, True, early_k_release=True, lazy_rescale=True).name == "ws-n128s2-ov-kr-l"
 
 
 def test_q_in_registers_binds_its_columns(monkeypatch):
@@ -1014,6 +1076,31 @@ def test_q_in_registers_binds_its_columns(monkeypatch):
         assert rec.calls[-1][2]["Q_REGS"] == 0
     with pytest.raises(ValueError, match="multiple of 64"):
         ws_launch.WsConfig(32, 4, True, q_registers=96)
+
+
+def test_lazy_rescale_only_over_copies_of_64_rows_or_more(monkeypatch):
+    """Runs everywhere: the lazy-rescale configs (the D = 128 paged and long-block defaults among them) build it on
+    dense / varlen calls and over paged key tiles copied in pieces of 64 rows or more (pages of 64, 128, 256
+    tokens), the eager rescale over smaller copies (pages of 16, 48 tokens: slower lazy on the H100); the eager
+    configs never."""
+    assert ws_launch.PAGED_DEFAULTS[128].lazy_rescale and ws_launch.LONG_BLOCK_DEFAULT.lazy_rescale
+    rec = _Recorder()
+    monkeypatch.setattr(ws_launch, "gqa_fwd_ws_kernel", rec)
+    q = torch.zeros(300, 8, 128, dtype=torch.float16)
+    items = torch.tensor([[0, 2], [0, 1], [0, 0]], dtype=torch.int32)
+    for cfg in (ws_launch.PAGED_DEFAULTS[128], ws_launch.WsConfig(128, 2, True, early_k_release=True)):
+        ws_launch.launch(fwd.Problem(q, q[:, :2], q[:, :2], torch.empty_like(q), varlen=True, batch=1, max_q=300,
+                                     max_kv=300, cu_q=torch.tensor([0, 300], dtype=torch.int32),
+                                     cu_kv=torch.tensor([0, 300], dtype=torch.int32)), cfg)
+        lazy = [rec.calls[-1][2]["LAZY_RESCALE"]]
+        for page in (16, 48, 64, 128, 256):
+            pool = torch.zeros(-(-640 // page), page, 2, 128, dtype=torch.float16)
+            table = torch.arange(pool.shape[0], dtype=torch.int32)[None]
+            ws_launch.launch_paged(cfg, q, pool, pool, torch.empty_like(q), torch.tensor([0, 300], dtype=torch.int32),
+                                   torch.tensor([600], dtype=torch.int32), table, items, page, 0.1, 1 << 30, 0,
+                                   kv_plus_q=False)
+            lazy.append(rec.calls[-1][2]["LAZY_RESCALE"])
+        assert lazy == ([True, False, False, True, True, True] if cfg.lazy_rescale else [False] * 6), cfg.name
 
 
 def test_last_v_zeroed_in_place_only_where_its_buffers_do_not_fit():

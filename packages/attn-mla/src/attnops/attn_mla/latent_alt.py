@@ -47,7 +47,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from attnops.attn_mla.latent_ws import HALF, HEADS, p_in_rope_slots, softmax_tile
-from attnops.kernel_utils.gluon_fns import release, ring_barriers
+from attnops.kernel_utils.gluon_fns import RESCALE_SLACK, release, rescaled, ring_barriers
 
 # [2, HEADS] fp32 per publisher: row 0 the running max m_b, row 1 the row sums of P_b of its last hand-off; with the
 # lazy rescale also [WARPS] int8, per warp of the publisher whether one of its 16 rows' m moved (an allocation of its
@@ -58,7 +58,6 @@ WARPS = gl.constexpr(4)  # a consumer warpgroup's warps: 16 query heads (rows of
 # the 4 flag bytes read back as one 32-bit word by every thread: nonzero if some warp's rows moved (one register, no
 # barrier)
 WORD_LAYOUT = gl.constexpr(gl.BlockedLayout([1], [32], [WARPS.value], [0]))
-RESCALE_SLACK = gl.constexpr(8.0)  # base-2 units: P <= 256 between the lazy rescales
 
 
 @gluon.jit
@@ -147,17 +146,6 @@ def _any_moved(flag):
 
 
 @gluon.jit
-def _rescaled(acc, scale, moved, LAZY_RESCALE: gl.constexpr):
-    """O·scale per row, or O itself where the lazy rescale knows every factor is 1 (``moved`` == 0)."""
-    if LAZY_RESCALE:
-        if moved != 0:
-            acc = acc * scale[:, None]
-    else:
-        acc = acc * scale[:, None]
-    return acc
-
-
-@gluon.jit
 def _publish(p_op, m_b, row_sum, m_before, p_buf, st_slot, full, empty, r, h, STAGES: gl.constexpr,
              LAZY_RESCALE: gl.constexpr):
     """Hand-off number h of this warpgroup: its P_b, m_b and row sums of the block at ring position r (and,
@@ -196,7 +184,7 @@ def _fold_theirs(acc, m_i, l_i, m_b, row_sum, moved, p_theirs, k_half, r, o_layo
     handed over); returns (the wgmma, m_b, l). ``moved`` == 0 (lazy rescale): m_b == m in every row."""
     alpha = gl.exp2(m_i - m_b)  # 0 before this warpgroup's first block (m = -inf); m_b is finite
     scale = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
-    acc = _rescaled(acc, scale, moved, LAZY_RESCALE)
+    acc = rescaled(acc, scale, moved, LAZY_RESCALE)
     acc = warpgroup_mma(_p_slot(p_theirs, r, STAGES), k_half.index(r % STAGES), acc, is_async=True)
     return acc, m_b, l_i * alpha + row_sum
 
@@ -305,7 +293,7 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
         moved = 1
         if LAZY_RESCALE:  # (its own flags, read after the barriers above: no barrier of its own)
             moved = _any_moved(st_mine[1])
-        acc = _rescaled(acc, alpha, moved, LAZY_RESCALE)
+        acc = rescaled(acc, alpha, moved, LAZY_RESCALE)
         acc = warpgroup_mma(p_op, k_half.index(r % STAGES), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
         release(kv_free.index(r % STAGES), THREAD_RELEASE)

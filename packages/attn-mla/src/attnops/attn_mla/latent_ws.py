@@ -22,6 +22,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from attnops.kernel_utils.gluon_fns import reference_max
+
 HEADS = gl.constexpr(64)  # query heads per program: one warpgroup's wgmma M, shared by both consumers
 HALF = gl.constexpr(256)  # latent channels per consumer
 SMEM_LIMIT = 227 * 1024  # shared memory one program may use on sm_90
@@ -61,7 +63,7 @@ class WsConfig:
     # (alternating only) the consumers release ring slots and the query slot one arrival per thread, without the
     # warpgroup barrier Triton puts before a single thread's arrival (``kernel_utils.gluon_fns.release``)
     thread_release: bool = False
-    # (alternating only) O rescaled only when some row's reference max moves by more than ``latent_alt.RESCALE_SLACK``
+    # (alternating only) O rescaled only when some row's reference max moves by more than ``gluon_fns.RESCALE_SLACK``
     lazy_rescale: bool = False
 
     def __post_init__(self):
@@ -166,11 +168,8 @@ def softmax_tile(s, n0, end, m_i, l_i, qk_scale, BLOCK_N: gl.constexpr, s_layout
     if n0 + BLOCK_N > end:
         k_pos = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         s = gl.where((k_pos < end)[None, :], s, float("-inf"))
-    if SLACK > 0:  # (m_i = -inf before the first tile: every row moves there)
-        m_tile = gl.max(s, axis=1) * qk_scale
-        m_new = gl.where(m_tile > m_i + SLACK, m_tile, m_i)
-    else:
-        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)  # every tile has a visible key: m_new is finite
+    # (every tile has a visible key: m_new is finite; m_i = -inf before the first tile: every row moves there)
+    m_new = reference_max(m_i, gl.max(s, axis=1) * qk_scale, SLACK)
     p = gl.exp2(s * qk_scale - m_new[:, None])
     alpha = gl.exp2(m_i - m_new)
     row_sum = gl.sum(p, axis=1)

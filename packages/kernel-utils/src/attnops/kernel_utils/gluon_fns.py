@@ -101,6 +101,36 @@ def to_store_layout(x):
     return x
 
 
+# Lazy O rescale (FA4's, for Hopper's register accumulators): a row's reference max m moves only when a key tile's
+# maximum exceeds it by more than ``SLACK`` (base-2 units), so P <= 2^SLACK between moves and the rescale factor
+# exp2(m_old - m_new) is exactly 1 on most tiles; a warpgroup whose rows all kept their m skips the O multiply. The
+# (m, l) pair stays the rows' exact log-sum-exp (l is summed against the same m), so O / l and the lse do not change.
+# SLACK = 8: P <= 256, exact in 16 bits up to the usual rounding, l and O in fp32.
+RESCALE_SLACK = gl.constexpr(8.0)
+
+
+@gluon.jit
+def reference_max(m_i, m_tile, SLACK: gl.constexpr):
+    """A row's new max of the online softmax: the running maximum (``SLACK`` 0), or with ``SLACK`` > 0 the old one
+    unless ``m_tile`` exceeds it by more than ``SLACK`` (from m = -inf any finite maximum moves it)."""
+    if SLACK > 0:
+        return gl.where(m_tile > m_i + SLACK, m_tile, m_i)
+    else:
+        return gl.maximum(m_i, m_tile)
+
+
+@gluon.jit
+def rescaled(acc, scale, moved, LAZY: gl.constexpr):
+    """O·scale per row, or O itself where the lazy rescale (``LAZY``) knows every factor is 1 (``moved`` == 0: a
+    scalar every thread holds, so the branch is uniform)."""
+    if LAZY:
+        if moved != 0:
+            acc = acc * scale[:, None]
+    else:
+        acc = acc * scale[:, None]
+    return acc
+
+
 @gluon.jit
 def warpgroup_partition(fn: gl.constexpr, args, WG: gl.constexpr, flags: gl.constexpr):
     """Runs ``fn(*args, WG, *flags)``: one consumer warpgroup's partition of ``gl.warp_specialize``, for kernels

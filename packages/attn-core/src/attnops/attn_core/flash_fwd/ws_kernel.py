@@ -49,7 +49,16 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from attnops.kernel_utils.gluon_fns import release, release_count, store_layout, to_store_layout, warpgroup_partition
+from attnops.kernel_utils.gluon_fns import (
+    RESCALE_SLACK,
+    reference_max,
+    release,
+    release_count,
+    rescaled,
+    store_layout,
+    to_store_layout,
+    warpgroup_partition,
+)
 
 ROWS_PER_CONSUMER = gl.constexpr(64)  # one warpgroup's wgmma M (a constexpr: kernels read it)
 
@@ -244,12 +253,14 @@ def _pv_tail(p_op, acc, v_smem, v_ready, i, v_own, valid, STAGES: gl.constexpr, 
 
 @gluon.jit
 def _softmax(s, n0, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr, qk_scale, cap_scale, cap_log2,
-             BLOCK_N: gl.constexpr, o_layout: gl.constexpr, s_layout: gl.constexpr, SOFTCAP: gl.constexpr):
+             BLOCK_N: gl.constexpr, o_layout: gl.constexpr, s_layout: gl.constexpr, SOFTCAP: gl.constexpr,
+             SLACK: gl.constexpr):
     """Online-softmax step of the scores of key tile [n0, n0 + BLOCK_N): (P in fp32, in the scores' layout; the
     rows' rescale factor in the accumulator's layout; m; l). ``_p_operand`` makes P the next wgmma's operand.
     Only tiles outside the warpgroup's all-visible range apply the mask (a uniform branch). The arithmetic is
     ``kernel_utils.attention_fns.online_softmax_step``'s (``softcap_scores`` first with ``SOFTCAP``: then the
-    scores are in base-2 units and the mask follows the cap), restated with the wgmma layouts (see _key_range)."""
+    scores are in base-2 units and the mask follows the cap), restated with the wgmma layouts (see _key_range).
+    ``SLACK`` > 0: m is the lazy rescale's reference max (``gluon_fns.reference_max``), not the running one."""
     if SOFTCAP:  # cap_log2 · tanh(s · sm_scale / softcap), tanh from exp2 as attention_fns.tanh_f32
         s = cap_log2 * (1.0 - 2.0 / (gl.exp2(s * cap_scale) + 1.0))
         qk_scale = 1.0
@@ -258,7 +269,7 @@ def _softmax(s, n0, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr, qk_scale,
         ok = ((k_pos[None, :] < kv_len) & (k_pos[None, :] >= q_pos[:, None] - wl)
               & (k_pos[None, :] <= q_pos[:, None] + wr))
         s = gl.where(ok, s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+    m_new = reference_max(m_i, gl.max(s, axis=1) * qk_scale, SLACK)
     m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)  # rows with no visible key yet: p = 0, no NaN
     p = gl.exp2(s * qk_scale - m_safe[:, None])
     alpha = gl.exp2(m_i - m_safe)
@@ -281,7 +292,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
               OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFS: gl.constexpr, BLOCK_MAJOR: gl.constexpr,
               SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr, SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr,
               FP8: gl.constexpr, PACK: gl.constexpr, THREAD_RELEASE: gl.constexpr, SPLITS: gl.constexpr,
-              K_EARLY: gl.constexpr, Q_REGS: gl.constexpr):
+              K_EARLY: gl.constexpr, Q_REGS: gl.constexpr, LAZY_RESCALE: gl.constexpr):
     """Rows [64·WG, +64) of each of the program's work tiles (``PACK`` > 1: row r is query token r // PACK of the
     warpgroup's tokens, head ``head + r % PACK``): every key tile of the block's range, then
     the store. ``OVERLAP`` (FA3's intra-warpgroup pipelining): S of tile j + 1 and P·V of tile j are in flight
@@ -297,12 +308,17 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     (``k_free``) as soon as the scores of it are done, its V (``kv_free``) after P·V; else both after P·V.
     ``Q_REGS``: the first Q_REGS columns of the warpgroup's Q tile are loaded into registers once per work tile,
     the score wgmmas' A operand from there (they then read only K's slice from shared memory: see
-    ``ws_launch.WsConfig.q_registers``); all of them (Q_REGS = HEAD_DIM): the Q buffer is released at once."""
+    ``ws_launch.WsConfig.q_registers``); all of them (Q_REGS = HEAD_DIM): the Q buffer is released at once.
+    ``LAZY_RESCALE`` (overlap configs): a row's reference max moves only past ``gluon_fns.RESCALE_SLACK``
+    (``gluon_fns.reference_max``), and the warpgroup multiplies O by the rescale factors only after a tile that
+    moved one of its 64 rows (a max over the warpgroup, read after the P·V wait): else every factor is 1."""
     gl.static_assert(Q_REGS == 0 or not FP8, "Q in registers: 16-bit queries")
     Q_SPLIT: gl.constexpr = Q_REGS if Q_REGS < HEAD_DIM else 0  # (Q partly in registers: _scores' two wgmmas)
     Q_HELD: gl.constexpr = Q_REGS == HEAD_DIM  # (Q wholly in registers: its buffer freed before the key loop)
-    if LAYOUT == PAGED or PINGPONG or K_EARLY:
-        gl.static_assert(OVERLAP, "the paged layout, the pingpong turns and K_EARLY run the overlap configs")
+    if LAYOUT == PAGED or PINGPONG or K_EARLY or LAZY_RESCALE:
+        gl.static_assert(OVERLAP, "the paged layout, the pingpong turns, K_EARLY and LAZY_RESCALE run the overlap "
+                                  "configs")
+    SLACK: gl.constexpr = RESCALE_SLACK if LAZY_RESCALE else 0.0
     R: gl.constexpr = ROWS_PER_CONSUMER
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 32 if FP8 else 16])
@@ -360,7 +376,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                         release(k_free.index(ring % STAGES), THREAD_RELEASE)
                     p, alpha, m_i, l_i = _softmax(s, n_lo, m_i, l_i, q_pos, full_lo, full_hi, kv_len, wl, wr,
                                                   tile_qk_scale, tile_cap_scale, cap_log2, BLOCK_N, o_layout,
-                                                  s_layout, SOFTCAP)
+                                                  s_layout, SOFTCAP, SLACK)
                     p_op = _p_operand(p, dtype, p_layout)
                     for j in range(1, n_tiles):
                         _turn_begin(sched, turn, WG, PINGPONG)
@@ -374,13 +390,18 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                         # (ptxas places the P·V wait below at the top of the softmax's block: P·V overlaps the other
                         # warpgroup's softmax, not this one's. Holding it below with the softmax in a block of its
                         # own was 0-19 % slower on every row timed, 2026-12-03, docs/perf/attn-core.md.)
+                        m_before = m_i
                         p, alpha, m_i, l_i = _softmax(s_next, n_lo + j * BLOCK_N, m_i, l_i, q_pos, full_lo, full_hi,
                                                       kv_len, wl, wr, tile_qk_scale, tile_cap_scale, cap_log2,
-                                                      BLOCK_N, o_layout, s_layout, SOFTCAP)
+                                                      BLOCK_N, o_layout, s_layout, SOFTCAP, SLACK)
+                        moved = 1
+                        if LAZY_RESCALE:  # (before the P·V wait: the cross-warp max runs while P·V does; rows
+                            # whose m stayed -inf have O = 0, so skipping their factor 0 is exact)
+                            moved = gl.max((m_i != m_before).to(gl.int32), axis=0)
                         # p_op stays live until its wgmma is waited for: its registers are read asynchronously
                         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
                         release(kv_free.index((ring + j - 1) % STAGES), THREAD_RELEASE)
-                        acc = acc * alpha[:, None]
+                        acc = rescaled(acc, alpha, moved, LAZY_RESCALE)
                         # packed after the wait (FA3's order): the new operand may take the old one's registers
                         p_op = _p_operand(p, dtype, p_layout)
                     if not Q_HELD:
@@ -406,7 +427,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
                                                           Q_SPLIT), ))
                     p, alpha, m_i, l_i = _softmax(s, n_lo + j * BLOCK_N, m_i, l_i, q_pos, full_lo, full_hi, kv_len,
                                                   wl, wr, tile_qk_scale, tile_cap_scale, cap_log2, BLOCK_N, o_layout,
-                                                  s_layout, SOFTCAP)
+                                                  s_layout, SOFTCAP, 0.0)
                     p_op = _p_operand(p, dtype, p_layout)
                     acc = _pv(p_op, acc * alpha[:, None], v_smem, v_ready, ring + j, STAGES)
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
@@ -620,7 +641,7 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                       BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr,
                       SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr, PACK: gl.constexpr,
                       THREAD_RELEASE: gl.constexpr, SPLITS: gl.constexpr, K_EARLY: gl.constexpr,
-                      Q_REGS: gl.constexpr):
+                      Q_REGS: gl.constexpr, LAZY_RESCALE: gl.constexpr = False):
     """Grid: (programs,), at most n_work · n_heads / PACK work tiles (n_work: dense / varlen n_m_blocks · batch, paged
     the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
     loader: 1 warp). ``TAIL_IN_PLACE`` (paged): the last V tile's rows past the keys are zeroed in the ring slot
@@ -633,7 +654,8 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
     partials and base-2 lse (``part_o_ptr`` / ``part_lse_ptr``, ``_store_partial``) for ``split_combine``.
     ``K_EARLY``: each slot's K and V are freed apart, K once its scores are done (FA3's separate K / V pipelines): with
     2 slots the next K no longer waits for the P·V of the tile two back. ``Q_REGS``: each consumer holds that many
-    of its Q tile's columns in registers (16-bit queries; see ``_consumer``)."""
+    of its Q tile's columns in registers (16-bit queries; see ``_consumer``). ``LAZY_RESCALE``: the consumers skip
+    the O rescale after tiles that moved no row's reference max (``_consumer``)."""
     gl.static_assert(BLOCK_M == 2 * ROWS_PER_CONSUMER)
     gl.static_assert(not SPLITS or (LAYOUT == PAGED and PACK == 1), "splits: paged items, one head a tile")
     gl.static_assert(not FP8 or LAYOUT != PAGED, "fp8 runs the dense / varlen layouts")
@@ -676,7 +698,7 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                      qk_scale, cap_scale, cap_log2, stride_ot, stride_oh)
     consumer_flags: gl.constexpr = (LAYOUT, KV_PLUS_Q, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, OVERLAP, PINGPONG, Q_BUFS,
                                     BLOCK_MAJOR, SOFTCAP, HAS_SINK, SORT_B, TAIL_IN_PLACE, FP8, PACK, THREAD_RELEASE,
-                                    SPLITS, K_EARLY, Q_REGS)
+                                    SPLITS, K_EARLY, Q_REGS, LAZY_RESCALE)
     gl.warp_specialize([
         (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
         (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),

@@ -63,21 +63,28 @@ class WsConfig:
     # leave 128 KB. 16-bit calls only (fp8 calls keep Q in shared memory); a multiple of 64 (a 128-byte swizzle
     # atom) whose rest of HEAD_DIM is a power of two; 16 registers a thread per 64 columns.
     q_registers: int = 0
+    # (overlap configs) O rescaled only after a key tile that moved some row's reference max by more than
+    # ``gluon_fns.RESCALE_SLACK`` (``ws_kernel`` ``LAZY_RESCALE``; attn-mla's lazy rescale): the [64, D] fp32
+    # multiply, D / 2 FMULs a thread, skipped on most tiles for a cross-warp max of one flag a row; not over paged
+    # key tiles loaded in small copies (``lazy_rescale_applies``)
+    lazy_rescale: bool = False
 
     def __post_init__(self):
         if self.q_registers % 64:
             raise ValueError(f"WsConfig: q_registers must be a multiple of 64 columns, got {self.q_registers}")
-        if (self.pingpong or self.early_k_release) and not self.overlap:
-            raise ValueError(f"WsConfig: pingpong and early_k_release run the overlap configs (overlap=True), got "
-                             f"block_n={self.block_n}, stages={self.stages}, pingpong={self.pingpong}, "
-                             f"early_k_release={self.early_k_release}")
+        if (self.pingpong or self.early_k_release or self.lazy_rescale) and not self.overlap:
+            raise ValueError(f"WsConfig: pingpong, early_k_release and lazy_rescale run the overlap configs "
+                             f"(overlap=True), got block_n={self.block_n}, stages={self.stages}, "
+                             f"pingpong={self.pingpong}, early_k_release={self.early_k_release}, "
+                             f"lazy_rescale={self.lazy_rescale}")
 
     @property
     def name(self) -> str:
         return (f"ws-n{self.block_n}s{self.stages}{'-ov' if self.overlap else ''}{'' if self.persistent else '-np'}"
                 f"{'-pp' if self.pingpong else ''}{'-bm' if self.block_major else ''}{'-lpt' if self.lpt else ''}"
                 f"{'-pk' if self.pack_gqa else ''}{'-t' if self.thread_release else ''}"
-                f"{'-kr' if self.early_k_release else ''}{f'-qr{self.q_registers}' if self.q_registers else ''}")
+                f"{'-kr' if self.early_k_release else ''}{f'-qr{self.q_registers}' if self.q_registers else ''}"
+                f"{'-l' if self.lazy_rescale else ''}")
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
@@ -108,7 +115,14 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
           WsConfig(128, 2, True, early_k_release=True),
           WsConfig(64, 3, True, block_major=True, lpt=True, early_k_release=True),
           # Q in registers (``q_registers``; untimed): the dense / varlen and paged defaults' twins
-          WsConfig(64, 3, True, block_major=True, lpt=True, q_registers=128), WsConfig(64, 3, True, q_registers=128)),
+          WsConfig(64, 3, True, block_major=True, lpt=True, q_registers=128), WsConfig(64, 3, True, q_registers=128),
+          # the lazy rescale (``lazy_rescale``): the long-block and paged default (since attn-core 0.3.20; its eager
+          # form ``ws-n128s2-ov-kr`` is above), that one with per-thread slot releases (the flag's cross-warp max
+          # brings barriers of its own; 0-1.5 % faster than the default on the H100 rows of ``LONG_BLOCK_DEFAULT`` /
+          # ``PAGED_DEFAULTS``, one run each), and the dense / varlen default's (llama-8b-uniform 36.0 against 34.9)
+          WsConfig(128, 2, True, early_k_release=True, lazy_rescale=True),
+          WsConfig(128, 2, True, thread_release=True, early_k_release=True, lazy_rescale=True),
+          WsConfig(64, 3, True, block_major=True, lpt=True, lazy_rescale=True)),
     # D = 256 (one Q buffer; written 2026-12-02 without device time: candidates for the prefill op's D 256 rows)
     256: (WsConfig(32, 3, True), WsConfig(32, 4, True), WsConfig(64, 2, True), WsConfig(64, 2),
           WsConfig(32, 3, True, pingpong=True),
@@ -135,7 +149,10 @@ FP8_RAGGED_DEFAULT = WsConfig(128, 2, True)
 # llama-8b / 70b-q-lt-kv (1536-key blocks) 47.6 / 89.2 against 49.5 / 97.5, llama-8b / 70b-long-w1024 (1152)
 # 234.0 / 437.3 against 250.4 / 467.1, qwen3-8b-chunked-b8 (2048) 70.8 / 68.0 against 69.9 / 69.2 in two sweeps;
 # with 512-key blocks it lost (llama-8b-uniform 41.3 against 35.2: too few tiles of 128 keys to fill its ring).
-LONG_BLOCK_DEFAULT = WsConfig(128, 2, True, early_k_release=True)
+# Since attn-core 0.3.20 with the lazy rescale (``lazy_rescale``; H100 2026-12-06, benchmarks/results/h100/
+# 20261206-10*-tune-*-lazy*.json, two runs, us, eager / lazy): llama-70b-q-lt-kv 90.0 / 86.0 and 87.0 / 85.8,
+# llama-8b / 70b-long-w1024 234.1 / 234.4, 439.1 / 436.8.
+LONG_BLOCK_DEFAULT = WsConfig(128, 2, True, early_k_release=True, lazy_rescale=True)
 LONG_BLOCK_KEYS = 1024
 # a query block must visit at least this many keys: with fewer, the per-tile cost (Q load, pipeline fill, store)
 # outweighs the overlap (2026-12-02 03:30: the 384-key blocks of llama-8b / 70b-short-w256 45.7 / 84.7 us against
@@ -194,6 +211,11 @@ def applies(p: Problem) -> bool:
 
 
 SMEM_LIMIT = 227 * 1024  # shared memory one program may use on sm_90
+# The lazy rescale over paged key tiles loaded in copies of fewer rows (pages of 16 / 32 / 48 tokens at 128-key
+# tiles) was 7 % slower than the eager one on the H100 (qwen3-ragged-odd's shape at 48-token pages, f16 and bf16,
+# 2026-12-06; 1-2 % faster at 64): those launches keep the eager rescale. (Why is open: their lazy builds spill
+# 52-144 B more, offline sm_90, but only values reloaded once a work tile, none inside a key loop.)
+LAZY_MIN_COPY_ROWS = 64
 MAX_SORTED_REQUESTS = 256  # the in-kernel sort's comparisons: SORT_B x 32 per step on 128 threads
 MIN_KV_BOX = 8  # rows of the smallest paged K / V copy: 8 rows of >= 128 B fill a 1 KB 128-byte-swizzle atom
 
@@ -234,7 +256,14 @@ def paged_configs(head_dim: int) -> tuple[WsConfig, ...]:
 # qwen35-9b-rope 14.38 / 18.24 ms (benchmarks/results/h200/20261205-0247-tune-qwen35-kr.json); H100 qwen35-9b-mixed
 # 4.84 / 6.65 ms, gemma-2b 119 / 155 us (benchmarks/results/h100/20261206-0215-tune-ws-tail.json). Both rings leave
 # no room for the last-V buffers: they zero in place.
-PAGED_DEFAULTS: dict[int, WsConfig] = {64: WsConfig(128, 3, True), 128: WsConfig(128, 2, True, early_k_release=True),
+# D = 128 since attn-core 0.3.20 with the lazy rescale where its tiles load in copies of 64 rows or more
+# (``lazy_rescale_applies``; H100 2026-12-06, benchmarks/results/h100/20261206-10*-tune-paged-lazy*.json and
+# -probe-lazy-page.json, us, eager / lazy): llama-8b 425.4 / 420.8, serving-step 282.9 / 274.1 and 279.0 / 275.2,
+# starcoder 351.2 / 342.6 and 358.1 / 347.9, llama-8b-rope prefill-op 515.5 / 508.9, GQAPagedFwd llama-8b-rope-prefill
+# 310.6 / 309.3; qwen3-ragged-odd's shape at 64-token pages 171.5 / 170.2 (f16), 170.3 / 168.6 (bf16); at its own
+# 48-token pages 181.5 / 193.4 and 178.8 / 190.9: hence the rule. D = 256: the lazy build spills (80 B, offline).
+PAGED_DEFAULTS: dict[int, WsConfig] = {64: WsConfig(128, 3, True),
+                                       128: WsConfig(128, 2, True, early_k_release=True, lazy_rescale=True),
                                        256: WsConfig(64, 2, True, early_k_release=True)}
 
 
@@ -353,6 +382,12 @@ class PagedSplits:
                        block_index=self.block_start)
 
 
+def lazy_rescale_applies(cfg: WsConfig, kv_box: int | None) -> bool:
+    """Whether a launch with ``cfg`` whose K / V copies are ``kv_box`` rows (None: whole key tiles) builds the lazy
+    rescale: ``cfg.lazy_rescale``, but not over copies of fewer than ``LAZY_MIN_COPY_ROWS`` rows."""
+    return cfg.lazy_rescale and (kv_box is None or kv_box >= LAZY_MIN_COPY_ROWS)
+
+
 def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, n_work: int,
          sm_scale: float, wl: int, wr: int, softcap: float, sinks: torch.Tensor | None, kv_box: int | None = None,
          scales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, splits: PagedSplits | None = None,
@@ -381,7 +416,8 @@ def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, HEAD_DIM=d, STAGES=cfg.stages, OVERLAP=cfg.overlap,
         PINGPONG=cfg.pingpong, Q_BUFS=q_buffers(d), SOFTCAP=bool(softcap), HAS_SINK=sinks is not None,
         PACK=heads_per_tile, THREAD_RELEASE=cfg.thread_release, K_EARLY=cfg.early_k_release,
-        Q_REGS=min(cfg.q_registers, d) if scales is None else 0, num_warps=4, **layout)
+        Q_REGS=min(cfg.q_registers, d) if scales is None else 0, LAZY_RESCALE=lazy_rescale_applies(cfg, kv_box),
+        num_warps=4, **layout)
 
 
 def launch(p: Problem, cfg: WsConfig) -> None:
