@@ -282,19 +282,14 @@ def test_paged(d, page_size, mask):
         _plan_case(paged_spec.SPEC, case, plan)
 
 
-CLIMB_KEYS, CLIMB_STEP, CLIMB_CHANNELS = 96, 12.0, 16  # (test_climbing_scores*)
+CLIMB_CHANNELS = 16  # q / k channels ``testing.climbing_scores`` raises (test_climbing_scores*)
 
 
 def _climb(q: torch.Tensor, k_rows: torch.Tensor, positions: torch.Tensor) -> None:
-    """Make the scores climb along each request's keys, in place: q's last ``CLIMB_CHANNELS`` channels all 1 and
-    those of the key at ``positions`` (its index in its request; ``k_rows`` [keys, H_kv, D]) raised by
-    ``(position // CLIMB_KEYS) · c`` on top of their noise, so that the scores rise by ~``CLIMB_STEP`` (base 2) every
-    ``CLIMB_KEYS`` keys: the lazy rescale's reference max has to move every few key tiles (else O is off by
-    ~2^12) and stays put between the steps, so both of its paths run."""
-    d = q.shape[-1]
-    c = CLIMB_STEP / (CLIMB_CHANNELS * d ** -0.5 * 1.4426950408889634)
-    q[..., -CLIMB_CHANNELS:] = 1.0
-    k_rows[..., -CLIMB_CHANNELS:] += ((positions // CLIMB_KEYS).to(k_rows.dtype) * c)[:, None, None]
+    """Scores rising by ~12 (base 2) every 96 keys of a request (``testing.climbing_scores`` on the last
+    ``CLIMB_CHANNELS`` channels; ``k_rows`` [keys, H_kv, D], ``positions``: each key's index in its request)."""
+    testing.climbing_scores(q[..., -CLIMB_CHANNELS:], k_rows[..., -CLIMB_CHANNELS:], q.shape[-1] ** -0.5,
+                            positions=positions)
 
 
 @pytest.mark.gpu
@@ -323,10 +318,11 @@ def test_climbing_scores(d, mask):
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("d", sorted(ws_launch.CONFIGS))
-def test_paged_climbing_scores(d):
-    """Every paged config (GQAPagedFwd's large class, 48-token pages: key tiles in several copies, NaN page tails)
-    on causal requests whose scores climb along the keys (``_climb`` through the page table)."""
-    page_size = 48
+@pytest.mark.parametrize("page_size", [48, 64])
+def test_paged_climbing_scores(d, page_size):
+    """Every paged config (GQAPagedFwd's large class, NaN page tails) on causal requests whose scores climb along
+    the keys (``_climb`` through the page table): 64-token pages build the lazy-rescale configs lazy, 48-token
+    pages (16-row copies) eager (``ws_launch.lazy_rescale_applies``)."""
     case = paged_spec.build_case([300, 1, 77, 130], [3000, 1500, 777, 130], 8, 2, d, page_size, torch.float16,
                                  torch.float16, "cuda", seed=d + 5, is_causal=True)
     a = case.inputs

@@ -40,17 +40,3 @@ def dsa_case(indices, *, s_kv=48, h=16, h_kv=1, d=64, tail=16, q_start=40, strid
                  "indices": indices.to(dev), "q_start_index_s": q_start, "stride_kv": stride, "dim_tail": tail,
                  **params}, outputs=("o",))
 
-
-def staircase_scores(q_rope: torch.Tensor, k_rope: torch.Tensor, keys_a_step: int, step: float = 12.0) -> None:
-    """Make the scores climb along the keys, in place: the rope channels of q all 1 and those of key n
-    ``(n // keys_a_step) * c`` plus the noise they had, so that every ``keys_a_step`` keys the scores rise by ~``step``
-    in base-2 units (scale 1/sqrt(576)). With ``step`` > 8 the lazy rescale's reference max has to move there (else O
-    is off by ~2^step), and stays between the steps: both of its paths run. ``k_rope``: [..., N, (H_kv,) W] with
-    the keys on dim -3."""
-    width = q_rope.shape[-1]
-    c = step / (width * 576 ** -0.5 * 1.4426950408889634)
-    q_rope.fill_(1.0)
-    n = k_rope.shape[-3]
-    level = (torch.arange(n, device=k_rope.device) // keys_a_step).to(k_rope.dtype) * c
-    k_rope.add_(level.view(n, 1, 1))
-

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-from mla_testlib import dsa_case, pinned, staircase_scores
+from mla_testlib import dsa_case, pinned
 
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import ws_kernel, ws_launch
@@ -97,7 +97,7 @@ def test_climbing_scores(cfg):
     the lazy rescale's reference max moves at every third 32-key block and not in between (``latent_alt``)."""
     indices = torch.arange(280).expand(1, 4, 1, 280)
     case = _case(indices, seed=13)
-    staircase_scores(case.inputs["q"][..., 512:], case.inputs["kv"][..., 512:], 96)
+    testing.climbing_scores(case.inputs["q"][..., 512:], case.inputs["kv"][..., 512:], 576 ** -0.5)
     SPEC.check(case, pinned(dsa_op, cfg))
 
 

@@ -182,3 +182,18 @@ def test_randn_is_seeded_and_scaled():
     assert torch.equal(a, b) and 1.0 < float(a.std()) < 6.0
     big = testing.randn((4096,), torch.float8_e4m3fn, "cpu", testing.generator(5), scale=1000.0)
     assert float(big.float().abs().max()) == 448.0
+
+
+def test_climbing_scores_rise_by_the_step():
+    """The lazy-rescale test input: base-2 scores of the chosen channels rise by ~``step`` every ``keys_a_step``
+    keys (at the given positions) and stay within the noise between the steps; the other channels are untouched."""
+    gen = testing.generator(3)
+    q = testing.randn((2, 4, 64), torch.float32, "cpu", gen)
+    k = testing.randn((300, 4, 64), torch.float32, "cpu", gen)
+    k_before = k.clone()
+    positions = torch.arange(300) + 40
+    testing.climbing_scores(q[..., -16:], k[..., -16:], 64 ** -0.5, keys_a_step=96, step=12.0, positions=positions)
+    assert bool((q[..., -16:] == 1).all()) and torch.equal(k[..., :-16], k_before[..., :-16])
+    s2 = torch.einsum("thd,nhd->thn", q, k) * 64 ** -0.5 * 1.4426950408889634
+    mean = lambda lo, hi: s2[..., lo - 40:hi - 40].mean().item()  # noqa: E731 (mean score of positions [lo, hi))
+    assert abs(mean(100, 190) - mean(40, 90) - 12.0) < 1.0 and abs(mean(200, 280) - mean(100, 190) - 12.0) < 1.0

@@ -63,6 +63,21 @@ def cu_seqlens(lengths, device) -> torch.Tensor:
     return torch.tensor(cu, dtype=torch.int32, device=device)
 
 
+def climbing_scores(q_cols: torch.Tensor, k_cols: torch.Tensor, sm_scale: float, *, keys_a_step: int = 96,
+                    step: float = 12.0, positions: torch.Tensor | None = None) -> None:
+    """Make attention scores climb along the keys, in place (an input for the lazy O rescale's tests): the chosen
+    channels of q (``q_cols``, ``[..., W]``) all 1 and those of the key at position n (``k_cols``, ``[..., N, H_kv,
+    W]``, keys on dim -3; ``positions`` [N], default 0..N-1: a key's index in its request) raised by ``(n //
+    keys_a_step) · c`` on top of their noise, so that every ``keys_a_step`` keys the scores rise by ~``step`` in
+    base-2 units at ``sm_scale``. With ``step`` > 8 a lazy rescale's reference max has to move there (else O is off
+    by ~2^step) and stays put between the steps: both of its paths run."""
+    c = step / (q_cols.shape[-1] * sm_scale * 1.4426950408889634)
+    if positions is None:
+        positions = torch.arange(k_cols.shape[-3], device=k_cols.device)
+    q_cols.fill_(1.0)
+    k_cols.add_(((positions // keys_a_step).to(k_cols.dtype) * c).view(-1, 1, 1))
+
+
 def random_lengths(n: int, total: int, gen: torch.Generator, *, zero_frac: float = 0.0) -> list[int]:
     """``n`` skewed lengths summing to ``total``; about ``zero_frac`` of them are 0."""
     weights = torch.rand(n, generator=gen).pow(3) + 1e-3  # cubed: a few long, many short

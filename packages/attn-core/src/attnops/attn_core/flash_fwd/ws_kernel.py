@@ -311,7 +311,7 @@ def _consumer(q_smem, k_smem, v_smem, v_scratch, q_ready, q_free, k_ready, v_rea
     ``ws_launch.WsConfig.q_registers``); all of them (Q_REGS = HEAD_DIM): the Q buffer is released at once.
     ``LAZY_RESCALE`` (overlap configs): a row's reference max moves only past ``gluon_fns.RESCALE_SLACK``
     (``gluon_fns.reference_max``), and the warpgroup multiplies O by the rescale factors only after a tile that
-    moved one of its 64 rows (a max over the warpgroup, read after the P·V wait): else every factor is 1."""
+    moved one of its 64 rows (a max over the warpgroup, taken before the P·V wait): else every factor is 1."""
     gl.static_assert(Q_REGS == 0 or not FP8, "Q in registers: 16-bit queries")
     Q_SPLIT: gl.constexpr = Q_REGS if Q_REGS < HEAD_DIM else 0  # (Q partly in registers: _scores' two wgmmas)
     Q_HELD: gl.constexpr = Q_REGS == HEAD_DIM  # (Q wholly in registers: its buffer freed before the key loop)

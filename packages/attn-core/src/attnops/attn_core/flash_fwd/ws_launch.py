@@ -119,7 +119,8 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
           # the lazy rescale (``lazy_rescale``): the long-block and paged default (since attn-core 0.3.20; its eager
           # form ``ws-n128s2-ov-kr`` is above), that one with per-thread slot releases (the flag's cross-warp max
           # brings barriers of its own; 0-1.5 % faster than the default on the H100 rows of ``LONG_BLOCK_DEFAULT`` /
-          # ``PAGED_DEFAULTS``, one run each), and the dense / varlen default's (llama-8b-uniform 36.0 against 34.9)
+          # ``PAGED_DEFAULTS``, within a run's noise), and the dense / varlen default's (llama-8b-uniform 36.0 against
+          # 34.9)
           WsConfig(128, 2, True, early_k_release=True, lazy_rescale=True),
           WsConfig(128, 2, True, thread_release=True, early_k_release=True, lazy_rescale=True),
           WsConfig(64, 3, True, block_major=True, lpt=True, lazy_rescale=True)),
@@ -258,7 +259,7 @@ def paged_configs(head_dim: int) -> tuple[WsConfig, ...]:
 # no room for the last-V buffers: they zero in place.
 # D = 128 since attn-core 0.3.20 with the lazy rescale where its tiles load in copies of 64 rows or more
 # (``lazy_rescale_applies``; H100 2026-12-06, benchmarks/results/h100/20261206-10*-tune-paged-lazy*.json and
-# -probe-lazy-page.json, us, eager / lazy): llama-8b 425.4 / 420.8, serving-step 282.9 / 274.1 and 279.0 / 275.2,
+# -1009-probe-lazy-page.json, us, eager / lazy): llama-8b 425.4 / 420.8, serving-step 282.9 / 274.1 and 279.0 / 275.2,
 # starcoder 351.2 / 342.6 and 358.1 / 347.9, llama-8b-rope prefill-op 515.5 / 508.9, GQAPagedFwd llama-8b-rope-prefill
 # 310.6 / 309.3; qwen3-ragged-odd's shape at 64-token pages 171.5 / 170.2 (f16), 170.3 / 168.6 (bf16); at its own
 # 48-token pages 181.5 / 193.4 and 178.8 / 190.9: hence the rule. D = 256: the lazy build spills (80 B, offline).
