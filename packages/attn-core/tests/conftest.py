@@ -8,7 +8,11 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import torch  # noqa: E402
 
-from attnops.kernel_utils.pytest_plugin import pytest_collection_modifyitems, pytest_configure  # noqa: E402, F401
+from attnops.kernel_utils.pytest_plugin import (  # noqa: E402, F401
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_runtest_call,
+)
 
 if not torch.cuda.is_available():
     torch.set_num_threads(1)

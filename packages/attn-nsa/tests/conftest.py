@@ -1,5 +1,9 @@
 from attnops.kernel_utils import runtime
-from attnops.kernel_utils.pytest_plugin import pytest_collection_modifyitems, pytest_configure  # noqa: F401
+from attnops.kernel_utils.pytest_plugin import (  # noqa: F401
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_runtest_call,
+)
 
 
 def _single_thread_blas():

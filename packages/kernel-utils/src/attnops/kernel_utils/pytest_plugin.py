@@ -1,15 +1,20 @@
 """Pytest hooks every attnops package's ``tests/conftest.py`` re-exports: the ``gpu`` marker, skipped
-where no CUDA device exists (CPU runs go through Triton's interpreter), and the interpreter's bounds check
-(:mod:`.bounds`: every load, store and atomic of a kernel must stay inside its tensor arguments)."""
+where no CUDA device exists (CPU runs go through Triton's interpreter), the interpreter's bounds check
+(:mod:`.bounds`: every load, store and atomic of a kernel must stay inside its tensor arguments), and on a GPU
+one full-size case at a time across pytest processes (``full_size_turn``)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from . import bounds, runtime
 
@@ -30,6 +35,37 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+FULL_SIZE_LOCK = Path(tempfile.gettempdir()) / "attnops-full-size.lock"
+
+
+@contextlib.contextmanager
+def full_size_turn(path: Path = FULL_SIZE_LOCK):
+    """Hold the machine-wide turn for one full-size case (an exclusive ``flock`` on ``path``; waits for it)."""
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """On a GPU, cases named ``*full_size*`` (seed rows at their real size: up to tens of GB with their fp32
+    references) run one at a time across pytest processes and hand their cached memory back after. Why: `-m gpu
+    -n 15` on an 80 GB H100 (2026-12-06) failed 184 cases, every one with torch's out-of-memory error, where
+    several full-size cases ran at once and each worker's caching allocator kept what its last one freed; run
+    again with fewer workers, all of them passed."""
+    if runtime.interpreting() or "full_size" not in item.name:
+        yield
+        return
+    with full_size_turn():
+        try:
+            yield
+        finally:
+            torch.cuda.empty_cache()
 
 
 def device():
