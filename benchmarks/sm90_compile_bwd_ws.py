@@ -37,13 +37,14 @@ def _desc_type(dtype: torch.dtype, d: int, rows: int) -> str:
 
 
 def compile_dkdv(d: int, stages: int, causal: bool, dtype=torch.bfloat16, partial: bool = False,
-                 persistent: bool = False):
+                 persistent: bool = False, early_scores: bool = False):
     pair, keys = _desc_type(dtype, d, ws_launch.pair_rows(d)), _desc_type(dtype, d, 64)
     out = "*fp16" if dtype == torch.float16 else "*bf16"
     types = {"q_desc": pair, "do_desc": pair, "k_desc": keys, "v_desc": keys, "lse_ptr": "*fp32",
              "delta_ptr": "*fp32", "dk_ptr": out, "dv_ptr": out, "part_ptr": "*fp32"}
     consts = {"HEAD_DIM": d, "BLOCK_M": ws_launch.pair_rows(d), "STAGES": stages, "IS_CAUSAL": causal,
-              "PARTIAL": partial, "PERSISTENT": persistent, "_float_args": ("qk_scale", "sm_scale")}
+              "PARTIAL": partial, "PERSISTENT": persistent, "EARLY_SCORES": early_scores,
+              "_float_args": ("qk_scale", "sm_scale")}
     return compile_sm90(gqa_bwd_dkdv_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
 
@@ -79,6 +80,12 @@ def variants():
                        lambda d=d, s=stages, c=causal, pt=partial: compile_dkdv(d, s, c, torch.bfloat16, partial=pt,
                                                                                 persistent=True),
                        PERSISTENT_CAUSAL_SPILL if causal and not partial else 0)
+        # the forced-only ``-e`` twins (causal bf16; labelled without "persistent": the test counts those lines)
+        for c in (c for c in ws_launch.WS_CONFIGS if c.early_scores):
+            yield (f"dkdv D{d} s{c.stages} causal bf16 early{'-p' if c.persistent else ''}",
+                   lambda d=d, c=c: compile_dkdv(d, c.stages, True, torch.bfloat16, persistent=c.persistent,
+                                                 early_scores=True),
+                   PERSISTENT_CAUSAL_SPILL if c.persistent else 0)
 
 
 def main() -> int:

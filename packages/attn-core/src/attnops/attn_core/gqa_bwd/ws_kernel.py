@@ -109,17 +109,30 @@ def _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL: gl.constexpr):
 
 
 @gluon.jit
-def _dv_ds(p_t, delta, dv, v_tile, do_tile, zero_s, dtype: gl.constexpr, op_layout: gl.constexpr):
-    """dV += Pᵀ·dO_i and dPᵀ = V_w·dO_iᵀ (both waited for), then dSᵀ = Pᵀ ⊙ (dPᵀ − Δ) as dK's register operand.
-    dV's product goes first: S's registers are free before dPᵀ's are taken (at D = 128, 64-row pairs, both score
-    tiles in flight beside dK and dV spilled 268-696 B offline, this order 192-320 B: ws_launch gives D = 128
-    32-row pairs)."""
+def _dv_dp(p_t, dv, v_tile, do_tile, zero_s, dtype: gl.constexpr, op_layout: gl.constexpr):
+    """Issue dV += Pᵀ·dO_i and dPᵀ = V_w·dO_iᵀ (not waited for); returns dV, dPᵀ and Pᵀ's register operand, which
+    the wgmma reads asynchronously (a dependency of the wait). dV's product goes first: S's registers are free
+    before dPᵀ's are taken (at D = 128, 64-row pairs, both score tiles in flight beside dK and dV spilled 268-696 B
+    offline, this order 192-320 B: ws_launch gives D = 128 32-row pairs)."""
     p_op = gl.convert_layout(p_t.to(dtype), op_layout)
     dv = warpgroup_mma(p_op, do_tile, dv, is_async=True)
     dp_t = warpgroup_mma(v_tile, do_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    # the operands' registers are read asynchronously: live until the wait
+    return dv, dp_t, p_op
+
+
+@gluon.jit
+def _dv_ds(p_t, delta, dv, v_tile, do_tile, zero_s, dtype: gl.constexpr, op_layout: gl.constexpr):
+    """``_dv_dp``, both waited for, then dSᵀ = Pᵀ ⊙ (dPᵀ − Δ) as dK's register operand."""
+    dv, dp_t, p_op = _dv_dp(p_t, dv, v_tile, do_tile, zero_s, dtype, op_layout)
     done = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dp_t, p_op))
     return done[0], gl.convert_layout((p_t * (done[1] - delta[None, :])).to(dtype), op_layout)
+
+
+@gluon.jit
+def _next_scores(k_tile, q_smem, ready, fill, zero_s, STAGES: gl.constexpr):
+    """Issue Sᵀ = K_w·Q_iᵀ of the ring's fill ``fill`` once its slot is loaded (not waited for)."""
+    mbarrier.wait(ready.index(fill % STAGES), (fill // STAGES) & 1)
+    return warpgroup_mma(k_tile, q_smem.index(fill % STAGES).permute((1, 0)), zero_s, use_acc=False, is_async=True)
 
 
 @gluon.jit
@@ -127,7 +140,7 @@ def _consumer(k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free,
               part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb,
               stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
               BLOCK_M: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr,
-              PERSISTENT: gl.constexpr):
+              PERSISTENT: gl.constexpr, EARLY_SCORES: gl.constexpr):
     """Consumer ``WG``'s 64 keys of each tile the program owns: its own tile, or with ``PERSISTENT`` one per round
     (``_walked_tile``; the ring's slots count on across tiles). There K / V are handed back
     (``kv_free``) as soon as the tile's last product that reads them retires, so the loader refills them while the
@@ -141,13 +154,14 @@ def _consumer(k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free,
                 v_tiles.index(WG), q_smem, do_smem,
                 kv_ready.index(0), kv_free.index(0), ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, S_q,
                 S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh,
-                stride_dvb, stride_dvt, stride_dvh, WG, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, True)
+                stride_dvb, stride_dvt, stride_dvh, WG, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, True,
+                EARLY_SCORES)
     else:
         _consume_tile(gl.program_id(0), gl.num_programs(0), 0, 0, k_tiles.index(WG), v_tiles.index(WG), q_smem,
                       do_smem, kv_ready.index(0), kv_free.index(0), ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
                       part_ptr, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb,
                       stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, WG, HEAD_DIM, BLOCK_M, STAGES,
-                      IS_CAUSAL, PARTIAL, False)
+                      IS_CAUSAL, PARTIAL, False, EARLY_SCORES)
 
 
 @gluon.jit
@@ -155,7 +169,8 @@ def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tile, v_tile, q_smem,
                   free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale,
                   stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
                   WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
-                  IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr, RELEASE_KV: gl.constexpr):
+                  IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr, RELEASE_KV: gl.constexpr,
+                  EARLY_SCORES: gl.constexpr):
     """Keys [n0 + 64·WG, +64) of tile ``tile`` over every pair, then their dK / dV; returns the tile's pair count.
     Its pairs are the ring's fills ``pairs_before`` on; ``RELEASE_KV``: arrive on ``kv_free_bar`` once K / V are no
     longer read. Software-pipelined (attn-core 0.3.18): Sᵀ of pair t + 1 is
@@ -185,10 +200,15 @@ def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tile, v_tile, q_smem,
         p_t = _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL)
     for t in range(n - 1):
         slot = (pairs_before + t) % STAGES
-        dv, ds_op = _dv_ds(p_t, delta, dv, v_tile, do_smem.index(slot), zero_s, dtype, op_layout)
-        nxt = (pairs_before + t + 1) % STAGES
-        mbarrier.wait(ready.index(nxt), ((pairs_before + t + 1) // STAGES) & 1)
-        s_t = warpgroup_mma(k_tile, q_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        if EARLY_SCORES:  # Sᵀ of t + 1 queued behind dV / dPᵀ: the tensor pipe has it while dSᵀ is formed
+            dv, dp_t, p_op = _dv_dp(p_t, dv, v_tile, do_smem.index(slot), zero_s, dtype, op_layout)
+            s_t = _next_scores(k_tile, q_smem, ready, pairs_before + t + 1, zero_s, STAGES)
+            done = warpgroup_mma_wait(num_outstanding=1, deps=(dv, dp_t, p_op))
+            dv = done[0]
+            ds_op = gl.convert_layout((p_t * (done[1] - delta[None, :])).to(dtype), op_layout)
+        else:
+            dv, ds_op = _dv_ds(p_t, delta, dv, v_tile, do_smem.index(slot), zero_s, dtype, op_layout)
+            s_t = _next_scores(k_tile, q_smem, ready, pairs_before + t + 1, zero_s, STAGES)
         dk = warpgroup_mma(ds_op, q_smem.index(slot), dk, is_async=True)
         rows, lse, delta = _pair_rows(t + 1, b, h0, m_lo, n_m, lse_ptr, delta_ptr, S_q, H_kv * G, stride_lb,
                                       stride_lh, s_layout, BLOCK_M)
@@ -290,14 +310,16 @@ def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, 
                            S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt,
                            stride_dkh, stride_dvb, stride_dvt, stride_dvh, HEAD_DIM: gl.constexpr,
                            BLOCK_M: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                           PARTIAL: gl.constexpr, PERSISTENT: gl.constexpr):
+                           PARTIAL: gl.constexpr, PERSISTENT: gl.constexpr, EARLY_SCORES: gl.constexpr):
     """``n_tiles`` = cdiv(S_kv, 128) · B · H_kv · G / GS tiles, key block slowest; the grid is one program per tile,
     or with ``PERSISTENT`` fewer (``ws_launch``: one per SM at most), each walking one tile per round
     (``_walked_tile``), so a tile's K / V and first pairs load while the tile before it stores dK / dV. num_warps = 4
     (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader: 1 warp). ``qk_scale`` = sm_scale · log2
     e; dK is scaled by ``sm_scale`` once at the end. ``BLOCK_M``: query rows per pair (the descriptors' box rows for
     q / dO). Each tile sums over ``GS`` of the G query heads: with ``PARTIAL`` (GS < G, ``launch.head_splits``) it
-    stores unscaled fp32 sums to ``part_ptr`` for ``gqa_bwd_head_sum_kernel``; else dK and dV themselves."""
+    stores unscaled fp32 sums to ``part_ptr`` for ``gqa_bwd_head_sum_kernel``; else dK and dV themselves.
+    ``EARLY_SCORES``: a pair's next Sᵀ is issued behind its dV / dPᵀ, before they are waited for (the default issues
+    it after dSᵀ is formed)."""
     dtype: gl.constexpr = q_desc.dtype
     k_tiles = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, HEAD_DIM], k_desc.layout)  # [consumer]
     v_tiles = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, HEAD_DIM], v_desc.layout)
@@ -314,7 +336,7 @@ def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, 
     consumer_args = (k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr,
                      dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh,
                      stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh)
-    consumer_flags: gl.constexpr = (HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, PERSISTENT)
+    consumer_flags: gl.constexpr = (HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, PERSISTENT, EARLY_SCORES)
     gl.warp_specialize([
         (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
         (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),

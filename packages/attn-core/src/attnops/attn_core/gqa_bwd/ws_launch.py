@@ -40,16 +40,19 @@ class WsBwdConfig:
     stages: int  # (Q_i, dO_i) pairs in flight in the dK / dV kernel, K / V tiles in the dQ kernel
     gluon_dq: bool = False  # dQ by the Gluon kernel (else the Triton kernel's dQ role)
     persistent: bool = False  # dK / dV programs, at most one per SM, each walking tiles (kernel: PERSISTENT)
+    early_scores: bool = False  # the next pair's Sᵀ issued before dV / dPᵀ are waited for (kernel: EARLY_SCORES)
 
     @property
     def name(self) -> str:
-        return f"ws-{'' if self.gluon_dq else 'dkdv-'}s{self.stages}{'-p' if self.persistent else ''}"
+        return (f"ws-{'' if self.gluon_dq else 'dkdv-'}s{self.stages}{'-p' if self.persistent else ''}"
+                f"{'-e' if self.early_scores else ''}")
 
 
 # ``ws-s3-p`` (attn-core 0.3.19): the persistent dK / dV kernel, for calls of many short tiles (the long MHA rows'
-# default: ``launch.WS_PERSISTENT``).
+# default: ``launch.WS_PERSISTENT``). ``-e`` twins of the two defaults: forced only, not yet timed (docs/perf).
 WS_CONFIGS = (WsBwdConfig(2), WsBwdConfig(3), WsBwdConfig(4), WsBwdConfig(2, True), WsBwdConfig(3, True),
-              WsBwdConfig(3, True, persistent=True))
+              WsBwdConfig(3, True, persistent=True), WsBwdConfig(3, True, early_scores=True),
+              WsBwdConfig(3, True, persistent=True, early_scores=True))
 
 
 def refusal(p: Problem) -> str | None:
@@ -97,7 +100,7 @@ def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor, part: torch.Tensor | 
         s_q, s_kv, h_kv, h // h_kv, h // h_kv // splits, p.sm_scale * LOG2E, p.sm_scale, p.lse.stride(0),
         p.lse.stride(1), p.dk.stride(0), p.dk.stride(1), p.dk.stride(2), p.dv.stride(0), p.dv.stride(1),
         p.dv.stride(2), HEAD_DIM=d, BLOCK_M=rows, STAGES=cfg.stages, IS_CAUSAL=p.is_causal, PARTIAL=splits > 1,
-        PERSISTENT=cfg.persistent, num_warps=4)
+        PERSISTENT=cfg.persistent, EARLY_SCORES=cfg.early_scores, num_warps=4)
     if cfg.gluon_dq:
         with runtime.on_stream(dq_stream):
             _run_dq(p, delta, cfg.stages)
