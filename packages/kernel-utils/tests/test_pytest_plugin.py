@@ -3,7 +3,7 @@ import sys
 
 from attnops.kernel_utils.pytest_plugin import full_size_turn
 
-# A second process asking for the same turn without waiting: exit 1 while it is held, 0 once it is free.
+# A second process asking for one turn file without waiting: exit 1 while it is held, 0 once it is free.
 PROBE = """
 import fcntl, sys
 with open(sys.argv[1], "a") as f:
@@ -14,12 +14,17 @@ with open(sys.argv[1], "a") as f:
 """
 
 
-def _other_process_gets_turn(path) -> bool:
+def _free(path) -> bool:
     return subprocess.run([sys.executable, "-c", PROBE, str(path)], timeout=60).returncode == 0
 
 
-def test_full_size_turn_excludes_other_processes(tmp_path):
-    lock = tmp_path / "full-size.lock"
-    with full_size_turn(lock):
-        assert not _other_process_gets_turn(lock)
-    assert _other_process_gets_turn(lock)
+def test_full_size_turns_exclude_other_processes(tmp_path):
+    """With two slots, the first turn takes slot 0 and a nested one slot 1; each is held against another process
+    while its turn lasts and free after."""
+    prefix = tmp_path / "full-size"
+    with full_size_turn(prefix, slots=2):
+        assert not _free(f"{prefix}.0") and _free(f"{prefix}.1")
+        with full_size_turn(prefix, slots=2):
+            assert not _free(f"{prefix}.0") and not _free(f"{prefix}.1")
+        assert _free(f"{prefix}.1")
+    assert _free(f"{prefix}.0") and _free(f"{prefix}.1")

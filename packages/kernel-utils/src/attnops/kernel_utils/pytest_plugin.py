@@ -1,7 +1,7 @@
 """Pytest hooks every attnops package's ``tests/conftest.py`` re-exports: the ``gpu`` marker, skipped
 where no CUDA device exists (CPU runs go through Triton's interpreter), the interpreter's bounds check
 (:mod:`.bounds`: every load, store and atomic of a kernel must stay inside its tensor arguments), and on a GPU
-one full-size case at a time across pytest processes (``full_size_turn``)."""
+full-size cases in turns across pytest processes (``full_size_turn``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -37,31 +38,52 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-FULL_SIZE_LOCK = Path(tempfile.gettempdir()) / "attnops-full-size.lock"
+FULL_SIZE_LOCKS = Path(tempfile.gettempdir()) / "attnops-full-size"
+GIB_PER_FULL_SIZE_CASE = 32  # two ran side by side on an 80 GB H100 (2026-12-06: 59 passed, none out of memory)
+
+
+def full_size_slots() -> int:
+    """How many full-size cases may run at once on this machine's GPU: one per ``GIB_PER_FULL_SIZE_CASE`` of its
+    memory (2 on an H100, 4 on an H200), or ``ATTNOPS_FULL_SIZE_SLOTS``."""
+    if "ATTNOPS_FULL_SIZE_SLOTS" in os.environ:
+        return max(1, int(os.environ["ATTNOPS_FULL_SIZE_SLOTS"]))
+    return max(1, torch.cuda.get_device_properties(0).total_memory // (GIB_PER_FULL_SIZE_CASE << 30))
 
 
 @contextlib.contextmanager
-def full_size_turn(path: Path = FULL_SIZE_LOCK):
-    """Hold the machine-wide turn for one full-size case (an exclusive ``flock`` on ``path``; waits for it)."""
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+def full_size_turn(prefix: Path = FULL_SIZE_LOCKS, slots: int = 1):
+    """Hold one of ``slots`` machine-wide turns for a full-size case: an exclusive ``flock`` on one of the files
+    ``<prefix>.<i>``, polled until one is free."""
+    files = [open(f"{prefix}.{i}", "a") for i in range(slots)]
+    try:
+        while True:
+            for f in files:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                try:
+                    yield
+                finally:
+                    fcntl.flock(f, fcntl.LOCK_UN)
+                return
+            time.sleep(0.2)
+    finally:
+        for f in files:
+            f.close()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     """On a GPU, cases named ``*full_size*`` (seed rows at their real size: up to tens of GB with their fp32
-    references) run one at a time across pytest processes and hand their cached memory back after. Why: `-m gpu
-    -n 15` on an 80 GB H100 (2026-12-06) failed 184 cases, every one with torch's out-of-memory error, where
-    several full-size cases ran at once and each worker's caching allocator kept what its last one freed; run
-    again with fewer workers, all of them passed."""
+    references) take turns across pytest processes, ``full_size_slots()`` at a time, and hand their cached memory
+    back after. Why: ``-m gpu -n 15`` on an 80 GB H100 (2026-12-06) failed 184 cases, every one with torch's
+    out-of-memory error, where several full-size cases ran at once and each worker's caching allocator kept what its
+    last one freed; run again with fewer workers, all of them passed."""
     if runtime.interpreting() or "full_size" not in item.name:
         yield
         return
-    with full_size_turn():
+    with full_size_turn(slots=full_size_slots()):
         try:
             yield
         finally:
