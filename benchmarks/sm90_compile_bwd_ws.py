@@ -48,11 +48,12 @@ def compile_dkdv(d: int, stages: int, causal: bool, dtype=torch.bfloat16, partia
     return compile_sm90(gqa_bwd_dkdv_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
 
-def compile_dq(d: int, stages: int, causal: bool, dtype=torch.bfloat16):
+def compile_dq(d: int, stages: int, causal: bool, dtype=torch.bfloat16, early_scores: bool = False):
     tiles = _desc_type(dtype, d, 64)
     types = {"q_desc": tiles, "do_desc": tiles, "k_desc": tiles, "v_desc": tiles, "lse_ptr": "*fp32",
              "delta_ptr": "*fp32", "dq_ptr": "*fp16" if dtype == torch.float16 else "*bf16"}
-    consts = {"HEAD_DIM": d, "STAGES": stages, "IS_CAUSAL": causal, "_float_args": ("qk_scale", "sm_scale")}
+    consts = {"HEAD_DIM": d, "STAGES": stages, "IS_CAUSAL": causal, "EARLY_SCORES": early_scores,
+              "_float_args": ("qk_scale", "sm_scale")}
     return compile_sm90(gqa_bwd_dq_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
 
@@ -80,12 +81,17 @@ def variants():
                        lambda d=d, s=stages, c=causal, pt=partial: compile_dkdv(d, s, c, torch.bfloat16, partial=pt,
                                                                                 persistent=True),
                        PERSISTENT_CAUSAL_SPILL if causal and not partial else 0)
-        # the forced-only ``-e`` twins (causal bf16; labelled without "persistent": the test counts those lines)
-        for c in (c for c in ws_launch.WS_CONFIGS if c.early_scores):
+        # the forced-only ``-e`` twins, causal bf16 (labelled without "persistent": the test counts those lines):
+        # their dK / dV builds and the dQ build at each of their slot counts
+        early = [c for c in ws_launch.WS_CONFIGS if c.early_scores]
+        for c in early:
             yield (f"dkdv D{d} s{c.stages} causal bf16 early{'-p' if c.persistent else ''}",
                    lambda d=d, c=c: compile_dkdv(d, c.stages, True, torch.bfloat16, persistent=c.persistent,
                                                  early_scores=True),
                    PERSISTENT_CAUSAL_SPILL if c.persistent else 0)
+        for stages in sorted({c.stages for c in early if c.gluon_dq}):
+            yield (f"dq   D{d} s{stages} causal bf16 early",
+                   lambda d=d, s=stages: compile_dq(d, s, True, torch.bfloat16, early_scores=True))
 
 
 def main() -> int:

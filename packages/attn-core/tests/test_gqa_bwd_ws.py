@@ -164,6 +164,7 @@ def test_compiles_for_sm90():
     kernels = dkdv_stages + len({c.stages for c in ws_launch.WS_CONFIGS if c.gluon_dq})
     persistent = 3 * len({c.stages for c in ws_launch.WS_CONFIGS if c.persistent})
     early = sum(c.early_scores for c in ws_launch.WS_CONFIGS)
+    early += len({c.stages for c in ws_launch.WS_CONFIGS if c.early_scores and c.gluon_dq})
     assert len(lines) == (4 * kernels + dkdv_stages + persistent + early) * len(ws_launch.HEAD_DIMS), listing
     assert sum(" persistent" in ln for ln in lines) == persistent * len(ws_launch.HEAD_DIMS), listing
 

@@ -40,7 +40,7 @@ class WsBwdConfig:
     stages: int  # (Q_i, dO_i) pairs in flight in the dK / dV kernel, K / V tiles in the dQ kernel
     gluon_dq: bool = False  # dQ by the Gluon kernel (else the Triton kernel's dQ role)
     persistent: bool = False  # dK / dV programs, at most one per SM, each walking tiles (kernel: PERSISTENT)
-    early_scores: bool = False  # the next pair's Sᵀ issued before dV / dPᵀ are waited for (kernel: EARLY_SCORES)
+    early_scores: bool = False  # both kernels issue the next scores before their last product's wait (EARLY_SCORES)
 
     @property
     def name(self) -> str:
@@ -103,10 +103,10 @@ def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor, part: torch.Tensor | 
         PERSISTENT=cfg.persistent, EARLY_SCORES=cfg.early_scores, num_warps=4)
     if cfg.gluon_dq:
         with runtime.on_stream(dq_stream):
-            _run_dq(p, delta, cfg.stages)
+            _run_dq(p, delta, cfg.stages, cfg.early_scores)
 
 
-def _run_dq(p: Problem, delta: torch.Tensor, stages: int) -> None:
+def _run_dq(p: Problem, delta: torch.Tensor, stages: int, early_scores: bool) -> None:
     """The Gluon dQ kernel on the current stream."""
     b, s_q, h, d = p.q.shape
     s_kv, h_kv = p.k.shape[1], p.k.shape[2]
@@ -114,4 +114,4 @@ def _run_dq(p: Problem, delta: torch.Tensor, stages: int) -> None:
         _desc(p.q, DQ_ROWS.value), _desc(p.do, DQ_ROWS.value), _desc(p.k, DQ_KEYS.value),
         _desc(p.v, DQ_KEYS.value), p.lse, delta, p.dq, s_q, s_kv, h, h // h_kv, p.sm_scale * LOG2E, p.sm_scale,
         p.lse.stride(0), p.lse.stride(1), p.dq.stride(0), p.dq.stride(1), p.dq.stride(2),
-        HEAD_DIM=d, STAGES=stages, IS_CAUSAL=p.is_causal, num_warps=4)
+        HEAD_DIM=d, STAGES=stages, IS_CAUSAL=p.is_causal, EARLY_SCORES=early_scores, num_warps=4)
