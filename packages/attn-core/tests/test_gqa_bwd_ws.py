@@ -235,3 +235,9 @@ def test_calls_it_does_not_serve_are_refused():
                                      case.inputs["q"], case.inputs["k"], case.inputs["v"], True, 0.1)):
         with bwd.forced(ws_launch.WS_CONFIGS[0]), pytest.raises(ValueError, match="needs a Hopper GPU"):
             case.run(SPEC.fn)
+
+
+def test_early_scores_need_two_slots():
+    """The early form waits for the next tile's slot while the current one is still held: one slot would hang."""
+    with pytest.raises(ValueError, match="early_scores needs stages >= 2, got 1"):
+        ws_launch.WsBwdConfig(1, True, early_scores=True)

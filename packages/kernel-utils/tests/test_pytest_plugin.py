@@ -1,6 +1,9 @@
 import subprocess
 import sys
 
+import pytest
+
+from attnops.kernel_utils import pytest_plugin
 from attnops.kernel_utils.pytest_plugin import full_size_turn
 
 # A second process asking for one turn file without waiting: exit 1 while it is held, 0 once it is free.
@@ -28,3 +31,24 @@ def test_full_size_turns_exclude_other_processes(tmp_path):
             assert not _free(f"{prefix}.0") and not _free(f"{prefix}.1")
         assert _free(f"{prefix}.1")
     assert _free(f"{prefix}.0") and _free(f"{prefix}.1")
+
+
+class _Item:
+    def __init__(self, name):
+        self.name = name
+
+
+def test_only_full_size_cases_take_a_turn(tmp_path, monkeypatch):
+    """As on a GPU (interpreter off): a ``*full_size*`` case holds a turn while it runs and frees it after; any other
+    case takes none."""
+    prefix = tmp_path / "full-size"
+    monkeypatch.setattr(pytest_plugin, "FULL_SIZE_LOCKS", prefix)
+    monkeypatch.setattr(pytest_plugin.runtime, "interpreting", lambda: False)
+    monkeypatch.setenv("ATTNOPS_FULL_SIZE_SLOTS", "1")
+    for name, holds in (("test_seed_row_full_size[row]", True), ("test_seed_row_shrunk[row]", False)):
+        call = pytest_plugin.pytest_runtest_call(_Item(name))
+        next(call)  # the test body would run here
+        assert _free(f"{prefix}.0") is not holds, name
+        with pytest.raises(StopIteration):
+            next(call)
+        assert _free(f"{prefix}.0"), name

@@ -51,7 +51,7 @@ def full_size_slots() -> int:
 
 
 @contextlib.contextmanager
-def full_size_turn(prefix: Path = FULL_SIZE_LOCKS, slots: int = 1):
+def full_size_turn(prefix: Path, slots: int = 1):
     """Hold one of ``slots`` machine-wide turns for a full-size case: an exclusive ``flock`` on one of the files
     ``<prefix>.<i>``, polled until one is free."""
     files = [open(f"{prefix}.{i}", "a") for i in range(slots)]
@@ -83,7 +83,7 @@ def pytest_runtest_call(item):
     if runtime.interpreting() or "full_size" not in item.name:
         yield
         return
-    with full_size_turn(slots=full_size_slots()):
+    with full_size_turn(FULL_SIZE_LOCKS, full_size_slots()):
         try:
             yield
         finally:

@@ -125,7 +125,13 @@ def _dv_ds(p_t, delta, dv, v_tile, do_tile, zero_s, dtype: gl.constexpr, op_layo
     """``_dv_dp``, both waited for, then dSᵀ = Pᵀ ⊙ (dPᵀ − Δ) as dK's register operand."""
     dv, dp_t, p_op = _dv_dp(p_t, dv, v_tile, do_tile, zero_s, dtype, op_layout)
     done = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dp_t, p_op))
-    return done[0], gl.convert_layout((p_t * (done[1] - delta[None, :])).to(dtype), op_layout)
+    return done[0], _ds_operand(p_t, done[1], delta, dtype, op_layout)
+
+
+@gluon.jit
+def _ds_operand(p_t, dp_t, delta, dtype: gl.constexpr, op_layout: gl.constexpr):
+    """dSᵀ = Pᵀ ⊙ (dPᵀ − Δ) as dK's register operand."""
+    return gl.convert_layout((p_t * (dp_t - delta[None, :])).to(dtype), op_layout)
 
 
 @gluon.jit
@@ -205,7 +211,7 @@ def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tile, v_tile, q_smem,
             s_t = _next_scores(k_tile, q_smem, ready, pairs_before + t + 1, zero_s, STAGES)
             done = warpgroup_mma_wait(num_outstanding=1, deps=(dv, dp_t, p_op))
             dv = done[0]
-            ds_op = gl.convert_layout((p_t * (done[1] - delta[None, :])).to(dtype), op_layout)
+            ds_op = _ds_operand(p_t, done[1], delta, dtype, op_layout)
         else:
             dv, ds_op = _dv_ds(p_t, delta, dv, v_tile, do_smem.index(slot), zero_s, dtype, op_layout)
             s_t = _next_scores(k_tile, q_smem, ready, pairs_before + t + 1, zero_s, STAGES)

@@ -42,6 +42,10 @@ class WsBwdConfig:
     persistent: bool = False  # dK / dV programs, at most one per SM, each walking tiles (kernel: PERSISTENT)
     early_scores: bool = False  # both kernels issue the next scores before their last product's wait (EARLY_SCORES)
 
+    def __post_init__(self):
+        if self.early_scores and self.stages < 2:  # the next tile is waited for while this one holds its slot
+            raise ValueError(f"WsBwdConfig: early_scores needs stages >= 2, got {self.stages}")
+
     @property
     def name(self) -> str:
         return (f"ws-{'' if self.gluon_dq else 'dkdv-'}s{self.stages}{'-p' if self.persistent else ''}"
