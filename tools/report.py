@@ -244,8 +244,10 @@ def floor_gap(op: str, name: str) -> str:
     if op == "GQABwd":
         if "long" in name:
             return ("warp-specialized Gluon dK / dV + dQ kernels since attn-core 0.3.19: 7 MMA products per tile "
-                    "pair, the dQ kernel recomputing S and dP, where a dK / dV kernel with atomic dQ needs 5 "
-                    f"(hypothesis: that difference is the gap; the Triton atomic-dQ form measured slower) ({core})")
+                    "pair where FA3 has 5, but the 5-product forms (atomic or TMA reduce-add dQ) measured slower; "
+                    "an H100 profile, 2026-12-06, has the tensor pipe active 51 % (dK / dV) and 63 % (dQ) of the "
+                    "time, the consumers waiting on their own dependency chain: a rewrite in FA3's layout (queries "
+                    f"as the MMA's M, P / dS through shared memory) is what is left untried ({core})")
         return (f"512-key rows on the Triton 4-warp tile: 7 MMA products per tile pair issued serially, {serial}; "
                 "the Gluon kernels measured slower there (144.4 against 139.8 µs on short-mha, H200 2026-12-03) "
                 f"({core})")
