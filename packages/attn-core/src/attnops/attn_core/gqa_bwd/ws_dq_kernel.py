@@ -4,9 +4,9 @@ One program owns 128 query rows of one query head of one batch element (two 64-r
 warpgroup), as the forward's Gluon kernel does: a 1-warp loader partition copies the rows' Q and dO once by TMA,
 then K and V of every ``BLOCK_N``-key tile (64 or 128) the rows see into a ring of ``STAGES`` slots; each consumer
 keeps dQ ([64, D] fp32) in registers and per key tile runs S = Q·Kᵀ and dP = dO·Vᵀ (wgmma from shared memory),
-P = 2^(S·c − lse), dS = P ⊙ (dP − Δ), dQ += dS·K (dS as the register operand). dQ is scaled by ``sm_scale`` at
-the end; every program writes its own rows once, so dQ stays deterministic (no atomics). The two consumers work on
-different rows: one's exponentials run while the other's products hold the tensor cores.
+P = 2^(S·c − lse), dS = P ⊙ (dP − Δ), dQ += dS·K (dS as the register operand). dQ is scaled by ``sm_scale`` at the end; every
+program writes its own rows once, so dQ stays deterministic (no atomics). The two consumers work on different
+rows: one's exponentials run while the other's products hold the tensor cores.
 
 Query blocks from the last (under the causal mask they see the most keys: the heaviest first). Keys past S_kv
 in the last tile are other rows of the view or TMA's zeros: masked (P = 0), and their K rows meet only P = 0.
