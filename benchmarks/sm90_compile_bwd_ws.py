@@ -48,12 +48,11 @@ def compile_dkdv(d: int, stages: int, causal: bool, dtype=torch.bfloat16, partia
     return compile_sm90(gqa_bwd_dkdv_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
 
-def compile_dq(d: int, stages: int, causal: bool, dtype=torch.bfloat16, early_scores: bool = False,
-               keys: int = 64):
-    rows, tiles = _desc_type(dtype, d, 64), _desc_type(dtype, d, keys)
-    types = {"q_desc": rows, "do_desc": rows, "k_desc": tiles, "v_desc": tiles, "lse_ptr": "*fp32",
+def compile_dq(d: int, stages: int, causal: bool, dtype=torch.bfloat16, early_scores: bool = False):
+    tiles = _desc_type(dtype, d, 64)
+    types = {"q_desc": tiles, "do_desc": tiles, "k_desc": tiles, "v_desc": tiles, "lse_ptr": "*fp32",
              "delta_ptr": "*fp32", "dq_ptr": "*fp16" if dtype == torch.float16 else "*bf16"}
-    consts = {"HEAD_DIM": d, "BLOCK_N": keys, "STAGES": stages, "IS_CAUSAL": causal, "EARLY_SCORES": early_scores,
+    consts = {"HEAD_DIM": d, "STAGES": stages, "IS_CAUSAL": causal, "EARLY_SCORES": early_scores,
               "_float_args": ("qk_scale", "sm_scale")}
     return compile_sm90(gqa_bwd_dq_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
@@ -62,8 +61,7 @@ def variants():
     """(label, build) per kernel the configs use: dK / dV at every slot count (and with head-subgroup partials), dQ
     at those of ``gluon_dq``."""
     kernels = [("dkdv", compile_dkdv, s) for s in sorted({c.stages for c in ws_launch.WS_CONFIGS})]
-    kernels += [("dq", compile_dq, s) for s in sorted({c.stages for c in ws_launch.WS_CONFIGS
-                                                          if c.gluon_dq and c.dq_keys == 64})]
+    kernels += [("dq", compile_dq, s) for s in sorted({c.stages for c in ws_launch.WS_CONFIGS if c.gluon_dq})]
     for d in ws_launch.HEAD_DIMS:
         for kernel, build, stages in kernels:
             for causal in (True, False):
@@ -94,11 +92,6 @@ def variants():
         for stages in sorted({c.stages for c in early if c.gluon_dq}):
             yield (f"dq   D{d} s{stages} causal bf16 early",
                    lambda d=d, s=stages: compile_dq(d, s, True, torch.bfloat16, early_scores=True))
-        # the forced-only ``-k128`` twins: the dQ kernel in 128-key tiles (both masks, bf16)
-        for stages in sorted({c.dq_stages for c in ws_launch.WS_CONFIGS if c.dq_keys == 128}):
-            for causal in (True, False):
-                yield (f"dq   D{d} s{stages} {'causal' if causal else 'full':6s} bf16 k128",
-                       lambda d=d, s=stages, c=causal: compile_dq(d, s, c, torch.bfloat16, keys=128))
 
 
 def main() -> int:

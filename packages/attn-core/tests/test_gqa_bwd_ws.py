@@ -157,8 +157,7 @@ def test_compiles_for_sm90():
     """Both kernels at both head dims, every slot count the configs use, causal and not, both dtypes through
     Gluon's sm_90 pipeline and ptxas: no compile error, no spill, shared memory under the limit (the tool exits 1
     otherwise); the dK / dV kernel's head-subgroup epilogue (causal bf16) at every slot count; its persistent form
-    (causal, full, causal with the head-subgroup epilogue); the ``-e`` configs' builds (causal bf16); the ``-k128``
-    configs' dQ builds (both masks, bf16)."""
+    (causal, full, causal with the head-subgroup epilogue); the ``-e`` configs' builds (causal bf16)."""
     listing = run_offline_compile(__file__, "sm90_compile_bwd_ws")
     lines = [ln for ln in listing.splitlines() if " regs " in ln]
     dkdv_stages = len({c.stages for c in ws_launch.WS_CONFIGS})
@@ -166,9 +165,7 @@ def test_compiles_for_sm90():
     persistent = 3 * len({c.stages for c in ws_launch.WS_CONFIGS if c.persistent})
     early = sum(c.early_scores for c in ws_launch.WS_CONFIGS)
     early += len({c.stages for c in ws_launch.WS_CONFIGS if c.early_scores and c.gluon_dq})
-    k128 = 2 * len({c.dq_stages for c in ws_launch.WS_CONFIGS if c.dq_keys == 128})
-    assert k128 and len(lines) == (4 * kernels + dkdv_stages + persistent + early + k128) * len(ws_launch.HEAD_DIMS), \
-        listing
+    assert len(lines) == (4 * kernels + dkdv_stages + persistent + early) * len(ws_launch.HEAD_DIMS), listing
     assert sum(" persistent" in ln for ln in lines) == persistent * len(ws_launch.HEAD_DIMS), listing
 
 
@@ -221,20 +218,11 @@ def test_launches_bind_every_kernel_argument(monkeypatch):
     assert (calls[2][2]["stride_dqb"], calls[2][2]["stride_dqt"], calls[2][2]["stride_dqh"]) == (d128, 8 * 128, 128)
     assert [bound["n_tiles"] for _, _, bound in calls[:2]] == [3 * 2 * 2] * 2
     assert [bound["PERSISTENT"] for _, _, bound in calls[:2]] == [False, False]
-    assert [bound["BLOCK_N"] for _, _, bound in calls[2:]] == [64]
     # the persistent dK / dV kernel: at most one program per SM, each walking the tiles
     monkeypatch.setattr(ws_launch.runtime, "num_sms", lambda: 5)
     ws_launch.run(PERSISTENT, p, torch.zeros(2, 8, 300))
     persistent = calls[3]
     assert persistent[1] == (5,) and persistent[2]["n_tiles"] == 3 * 2 * 2 and persistent[2]["PERSISTENT"] is True
-    # 128-key dQ tiles: the K / V boxes and BLOCK_N follow, the ring drops to 2 slots
-    wide = next(c for c in ws_launch.WS_CONFIGS if c.dq_keys == 128)
-    calls.clear()
-    ws_launch.run(wide, p, torch.zeros(2, 8, 300))
-    bound = calls[1][2]
-    assert calls[1][0] is dq and (bound["BLOCK_N"], bound["STAGES"]) == (128, 2) and wide.stages == 3
-    assert bound["k_desc"].block_shape == bound["v_desc"].block_shape == [128, 128]
-    assert bound["q_desc"].block_shape == [64, 128]
 
 
 def test_calls_it_does_not_serve_are_refused():
@@ -247,16 +235,6 @@ def test_calls_it_does_not_serve_are_refused():
                                      case.inputs["q"], case.inputs["k"], case.inputs["v"], True, 0.1)):
         with bwd.forced(ws_launch.WS_CONFIGS[0]), pytest.raises(ValueError, match="needs a Hopper GPU"):
             case.run(SPEC.fn)
-
-
-@pytest.mark.parametrize("kwargs, message", [
-    ({"dq_keys": 96}, "dq_keys must be 64 or 128, got 96"),
-    ({"dq_keys": 128}, "dq_keys=128 needs gluon_dq and no early_scores"),
-    ({"dq_keys": 128, "gluon_dq": True, "early_scores": True}, "dq_keys=128 needs gluon_dq and no early_scores"),
-])
-def test_dq_keys_refused(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        ws_launch.WsBwdConfig(3, **kwargs)
 
 
 def test_early_scores_need_two_slots():

@@ -2,9 +2,9 @@
 
 One program owns 128 query rows of one query head of one batch element (two 64-row halves, one per consumer
 warpgroup), as the forward's Gluon kernel does: a 1-warp loader partition copies the rows' Q and dO once by TMA,
-then K and V of every ``BLOCK_N``-key tile (64 or 128) the rows see into a ring of ``STAGES`` slots; each consumer
-keeps dQ ([64, D] fp32) in registers and per key tile runs S = Q·Kᵀ and dP = dO·Vᵀ (wgmma from shared memory),
-P = 2^(S·c − lse), dS = P ⊙ (dP − Δ), dQ += dS·K (dS as the register operand). dQ is scaled by ``sm_scale`` at the end; every
+then K and V of every 64-key tile the rows see into a ring of ``STAGES`` slots; each consumer keeps dQ ([64, D]
+fp32) in registers and per key tile runs S = Q·Kᵀ and dP = dO·Vᵀ (wgmma from shared memory), P = 2^(S·c − lse),
+dS = P ⊙ (dP − Δ), dQ += dS·K (dS as the register operand). dQ is scaled by ``sm_scale`` at the end; every
 program writes its own rows once, so dQ stays deterministic (no atomics). The two consumers work on different
 rows: one's exponentials run while the other's products hold the tensor cores.
 
@@ -37,10 +37,11 @@ from attnops.kernel_utils.gluon_fns import (
 from .ws_kernel import lse_delta_rows
 
 ROWS = gl.constexpr(64)  # query rows per consumer (one warpgroup's wgmma M)
+BLOCK_N = gl.constexpr(64)  # keys per tile
 
 
 @gluon.jit
-def _block(S_q, S_kv, H, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr, AT_LEAST_ONE: gl.constexpr):
+def _block(S_q, S_kv, H, IS_CAUSAL: gl.constexpr, AT_LEAST_ONE: gl.constexpr):
     """(b, head, first query row m0, key tiles it visits) of this program: query blocks of 128 from the last. With
     ``AT_LEAST_ONE`` a block that would see no key (only under a causal mask with S_q > S_kv, which the op refuses)
     still visits tile 0, all of it masked (its dQ stays 0): the early form issues its first scores without a branch
@@ -71,7 +72,7 @@ def _scores(q_tile, do_tile, k_smem, v_smem, ready, j, zero_s, STAGES: gl.conste
 
 @gluon.jit
 def _ds_operand(s, dp, j, rows, lse, delta, S_q, S_kv, qk_scale, s_layout: gl.constexpr, op_layout: gl.constexpr,
-                dtype: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
+                dtype: gl.constexpr, IS_CAUSAL: gl.constexpr):
     """dS = P ⊙ (dP − Δ) of key tile j as dQ's register operand, P = 2^(S·c − lse) masked."""
     p = gl.exp2(s * qk_scale - lse[:, None])
     keys = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -85,8 +86,7 @@ def _ds_operand(s, dp, j, rows, lse, delta, S_q, S_kv, qk_scale, s_layout: gl.co
 @gluon.jit
 def _consumer(q_tiles, do_tiles, k_smem, v_smem, qd_ready, ready, free, lse_ptr, delta_ptr, dq_ptr, S_q, S_kv, H, G,
               qk_scale, sm_scale, stride_lb, stride_lh, stride_dqb, stride_dqt, stride_dqh, WG: gl.constexpr,
-              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              EARLY_SCORES: gl.constexpr):
+              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, EARLY_SCORES: gl.constexpr):
     """Query rows [m0 + 64·WG, +64) over every visible key tile, then their dQ."""
     q_tile = q_tiles.index(WG)
     do_tile = do_tiles.index(WG)
@@ -94,7 +94,7 @@ def _consumer(q_tiles, do_tiles, k_smem, v_smem, qd_ready, ready, free, lse_ptr,
     acc_layout: gl.constexpr = wgmma_acc_layout(HEAD_DIM)
     op_layout: gl.constexpr = wgmma_lhs_layout(HEAD_DIM)
     dtype: gl.constexpr = q_tile.dtype
-    b, head, m0, n_tiles = _block(S_q, S_kv, H, BLOCK_N, IS_CAUSAL, EARLY_SCORES)
+    b, head, m0, n_tiles = _block(S_q, S_kv, H, IS_CAUSAL, EARLY_SCORES)
     rows = m0 + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
     lse, delta = lse_delta_rows(lse_ptr, delta_ptr, b, head, H, rows, S_q, stride_lb, stride_lh)
     zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
@@ -106,13 +106,13 @@ def _consumer(q_tiles, do_tiles, k_smem, v_smem, qd_ready, ready, free, lse_ptr,
         for j in range(n_tiles - 1):
             s_next, dp_next = _scores(q_tile, do_tile, k_smem, v_smem, ready, j + 1, zero_s, STAGES)
             ds_op = _ds_operand(s, dp, j, rows, lse, delta, S_q, S_kv, qk_scale, s_layout, op_layout, dtype,
-                                BLOCK_N, IS_CAUSAL)
+                                IS_CAUSAL)
             dq = warpgroup_mma(ds_op, k_smem.index(j % STAGES), dq, is_async=True)
             s, dp = warpgroup_mma_wait(num_outstanding=1, deps=(s_next, dp_next))  # dQ of tile j may run on
             dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ds_op))[0]
             mbarrier.arrive(free.index(j % STAGES), count=1)
         ds_op = _ds_operand(s, dp, n_tiles - 1, rows, lse, delta, S_q, S_kv, qk_scale, s_layout, op_layout, dtype,
-                            BLOCK_N, IS_CAUSAL)
+                            IS_CAUSAL)
         dq = warpgroup_mma(ds_op, k_smem.index((n_tiles - 1) % STAGES), dq, is_async=True)
         dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ds_op))[0]
         mbarrier.arrive(free.index((n_tiles - 1) % STAGES), count=1)
@@ -122,7 +122,7 @@ def _consumer(q_tiles, do_tiles, k_smem, v_smem, qd_ready, ready, free, lse_ptr,
             s, dp = _scores(q_tile, do_tile, k_smem, v_smem, ready, j, zero_s, STAGES)
             s, dp = warpgroup_mma_wait(num_outstanding=0, deps=(s, dp))
             ds_op = _ds_operand(s, dp, j, rows, lse, delta, S_q, S_kv, qk_scale, s_layout, op_layout, dtype,
-                                BLOCK_N, IS_CAUSAL)
+                                IS_CAUSAL)
             dq = warpgroup_mma(ds_op, k_smem.index(slot), dq, is_async=True)
             dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq, ds_op))[0]  # ds_op's registers: live until here
             mbarrier.arrive(free.index(slot), count=1)
@@ -139,10 +139,9 @@ def _consumer(q_tiles, do_tiles, k_smem, v_smem, qd_ready, ready, free, lse_ptr,
 
 @gluon.jit
 def _loader(q_desc, do_desc, k_desc, v_desc, q_tiles, do_tiles, k_smem, v_smem, qd_ready, ready, free, S_q, S_kv, H,
-            G, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-            EARLY_SCORES: gl.constexpr):
+            G, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, EARLY_SCORES: gl.constexpr):
     """TMA producer: the block's Q and dO once, then K / V of every visible key tile (``_block``)."""
-    b, head, m0, n_tiles = _block(S_q, S_kv, H, BLOCK_N, IS_CAUSAL, EARLY_SCORES)
+    b, head, m0, n_tiles = _block(S_q, S_kv, H, IS_CAUSAL, EARLY_SCORES)
     q_row = b * S_q + m0
     bar = qd_ready.index(0)
     mbarrier.expect(bar, 2 * q_desc.block_type.nbytes + 2 * do_desc.block_type.nbytes)
@@ -162,10 +161,9 @@ def _loader(q_desc, do_desc, k_desc, v_desc, q_tiles, do_tiles, k_smem, v_smem, 
 @gluon.jit
 def gqa_bwd_dq_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, dq_ptr, S_q, S_kv, H, G, qk_scale,
                          sm_scale, stride_lb, stride_lh, stride_dqb, stride_dqt, stride_dqh, HEAD_DIM: gl.constexpr,
-                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                         EARLY_SCORES: gl.constexpr):
+                         STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, EARLY_SCORES: gl.constexpr):
     """Grid: (cdiv(S_q, 128) · B · H,), query block slowest (from the last). Descriptors: q / dO over
-    ``[B·S_q, H·D]`` in [64, D] boxes, k / v over ``[B·S_kv, H_kv·D]`` in [BLOCK_N, D] boxes. num_warps = 4
+    ``[B·S_q, H·D]`` in [64, D] boxes, k / v over ``[B·S_kv, H_kv·D]`` in [64, D] boxes. num_warps = 4
     (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader: 1 warp). ``EARLY_SCORES``: a consumer
     issues the next key tile's S / dP right behind the tile's dQ product, before waiting for it (the default waits,
     then issues them)."""
@@ -180,12 +178,12 @@ def gqa_bwd_dq_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, dq
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
     consumer_args = (q_tiles, do_tiles, k_smem, v_smem, qd_ready, ready, free, lse_ptr, delta_ptr, dq_ptr, S_q, S_kv,
                      H, G, qk_scale, sm_scale, stride_lb, stride_lh, stride_dqb, stride_dqt, stride_dqh)
-    consumer_flags: gl.constexpr = (HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, EARLY_SCORES)
+    consumer_flags: gl.constexpr = (HEAD_DIM, STAGES, IS_CAUSAL, EARLY_SCORES)
     gl.warp_specialize([
         (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
         (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
         (_loader, (q_desc, do_desc, k_desc, v_desc, q_tiles, do_tiles, k_smem, v_smem, qd_ready, ready, free, S_q,
-                   S_kv, H, G, HEAD_DIM, BLOCK_N, STAGES, IS_CAUSAL, EARLY_SCORES)),
+                   S_kv, H, G, HEAD_DIM, STAGES, IS_CAUSAL, EARLY_SCORES)),
     ], [4, 1], [240, 24])
     mbarrier.invalidate(qd_ready.index(0))
     invalidate_ring(ready, free, STAGES)

@@ -17,6 +17,7 @@ from attnops.attn_core.flash_fwd.ws_launch import token_rows
 from attnops.kernel_utils import runtime
 from attnops.kernel_utils.attention_fns import LOG2E
 
+from .ws_dq_kernel import BLOCK_N as DQ_KEYS
 from .ws_dq_kernel import ROWS as DQ_ROWS
 from .ws_dq_kernel import gqa_bwd_dq_ws_kernel
 from .ws_kernel import KEYS_PER_CONSUMER, gqa_bwd_dkdv_ws_kernel
@@ -40,35 +41,22 @@ class WsBwdConfig:
     gluon_dq: bool = False  # dQ by the Gluon kernel (else the Triton kernel's dQ role)
     persistent: bool = False  # dK / dV programs, at most one per SM, each walking tiles (kernel: PERSISTENT)
     early_scores: bool = False  # both kernels issue the next scores before their last product's wait (EARLY_SCORES)
-    dq_keys: int = 64  # keys per tile of the Gluon dQ kernel (its BLOCK_N): 64 or 128
 
     def __post_init__(self):
         if self.early_scores and self.stages < 2:  # the next tile is waited for while this one holds its slot
             raise ValueError(f"WsBwdConfig: early_scores needs stages >= 2, got {self.stages}")
-        if self.dq_keys not in (64, 128):
-            raise ValueError(f"WsBwdConfig: dq_keys must be 64 or 128, got {self.dq_keys}")
-        if self.dq_keys == 128 and (not self.gluon_dq or self.early_scores):
-            # the early form's second S / dP pair at 128 keys is 128 more accumulator registers: not built
-            raise ValueError("WsBwdConfig: dq_keys=128 needs gluon_dq and no early_scores")
-
-    @property
-    def dq_stages(self) -> int:
-        """Ring slots of the dQ kernel: ``stages``, but at most 2 of 128 keys (3 are 256 KB of K / V at D = 128)."""
-        return self.stages if self.dq_keys == 64 else min(self.stages, 2)
 
     @property
     def name(self) -> str:
         return (f"ws-{'' if self.gluon_dq else 'dkdv-'}s{self.stages}{'-p' if self.persistent else ''}"
-                f"{'-e' if self.early_scores else ''}{'-k128' if self.dq_keys == 128 else ''}")
+                f"{'-e' if self.early_scores else ''}")
 
 
 # ``ws-s3-p`` (attn-core 0.3.19): the persistent dK / dV kernel, for calls of many short tiles (the long MHA rows'
-# default: ``launch.WS_PERSISTENT``). ``-e`` and ``-k128`` (the dQ kernel in 128-key tiles, 2 slots) twins of the two
-# defaults: forced only, not yet timed (docs/perf).
+# default: ``launch.WS_PERSISTENT``). ``-e`` twins of the two defaults: forced only, not yet timed (docs/perf).
 WS_CONFIGS = (WsBwdConfig(2), WsBwdConfig(3), WsBwdConfig(4), WsBwdConfig(2, True), WsBwdConfig(3, True),
               WsBwdConfig(3, True, persistent=True), WsBwdConfig(3, True, early_scores=True),
-              WsBwdConfig(3, True, persistent=True, early_scores=True), WsBwdConfig(3, True, dq_keys=128),
-              WsBwdConfig(3, True, persistent=True, dq_keys=128))
+              WsBwdConfig(3, True, persistent=True, early_scores=True))
 
 
 def refusal(p: Problem) -> str | None:
@@ -119,16 +107,15 @@ def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor, part: torch.Tensor | 
         PERSISTENT=cfg.persistent, EARLY_SCORES=cfg.early_scores, num_warps=4)
     if cfg.gluon_dq:
         with runtime.on_stream(dq_stream):
-            _run_dq(p, delta, cfg)
+            _run_dq(p, delta, cfg.stages, cfg.early_scores)
 
 
-def _run_dq(p: Problem, delta: torch.Tensor, cfg: WsBwdConfig) -> None:
+def _run_dq(p: Problem, delta: torch.Tensor, stages: int, early_scores: bool) -> None:
     """The Gluon dQ kernel on the current stream."""
     b, s_q, h, d = p.q.shape
     s_kv, h_kv = p.k.shape[1], p.k.shape[2]
     gqa_bwd_dq_ws_kernel[(triton.cdiv(s_q, 2 * DQ_ROWS.value) * b * h,)](
-        _desc(p.q, DQ_ROWS.value), _desc(p.do, DQ_ROWS.value), _desc(p.k, cfg.dq_keys),
-        _desc(p.v, cfg.dq_keys), p.lse, delta, p.dq, s_q, s_kv, h, h // h_kv, p.sm_scale * LOG2E, p.sm_scale,
+        _desc(p.q, DQ_ROWS.value), _desc(p.do, DQ_ROWS.value), _desc(p.k, DQ_KEYS.value),
+        _desc(p.v, DQ_KEYS.value), p.lse, delta, p.dq, s_q, s_kv, h, h // h_kv, p.sm_scale * LOG2E, p.sm_scale,
         p.lse.stride(0), p.lse.stride(1), p.dq.stride(0), p.dq.stride(1), p.dq.stride(2),
-        HEAD_DIM=d, BLOCK_N=cfg.dq_keys, STAGES=cfg.dq_stages, IS_CAUSAL=p.is_causal,
-        EARLY_SCORES=cfg.early_scores, num_warps=4)
+        HEAD_DIM=d, STAGES=stages, IS_CAUSAL=p.is_causal, EARLY_SCORES=early_scores, num_warps=4)
