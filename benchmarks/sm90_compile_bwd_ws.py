@@ -81,17 +81,19 @@ def variants():
                        lambda d=d, s=stages, c=causal, pt=partial: compile_dkdv(d, s, c, torch.bfloat16, partial=pt,
                                                                                 persistent=True),
                        PERSISTENT_CAUSAL_SPILL if causal and not partial else 0)
-        # the forced-only ``-e`` twins, causal bf16 (labelled without "persistent": the test counts those lines):
-        # their dK / dV builds and the dQ build at each of their slot counts
+        # the ``-e`` configs (``ws-s3-p-e``: the long MHA rows' default), both masks, bf16 (labelled without
+        # "persistent": the test counts those lines): their dK / dV builds and the dQ build at each of their slot counts
         early = [c for c in ws_launch.WS_CONFIGS if c.early_scores]
-        for c in early:
-            yield (f"dkdv D{d} s{c.stages} causal bf16 early{'-p' if c.persistent else ''}",
-                   lambda d=d, c=c: compile_dkdv(d, c.stages, True, torch.bfloat16, persistent=c.persistent,
-                                                 early_scores=True),
-                   PERSISTENT_CAUSAL_SPILL if c.persistent else 0)
-        for stages in sorted({c.stages for c in early if c.gluon_dq}):
-            yield (f"dq   D{d} s{stages} causal bf16 early",
-                   lambda d=d, s=stages: compile_dq(d, s, True, torch.bfloat16, early_scores=True))
+        for causal in (True, False):
+            mask = "causal" if causal else "full  "
+            for c in early:
+                yield (f"dkdv D{d} s{c.stages} {mask} bf16 early{'-p' if c.persistent else ''}",
+                       lambda d=d, c=c, m=causal: compile_dkdv(d, c.stages, m, torch.bfloat16, persistent=c.persistent,
+                                                               early_scores=True),
+                       PERSISTENT_CAUSAL_SPILL if c.persistent and causal else 0)
+            for stages in sorted({c.stages for c in early if c.gluon_dq}):
+                yield (f"dq   D{d} s{stages} {mask} bf16 early",
+                       lambda d=d, s=stages, m=causal: compile_dq(d, s, m, torch.bfloat16, early_scores=True))
 
 
 def main() -> int:

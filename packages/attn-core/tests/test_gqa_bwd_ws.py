@@ -157,14 +157,14 @@ def test_compiles_for_sm90():
     """Both kernels at both head dims, every slot count the configs use, causal and not, both dtypes through
     Gluon's sm_90 pipeline and ptxas: no compile error, no spill, shared memory under the limit (the tool exits 1
     otherwise); the dK / dV kernel's head-subgroup epilogue (causal bf16) at every slot count; its persistent form
-    (causal, full, causal with the head-subgroup epilogue); the ``-e`` configs' builds (causal bf16)."""
+    (causal, full, causal with the head-subgroup epilogue); the ``-e`` configs' builds (both masks, bf16)."""
     listing = run_offline_compile(__file__, "sm90_compile_bwd_ws")
     lines = [ln for ln in listing.splitlines() if " regs " in ln]
     dkdv_stages = len({c.stages for c in ws_launch.WS_CONFIGS})
     kernels = dkdv_stages + len({c.stages for c in ws_launch.WS_CONFIGS if c.gluon_dq})
     persistent = 3 * len({c.stages for c in ws_launch.WS_CONFIGS if c.persistent})
     early = sum(c.early_scores for c in ws_launch.WS_CONFIGS)
-    early += len({c.stages for c in ws_launch.WS_CONFIGS if c.early_scores and c.gluon_dq})
+    early = 2 * (early + len({c.stages for c in ws_launch.WS_CONFIGS if c.early_scores and c.gluon_dq}))
     assert len(lines) == (4 * kernels + dkdv_stages + persistent + early) * len(ws_launch.HEAD_DIMS), listing
     assert sum(" persistent" in ln for ln in lines) == persistent * len(ws_launch.HEAD_DIMS), listing
 

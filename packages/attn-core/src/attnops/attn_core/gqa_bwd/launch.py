@@ -174,7 +174,11 @@ WS_DEFAULT = ws_launch.WsBwdConfig(3, gluon_dq=True)
 # program's K / V loads and epilogue otherwise stall its SM. H200, 2026-12-04, every variant checked, one run
 # (benchmarks/results/h200/20261204-1530-tune-bwd-ws-persistent.json): llama-8b-long-mha (1024 programs on 132 SMs)
 # 539.1 against 568.8 us, llama-70b-long-mha 541.9 / 573.2; llama-8b-long (256 programs) 487.2 against 484.1.
-WS_PERSISTENT = ws_launch.WsBwdConfig(3, gluon_dq=True, persistent=True)
+# Since 0.3.20 with early scores (``-e``: each consumer issues its next scores before its last product's wait). H100,
+# 2026-12-06, every config checked, one run (benchmarks/results/h100/20261206-1350-tune-bwd-early-k128.json): the
+# long MHA rows 533.5-541.4 against 539.8-546.4 us (-0.9 to -1.5 %, all four; CUPTI per kernel, long MHA bf16: dK / dV
+# 318.2 against 330.7, dQ 223.0 against 227.4). Not on WS_DEFAULT: the GQA long rows ran level to 2.5 % slower so.
+WS_PERSISTENT = ws_launch.WsBwdConfig(3, gluon_dq=True, persistent=True, early_scores=True)
 # Short MHA calls take them too: H200, 2026-12-05, one run, every variant checked (benchmarks/results/h200/
 # 20261205-0235-tune-bwd-short-mha.json): llama-8b / 70b-short-mha (512 programs on 132 SMs) persistent 119.1 /
 # 119.9 us, non-persistent 121.2 / 122.1, against the Triton tile's 140.8 / 140.9 (before the 16-byte stores the

@@ -234,9 +234,9 @@ def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tile, v_tile, q_smem,
     # dK / dV leave the accumulator layout for 16-byte pieces along the rows first (``gluon_fns.store_layout``,
     # warp shuffles): 8 ``STG.E.128`` a thread per 16-bit [64, 128] tile instead of 32 4-byte ``STG.E``, 16 instead
     # of 32 8-byte ``STG.E.64`` per fp32 partial tile (the measurement: gluon_fns, attn-mla's DSA stores). In the
-    # persistent causal build (ws-s3-p on causal calls: the long MHA rows' default) ptxas then spills 8 B, one 4-byte
-    # value of consumer 1 stored before the tile loop and reloaded once a tile (offline sm_90, 2026-12-04): kept, as
-    # that build is the one whose epilogue the change is for (sm90_compile_bwd_ws allows it those 8 B).
+    # persistent causal builds (ws-s3-p, ws-s3-p-e: the long MHA rows) ptxas then spills 8 B, one 4-byte value of
+    # consumer 1 stored before the tile loop and reloaded once a tile (offline sm_90, 2026-12-04): kept, as that
+    # build is the one whose epilogue the change is for (sm90_compile_bwd_ws allows it those 8 B).
     if PARTIAL:  # unscaled fp32 sums of this subgroup's heads: [2, G / GS, B·H_kv, S_kv, D] (the head-sum kernel)
         t64, cols, ok = _out_keys(n0, S_kv, store_layout(HEAD_DIM, 32), WG, HEAD_DIM)
         subgroup_rows = n_tiles // gl.cdiv(S_kv, 2 * R)  # (G / GS)·B·H_kv: one of dK's / dV's halves
