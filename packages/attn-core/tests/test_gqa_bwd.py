@@ -373,7 +373,8 @@ def test_head_split_rule():
 def test_ws_default_rule(monkeypatch):
     """Runs everywhere (the kernels' own refusal stubbed to accept): the 2048-key seed rows take the Gluon kernels
     (llama-70b-long with 2 head subgroups: ``head_splits`` of its 128 programs on 132 SMs; the MHA rows' 1024
-    one-head programs the persistent dK / dV kernel), the 512-key MHA rows too (512 programs: persistent), the
+    one-head programs the persistent dK / dV kernel with early scores), the 512-key MHA rows too (512 programs:
+    persistent, plain), the
     512-key GQA rows and any call the kernels refuse keep the Triton kernel."""
     monkeypatch.setattr(bwd.ws_launch, "refusal", lambda p: None)
     for w in SPEC.workloads:
@@ -382,7 +383,8 @@ def test_ws_default_rule(monkeypatch):
         q, k = torch.empty(B, S, H, D), torch.empty(B, S, H_kv, D)
         p = bwd.Problem(q, k, k, q, q, torch.empty(B, H, S), q, k, k, True, 1.0)
         mha = H == H_kv
-        assert bwd.ws_default(p, 132) == (bwd.WS_PERSISTENT if mha else bwd.WS_DEFAULT if S > 512 else None), w.id
+        persistent = bwd.WS_PERSISTENT_LONG if S > 512 else bwd.WS_PERSISTENT
+        assert bwd.ws_default(p, 132) == (persistent if mha else bwd.WS_DEFAULT if S > 512 else None), w.id
         # deterministic=False permits atomics: the same kernels (their dQ stays deterministic)
         assert bwd.ws_default(dataclasses.replace(p, deterministic=False), 132) == bwd.ws_default(p, 132), w.id
         if S > 512:

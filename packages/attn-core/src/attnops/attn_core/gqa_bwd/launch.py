@@ -174,11 +174,14 @@ WS_DEFAULT = ws_launch.WsBwdConfig(3, gluon_dq=True)
 # program's K / V loads and epilogue otherwise stall its SM. H200, 2026-12-04, every variant checked, one run
 # (benchmarks/results/h200/20261204-1530-tune-bwd-ws-persistent.json): llama-8b-long-mha (1024 programs on 132 SMs)
 # 539.1 against 568.8 us, llama-70b-long-mha 541.9 / 573.2; llama-8b-long (256 programs) 487.2 against 484.1.
-# Since 0.3.20 with early scores (``-e``: each consumer issues its next scores before its last product's wait). H100,
-# 2026-12-06, every config checked, one run (benchmarks/results/h100/20261206-1350-tune-bwd-early-k128.json): the
-# long MHA rows 533.5-541.4 against 539.8-546.4 us (-0.9 to -1.5 %, all four; CUPTI per kernel, long MHA bf16: dK / dV
-# 318.2 against 330.7, dQ 223.0 against 227.4). Not on WS_DEFAULT: the GQA long rows ran level to 2.5 % slower so.
-WS_PERSISTENT = ws_launch.WsBwdConfig(3, gluon_dq=True, persistent=True, early_scores=True)
+WS_PERSISTENT = ws_launch.WsBwdConfig(3, gluon_dq=True, persistent=True)
+# Beyond SHORT_KEYS keys with early scores (``-e``: each consumer issues its next scores before its last product's
+# wait; attn-core 0.3.20). H100, 2026-12-06, every config checked, one run each (benchmarks/results/h100/
+# 20261206-1350-tune-bwd-early-k128.json, -1410-tune-bwd-short-mha.json): the long MHA rows 533.5-541.4 against
+# 539.8-546.4 us (-0.9 to -1.5 %, all four; CUPTI per kernel, llama-8b-long-mha bf16: dK / dV 318.2 against 330.7, dQ
+# 223.0 against 227.4); the 512-key MHA rows 137.3-138.4 against 135.1-136.2 (+1.1 to +1.8 %), the GQA long rows on
+# WS_DEFAULT level to 2.5 % slower: those keep the plain form.
+WS_PERSISTENT_LONG = ws_launch.WsBwdConfig(3, gluon_dq=True, persistent=True, early_scores=True)
 # Short MHA calls take them too: H200, 2026-12-05, one run, every variant checked (benchmarks/results/h200/
 # 20261205-0235-tune-bwd-short-mha.json): llama-8b / 70b-short-mha (512 programs on 132 SMs) persistent 119.1 /
 # 119.9 us, non-persistent 121.2 / 122.1, against the Triton tile's 140.8 / 140.9 (before the 16-byte stores the
@@ -189,15 +192,17 @@ PERSISTENT_WAVES = 3
 def ws_default(p: Problem, sms: int) -> ws_launch.WsBwdConfig | None:
     """For a call the Gluon kernels serve (``ws_launch.refusal``), MHA or with more than ``SHORT_KEYS`` keys:
     ``WS_PERSISTENT`` where the dK / dV grid (over ``head_splits``' subgroups) has more than ``PERSISTENT_WAVES``
-    programs per SM of ``sms``, else ``WS_DEFAULT``; None otherwise (the Triton kernel: the short GQA rows, where
-    it led, 115.5 against 136.4 us, 2026-12-03)."""
+    programs per SM of ``sms`` (``WS_PERSISTENT_LONG`` beyond ``SHORT_KEYS`` keys), else ``WS_DEFAULT``; None
+    otherwise (the Triton kernel: the short GQA rows, where it led, 115.5 against 136.4 us, 2026-12-03)."""
     B, S_kv, H_kv, _ = p.k.shape
     short_gqa = S_kv <= SHORT_KEYS and p.q.shape[2] != H_kv
     if short_gqa or ws_launch.refusal(p) is not None:
         return None
     programs = B * H_kv * triton.cdiv(S_kv, ws_launch.BLOCK_KEYS)
     programs *= head_splits(ws_launch.BLOCK_KEYS, B, S_kv, p.q.shape[2], H_kv, sms)
-    return WS_PERSISTENT if programs > PERSISTENT_WAVES * sms else WS_DEFAULT
+    if programs <= PERSISTENT_WAVES * sms:
+        return WS_DEFAULT
+    return WS_PERSISTENT_LONG if S_kv > SHORT_KEYS else WS_PERSISTENT
 
 
 # The Gluon dQ kernel on a second stream, beside the dK / dV kernel (both read only the inputs and the preprocess's
