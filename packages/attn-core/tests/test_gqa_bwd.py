@@ -374,8 +374,8 @@ def test_ws_default_rule(monkeypatch):
     """Runs everywhere (the kernels' own refusal stubbed to accept): the 2048-key seed rows take the Gluon kernels
     (llama-70b-long with 2 head subgroups: ``head_splits`` of its 128 programs on 132 SMs; the MHA rows' 1024
     one-head programs the persistent dK / dV kernel with early scores), the 512-key MHA rows too (512 programs:
-    persistent, plain), the
-    512-key GQA rows and any call the kernels refuse keep the Triton kernel."""
+    persistent, without early scores), the 512-key GQA rows and any call the kernels refuse keep the Triton
+    kernel."""
     monkeypatch.setattr(bwd.ws_launch, "refusal", lambda p: None)
     for w in SPEC.workloads:
         B, S, H, D = w.shape("q")
