@@ -52,9 +52,9 @@ class WsBwdConfig:
                 f"{'-e' if self.early_scores else ''}")
 
 
-# ``ws-s3-p`` (attn-core 0.3.19): the persistent dK / dV kernel, for calls of many short tiles; ``ws-s3-p-e`` (0.3.20)
-# the same with early scores, the long MHA rows' default (``launch.WS_PERSISTENT_LONG``). ``ws-s3-e`` (early scores on the
-# non-persistent default) was removed: level to 2.5 % slower on the GQA long rows (H100, 2026-12-06).
+# ``ws-s3-p`` (attn-core 0.3.19): the persistent dK / dV kernel, for calls of many short tiles; ``ws-s3-p-e``
+# (0.3.20) the same with early scores, the long MHA rows' default (``launch.WS_PERSISTENT_LONG``). ``ws-s3-e`` (early
+# scores on the non-persistent default) was removed: level to 2.5 % slower on the GQA long rows (H100, 2026-12-06).
 WS_CONFIGS = (WsBwdConfig(2), WsBwdConfig(3), WsBwdConfig(4), WsBwdConfig(2, True), WsBwdConfig(3, True),
               WsBwdConfig(3, True, persistent=True), WsBwdConfig(3, True, persistent=True, early_scores=True))
 
