@@ -1,4 +1,4 @@
-from attnops.kernel_utils.pytest_plugin import pytest_collection_modifyitems
+from attnops.kernel_utils.pytest_plugin import pytest_collection_modifyitems, pytest_runtest_call
 from attnops.kernel_utils.pytest_plugin import pytest_configure as _kernel_utils_configure
 
 
@@ -9,4 +9,4 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "timeout(seconds): per-test time limit under pytest-timeout")
 
 
-__all__ = ["pytest_collection_modifyitems", "pytest_configure"]
+__all__ = ["pytest_collection_modifyitems", "pytest_configure", "pytest_runtest_call"]

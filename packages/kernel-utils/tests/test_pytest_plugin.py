@@ -1,5 +1,7 @@
+import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +54,19 @@ def test_only_full_size_cases_take_a_turn(tmp_path, monkeypatch):
         with pytest.raises(StopIteration):
             next(call)
         assert _free(f"{prefix}.0"), name
+
+
+# every package's tests/conftest.py in this checkout (only kernel-utils' own where the package is tested alone)
+CONFTESTS = sorted(Path(__file__).resolve().parents[2].glob("*/tests/conftest.py"))
+
+
+@pytest.mark.parametrize("path", CONFTESTS, ids=lambda p: p.parts[-3])
+def test_every_conftest_takes_the_hooks(path):
+    """A pytest hook reaches only the tests under the conftest that exposes it: a package whose conftest leaves
+    ``pytest_runtest_call`` out runs its full-size cases without turns (attn-mla's did, 2026-12-06)."""
+    spec = importlib.util.spec_from_file_location(f"_conftest_{path.parts[-3].replace('-', '_')}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for hook in ("pytest_collection_modifyitems", "pytest_runtest_call"):
+        assert getattr(module, hook, None) is getattr(pytest_plugin, hook), (path, hook)
+    assert hasattr(module, "pytest_configure"), path

@@ -175,6 +175,11 @@ WS_DEFAULT = ws_launch.WsBwdConfig(3, gluon_dq=True)
 # (benchmarks/results/h200/20261204-1530-tune-bwd-ws-persistent.json): llama-8b-long-mha (1024 programs on 132 SMs)
 # 539.1 against 568.8 us, llama-70b-long-mha 541.9 / 573.2; llama-8b-long (256 programs) 487.2 against 484.1.
 WS_PERSISTENT = ws_launch.WsBwdConfig(3, gluon_dq=True, persistent=True)
+# Short MHA calls take them too: H200, 2026-12-05, one run, every variant checked (benchmarks/results/h200/
+# 20261205-0235-tune-bwd-short-mha.json): llama-8b / 70b-short-mha (512 programs on 132 SMs) persistent 119.1 /
+# 119.9 us, non-persistent 121.2 / 122.1, against the Triton tile's 140.8 / 140.9 (before the 16-byte stores the
+# Gluon kernels were the slower: 144.4 against 139.8). Hence 3 waves, not 4: it changes only these rows.
+PERSISTENT_WAVES = 3
 # Beyond SHORT_KEYS keys with early scores (``-e``: each consumer issues its next scores before its last product's
 # wait; attn-core 0.3.20). H100, 2026-12-06, every config checked, one run each (benchmarks/results/h100/
 # 20261206-1350-tune-bwd-early-k128.json, -1410-tune-bwd-short-mha.json): the long MHA rows 533.5-541.4 against
@@ -182,11 +187,6 @@ WS_PERSISTENT = ws_launch.WsBwdConfig(3, gluon_dq=True, persistent=True)
 # 223.0 against 227.4); the 512-key MHA rows 137.3-138.4 against 135.1-136.2 (+1.1 to +1.8 %), the GQA long rows on
 # WS_DEFAULT level to 2.5 % slower: those keep the plain form.
 WS_PERSISTENT_LONG = ws_launch.WsBwdConfig(3, gluon_dq=True, persistent=True, early_scores=True)
-# Short MHA calls take them too: H200, 2026-12-05, one run, every variant checked (benchmarks/results/h200/
-# 20261205-0235-tune-bwd-short-mha.json): llama-8b / 70b-short-mha (512 programs on 132 SMs) persistent 119.1 /
-# 119.9 us, non-persistent 121.2 / 122.1, against the Triton tile's 140.8 / 140.9 (before the 16-byte stores the
-# Gluon kernels were the slower: 144.4 against 139.8). Hence 3 waves, not 4: it changes only these rows.
-PERSISTENT_WAVES = 3
 
 
 def ws_default(p: Problem, sms: int) -> ws_launch.WsBwdConfig | None:
