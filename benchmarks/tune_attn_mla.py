@@ -4,9 +4,14 @@ Prints, per seed row, the default variant's time and the best one; writes JSON.
 
     python -m benchmarks.tune_attn_mla --out /tmp/tune-attn-mla.json
     python -m benchmarks.tune_attn_mla --filter TopK --iters 10
+    python -m benchmarks.tune_attn_mla --filter ds-v32-topk-decode --topk-batches 8,16,32   # + decode batches
 """
 
 from __future__ import annotations
+
+import dataclasses
+
+import torch
 
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import ws_launch as dsa_ws
@@ -75,14 +80,29 @@ def variants(spec, case, skip=frozenset()):
                            mla_op.with_config(cfg, num_splits=splits, fused_combine=True))
 
 
+def topk_decode_batches(cases, batches):
+    """After the seed rows, the TopK decode row again with B rows in place of 1 for each B in ``batches`` (a
+    probe, no seed row: decode batches between the split path's 4 rows and one program per SM)."""
+    yield from cases
+    spec = next(s for s in SPECS if s.name == "TopKSelectFwd")
+    row = next(w for w in spec.workloads if "topk-decode" in w.id)
+    for b in batches:
+        tensors = {n: dict(t, shape=[b, *t["shape"][1:]]) for n, t in row.tensors.items()}
+        w = dataclasses.replace(row, id=row.id.replace("-b1/", f"-b{b}/") + " (probe)", tensors=tensors)
+        case = spec.make_case(w, torch.device("cuda"), False, 0)
+        yield spec, w, case, case.fresh().run(spec.reference)
+
+
 def main():
     p = sweep_arguments(__doc__.splitlines()[0], "tune-attn-mla.json")
     p.add_argument("--skip", default="", help="configs to leave out (comma-separated names)")
+    p.add_argument("--topk-batches", default="", help="also the TopK decode row with these row counts (probe)")
     args = p.parse_args()
     skip = frozenset(filter(None, args.skip.split(",")))
     flush = L2Flusher()
     results = []
-    for spec, w, case, expected in seed_cases(SPECS, args.filter):
+    batches = [int(b) for b in filter(None, args.topk_batches.split(","))]
+    for spec, w, case, expected in topk_decode_batches(seed_cases(SPECS, args.filter), batches):
         timed, failed = check_and_time(spec, case, expected,
                                        ((label, fn, None) for label, fn in variants(spec, case, skip)), args.iters,
                                        flush)

@@ -109,6 +109,13 @@ CONFIGS = {
     # The op's time is the union of its kernels' intervals (spec §9): what can go is each dependent's start-up and
     # input loads before its wait (the select's chunk of scores from HBM with a cold L2), not the gaps between.
     "h200-split-rank-s8-pdl": replace(_SPLIT_RANK, dependent=True),
+    # Sweep candidates (not picked, untimed) for decode batches of 5-131 rows, which the 512-key split would give
+    # more programs than SMs and which therefore take ``h200-latency`` (one 16-warp program a row, ~37 µs on the
+    # H200 whatever the row count): wider chunks keep rows x chunks within one wave (2048 keys: 8 rows of 16384,
+    # 4096 keys: 32). A chunk is one program's histogram atomics and compaction (16 / 32 keys a thread of the 4 warps
+    # in place of 4); the rank launch spreads each row over SMs / rows programs as before.
+    "h200-split-rank-s8-c2048": replace(_SPLIT_RANK, split_chunk=2048),
+    "h200-split-rank-s8-c4096": replace(_SPLIT_RANK, split_chunk=4096),
     # Sweep candidates (not picked): the split path with 8 / 16 warps. H200 Nsight of h200-split (2026-12-03,
     # SASS counts): every select program runs ~1080 instructions per warp and the row's last program ~3000 more,
     # at ~7-9 cycles each: one warp per scheduler hides no latency. More warps spread the 2048 bins, the chunk
