@@ -42,18 +42,23 @@ class _Item:
 
 def test_only_full_size_cases_take_a_turn(tmp_path, monkeypatch):
     """As on a GPU (interpreter off): a ``*full_size*`` case holds a turn while it runs and frees it after; any other
-    case takes none."""
+    case takes none; both hand their cached memory back once they ran."""
     prefix = tmp_path / "full-size"
     monkeypatch.setattr(pytest_plugin, "FULL_SIZE_LOCKS", prefix)
     monkeypatch.setattr(pytest_plugin.runtime, "interpreting", lambda: False)
     monkeypatch.setenv("ATTNOPS_FULL_SIZE_SLOTS", "1")
+    emptied = []
+    monkeypatch.setattr(pytest_plugin.torch.cuda, "empty_cache", lambda: emptied.append(True))
     for name, holds in (("test_seed_row_full_size[row]", True), ("test_seed_row_shrunk[row]", False)):
+        emptied.clear()
         call = pytest_plugin.pytest_runtest_call(_Item(name))
         next(call)  # the test body would run here
         assert _free(f"{prefix}.0") is not holds, name
+        assert not emptied, name
         with pytest.raises(StopIteration):
             next(call)
         assert _free(f"{prefix}.0"), name
+        assert emptied == [True], name
 
 
 # every package's tests/conftest.py in this checkout (only kernel-utils' own where the package is tested alone)

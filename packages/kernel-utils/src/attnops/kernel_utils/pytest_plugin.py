@@ -75,15 +75,18 @@ def full_size_turn(prefix: Path, slots: int = 1):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    """On a GPU, cases named ``*full_size*`` (seed rows at their real size: up to tens of GB with their fp32
-    references) take turns across pytest processes, ``full_size_slots()`` at a time, and hand their cached memory
-    back after. Why: ``-m gpu -n 15`` on an 80 GB H100 (2026-12-06) failed 184 cases, every one with torch's
-    out-of-memory error, where several full-size cases ran at once and each worker's caching allocator kept what its
-    last one freed; run again with fewer workers, all of them passed."""
-    if runtime.interpreting() or "full_size" not in item.name:
+    """On a GPU, every case hands its cached memory back after it runs, and cases named ``*full_size*`` (seed rows
+    at their real size: up to tens of GB with their fp32 references) take turns across pytest processes,
+    ``full_size_slots()`` at a time. Why: ``-m gpu -n 15`` on an 80 GB H100 (2026-12-06) failed 184 cases, every
+    one with torch's out-of-memory error, where several full-size cases ran at once and each worker's caching
+    allocator kept what its last one freed; with turns for those, attn-nsa's mid-size cases (a few GB of fp32
+    reference each) still failed 7 of 155 the same way, beside eleven workers that each held 8-10 GB cached from
+    their last case (H100, 2026-12-06)."""
+    if runtime.interpreting():
         yield
         return
-    with full_size_turn(FULL_SIZE_LOCKS, full_size_slots()):
+    turn = full_size_turn(FULL_SIZE_LOCKS, full_size_slots()) if "full_size" in item.name else contextlib.nullcontext()
+    with turn:
         try:
             yield
         finally:

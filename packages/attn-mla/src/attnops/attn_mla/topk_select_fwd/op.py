@@ -109,13 +109,6 @@ CONFIGS = {
     # The op's time is the union of its kernels' intervals (spec §9): what can go is each dependent's start-up and
     # input loads before its wait (the select's chunk of scores from HBM with a cold L2), not the gaps between.
     "h200-split-rank-s8-pdl": replace(_SPLIT_RANK, dependent=True),
-    # Sweep candidates (not picked, untimed) for decode batches of 5-131 rows, which the 512-key split would give
-    # more programs than SMs and which therefore take ``h200-latency`` (one 16-warp program a row, ~37 µs on the
-    # H200 whatever the row count): wider chunks keep rows x chunks within one wave (2048 keys: 8 rows of 16384,
-    # 4096 keys: 32). A chunk is one program's histogram atomics and compaction (16 / 32 keys a thread of the 4 warps
-    # in place of 4); the rank launch spreads each row over SMs / rows programs as before.
-    "h200-split-rank-s8-c2048": replace(_SPLIT_RANK, split_chunk=2048),
-    "h200-split-rank-s8-c4096": replace(_SPLIT_RANK, split_chunk=4096),
     # Sweep candidates (not picked): the split path with 8 / 16 warps. H200 Nsight of h200-split (2026-12-03,
     # SASS counts): every select program runs ~1080 instructions per warp and the row's last program ~3000 more,
     # at ~7-9 cycles each: one warp per scheduler hides no latency. More warps spread the 2048 bins, the chunk
@@ -139,14 +132,23 @@ SPLIT_MIN_KEYS = 4096  # shorter rows: a row split saves less than its second la
 # The split path for few long rows: on the H200 (2026-12-02) the decode row (1 x 16384 keys) took 19.2 us against
 # 37.4 us for one program per row (h200-latency); its GPU tests pass. Since 2026-12-06 in its rank-launch form.
 SPLIT_DEFAULT = True
+# ... and for decode batches beyond one wave of 512-key programs, up to this many waves, in its last-program form
+# (h200-split). H100 2026-12-06, 16384-key rows (µs, h200-split / h200-split-rank-s8 / h200-latency): 8 rows 16.8 /
+# 17.2 / 40.3, 16 rows 18.9 / 23.4 / 40.5, 32 rows (7.8 waves) 28.3 / 38.7 / 41.1, 64 rows 42.6 / 63.2 / 42.5. The
+# rank launch spreads a row over SMs / rows programs only, so past one wave it falls behind the last-program select.
+# Wider chunks that keep the batch in one wave lost at every count (2048 / 4096 keys: 23.8 / 26.1 at 8 rows).
+SPLIT_MAX_WAVES = 8
 
 
 def pick_config(num_rows: int = 1 << 30, s_kv: int = 0) -> TopKConfig:
     if runtime.interpreting():
         return CONFIGS["interpreter"]
-    split = CONFIGS["h200-split-rank-s8"]
-    if SPLIT_DEFAULT and s_kv >= SPLIT_MIN_KEYS and num_rows * split.programs_per_row(s_kv) <= runtime.num_sms():
-        return split  # few long rows: one program per row would leave most SMs idle
+    if SPLIT_DEFAULT and s_kv >= SPLIT_MIN_KEYS:
+        programs = num_rows * CONFIGS["h200-split"].programs_per_row(s_kv)
+        if programs <= runtime.num_sms():
+            return CONFIGS["h200-split-rank-s8"]  # few long rows: one program per row would leave most SMs idle
+        if programs <= SPLIT_MAX_WAVES * runtime.num_sms():
+            return CONFIGS["h200-split"]
     return CONFIGS["h200-latency" if num_rows < runtime.num_sms() else "h200"]
 
 
