@@ -7,7 +7,7 @@ import triton
 from nsa_testlib import DEV, check_with_config, config_params, f16, i32, run_bad_input, seed_of
 
 from attnops.attn_nsa import nsa_varlen_fwd
-from attnops.attn_nsa.nsa_varlen_fwd import op
+from attnops.attn_nsa.nsa_varlen_fwd import op, reference
 from attnops.attn_nsa.nsa_varlen_fwd.spec import SPEC, build_case, empty_rows, make_case
 from attnops.kernel_utils import reliability, testing
 from attnops.kernel_utils.pytest_plugin import seed_rows
@@ -94,6 +94,18 @@ def test_causal_block_edges():
     case.inputs["block_counts"].fill_(2)
     assert bool(empty_rows(case)[:32].all())
     SPEC.check(case)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "noncausal"])
+def test_reference_in_token_chunks_matches_whole_sequences(causal, monkeypatch):
+    """The reference gathers up to ``TOKENS_PER_GATHER`` tokens at a time (GPU memory): chunks of 7 tokens, across
+    sequence starts and a partial last chunk, give the bits of whole sequences."""
+    case = build_case([40, 0, 70, 9], 16, 2, 64, torch.float16, 3, 16, causal, 0.125, DEV, seed=14)
+    whole = case.fresh().run(SPEC.reference)
+    monkeypatch.setattr(reference, "TOKENS_PER_GATHER", 7)
+    chunked = case.fresh().run(SPEC.reference)
+    for name in whole:
+        assert torch.equal(whole[name], chunked[name]), name
 
 
 def test_repeated_ids_count_twice():

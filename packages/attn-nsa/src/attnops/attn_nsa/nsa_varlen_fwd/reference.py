@@ -1,10 +1,15 @@
-"""Plain-torch reference of NSAVarlenFwd (spec attn-nsa.md), one sequence at a time: each (token, KV head)
-gathers the keys of its used slots (a repeated id is gathered twice, as the spec says), masks positions outside
-``[0, end)`` and takes a softmax with explicit empty-row handling."""
+"""Plain-torch reference of NSAVarlenFwd (spec attn-nsa.md), one sequence (and up to ``TOKENS_PER_GATHER`` of its
+tokens) at a time: each (token, KV head) gathers the keys of its used slots (a repeated id is gathered twice, as the
+spec says), masks positions outside ``[0, end)`` and takes a softmax with explicit empty-row handling."""
 
 from __future__ import annotations
 
 import torch
+
+# Tokens per gather: the fp32 K and V gathers are [tokens, H_kv, SEL·bs, D] each (~0.5 GB at 512 tokens, H_kv 2,
+# SEL·bs 256, D 128); whole 4000-token sequences took 1 GB a gather, and GPU test workers side by side ran out of
+# memory (H100, 2026-12-06).
+TOKENS_PER_GATHER = 512
 
 
 def _selected(q, k, v, block_indices, block_counts, offsets, is_causal, scale, block_size, rnd):
@@ -14,31 +19,34 @@ def _selected(q, k, v, block_indices, block_counts, offsets, is_causal, scale, b
     bs = block_size
     o = torch.zeros((num_tokens, h, d), dtype=torch.float32, device=q.device)
     offs = offsets.tolist()
+    heads = torch.arange(h_kv, device=q.device)[None, :, None]
     for n in range(len(offs) - 1):
         a, b = offs[n], offs[n + 1]
         length = b - a
         if length == 0 or sel == 0:
             continue
-        pos = torch.arange(length, device=q.device)
-        end = pos + 1 if is_causal else torch.full_like(pos, length)
-        ids = block_indices[a:b].long()  # [L, H_kv, SEL]
-        used = torch.arange(sel, device=q.device) < block_counts[a:b, :, None].long()  # [L, H_kv, SEL]
-        r = ids[..., None] * bs + torch.arange(bs, device=q.device)  # [L, H_kv, SEL, bs] key positions
-        ok = used[..., None] & (ids[..., None] >= 0) & (r < end[:, None, None, None])
-        ok = ok.reshape(length, h_kv, sel * bs)
-        r = r.reshape(length, h_kv, sel * bs).clamp(0, length - 1)
-        heads = torch.arange(h_kv, device=q.device)[None, :, None]
-        kg = k[a:b].float()[r, heads]  # [L, H_kv, SEL*bs, D]
-        vg = v[a:b].float()[r, heads].masked_fill(~ok[..., None], 0.0)  # unselected values add nothing, even inf
-        qn = q[a:b].float().reshape(length, h_kv, g, d)
-        s = rnd(torch.einsum("tkgd,tknd->tkgn", qn, kg)) * scale  # [L, H_kv, G, SEL*bs]
-        s = s.masked_fill(~ok[:, :, None, :], float("-inf"))
-        has_key = ok.any(dim=-1)[:, :, None, None]  # [L, H_kv, 1, 1]
-        m = torch.where(has_key, s.amax(dim=-1, keepdim=True), torch.zeros((), device=q.device))
-        e = torch.exp(s - m)
-        z = e.sum(dim=-1, keepdim=True)
-        p = torch.where(has_key, e / torch.where(has_key, z, 1.0), 0.0)
-        o[a:b] = rnd(torch.einsum("tkgn,tknd->tkgd", rnd(p), vg)).reshape(length, h, d)
+        k_seq, v_seq = k[a:b].float(), v[a:b].float()
+        for t0 in range(a, b, TOKENS_PER_GATHER):
+            t1 = min(t0 + TOKENS_PER_GATHER, b)
+            pos = torch.arange(t0 - a, t1 - a, device=q.device)  # positions inside the sequence
+            end = pos + 1 if is_causal else torch.full_like(pos, length)
+            ids = block_indices[t0:t1].long()  # [T, H_kv, SEL]
+            used = torch.arange(sel, device=q.device) < block_counts[t0:t1, :, None].long()  # [T, H_kv, SEL]
+            r = ids[..., None] * bs + torch.arange(bs, device=q.device)  # [T, H_kv, SEL, bs] key positions
+            ok = used[..., None] & (ids[..., None] >= 0) & (r < end[:, None, None, None])
+            ok = ok.reshape(t1 - t0, h_kv, sel * bs)
+            r = r.reshape(t1 - t0, h_kv, sel * bs).clamp(0, length - 1)
+            kg = k_seq[r, heads]  # [T, H_kv, SEL*bs, D]
+            vg = v_seq[r, heads].masked_fill(~ok[..., None], 0.0)  # unselected values add nothing, even inf
+            qn = q[t0:t1].float().reshape(t1 - t0, h_kv, g, d)
+            s = rnd(torch.einsum("tkgd,tknd->tkgn", qn, kg)) * scale  # [T, H_kv, G, SEL*bs]
+            s = s.masked_fill(~ok[:, :, None, :], float("-inf"))
+            has_key = ok.any(dim=-1)[:, :, None, None]  # [T, H_kv, 1, 1]
+            m = torch.where(has_key, s.amax(dim=-1, keepdim=True), torch.zeros((), device=q.device))
+            e = torch.exp(s - m)
+            z = e.sum(dim=-1, keepdim=True)
+            p = torch.where(has_key, e / torch.where(has_key, z, 1.0), 0.0)
+            o[t0:t1] = rnd(torch.einsum("tkgn,tknd->tkgd", rnd(p), vg)).reshape(t1 - t0, h, d)
     return o.to(q.dtype)
 
 
