@@ -295,14 +295,14 @@ def test_split_rows_in_several_launch_batches(config, monkeypatch):
 def test_pick_config_splits_only_few_long_rows(monkeypatch):
     """On a 132-SM GPU with the split path on (``SPLIT_DEFAULT``, the default): the decode row (1 × 16384 keys) and
     up to 4 such rows (one wave of 512-key programs) take its rank-launch form, 5-49 rows (up to 12 waves) its
-    last-program form; more rows, or rows under 4096 keys, keep the one-program-per-row configs. Off, the decode row
-    keeps ``h200-latency``."""
+    last-program form, more such rows one 8-warp program a row (``h200``); rows under 4096 keys keep ``h200-latency``
+    below one program per SM. Off, long rows all take ``h200``."""
     monkeypatch.setattr(runtime, "interpreting", lambda: False)
     monkeypatch.setattr(runtime, "num_sms", lambda: 132)
     pick = lambda rows, s_kv: next(n for n, c in topk_op.CONFIGS.items() if c is topk_op.pick_config(rows, s_kv))
     assert pick(1, 16384) == pick(4, 16384) == pick(1, 65536) == "h200-split-rank-s8"
     assert pick(5, 16384) == pick(49, 16384) == pick(2, 65536) == pick(12, 65536) == "h200-split"
-    assert pick(50, 16384) == pick(13, 65536) == pick(64, 2048) == pick(1, 2048) == "h200-latency"
-    assert pick(32768, 65536) == "h200"
+    assert pick(50, 16384) == pick(13, 65536) == pick(32768, 65536) == pick(200, 2048) == "h200"
+    assert pick(64, 2048) == pick(1, 2048) == "h200-latency"
     monkeypatch.setattr(topk_op, "SPLIT_DEFAULT", False)
-    assert pick(1, 16384) == pick(16, 16384) == "h200-latency"
+    assert pick(1, 16384) == pick(16, 16384) == "h200"

@@ -144,12 +144,15 @@ SPLIT_MAX_WAVES = 12
 def pick_config(num_rows: int = 1 << 30, s_kv: int = 0) -> TopKConfig:
     if runtime.interpreting():
         return CONFIGS["interpreter"]
-    if SPLIT_DEFAULT and s_kv >= SPLIT_MIN_KEYS:
+    if s_kv >= SPLIT_MIN_KEYS:
         programs = num_rows * CONFIGS["h200-split"].programs_per_row(s_kv)
-        if programs <= runtime.num_sms():
+        if SPLIT_DEFAULT and programs <= runtime.num_sms():
             return CONFIGS["h200-split-rank-s8"]  # few long rows: one program per row would leave most SMs idle
-        if programs <= SPLIT_MAX_WAVES * runtime.num_sms():
+        if SPLIT_DEFAULT and programs <= SPLIT_MAX_WAVES * runtime.num_sms():
             return CONFIGS["h200-split"]
+        # one 8-warp program a row beat the 16-warp one on every long-row count timed: H100 64 / 128 rows of 16384
+        # keys 40.2 / 42.4 µs against 42.5 / 45.8, and 36.1 against 37.8 on one row (H200 2026-12-02: 35.9 / 37.6)
+        return CONFIGS["h200"]
     return CONFIGS["h200-latency" if num_rows < runtime.num_sms() else "h200"]
 
 
