@@ -37,10 +37,13 @@ bwd_tests() {
   local deadline=$1 log=$root_out/tests/poison-bwd.log
   mkdir -p "$root_out/tests"
   PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)" ATTNOPS_POISON=1 \
-    timeout $(( deadline - $(date +%s) )) python3 -m pytest -q -rf -p no:cacheprovider -n 12 \
+    timeout $(( deadline - $(date +%s) )) python3 -m pytest -v --tb=line -rf -p no:cacheprovider -n 12 \
     -k "not seed_row_full_size" packages/attn-core/tests/test_gqa_bwd.py packages/attn-core/tests/test_gqa_bwd_ws.py \
     >"$log" 2>&1
-  echo "bwd-tests: rc=$? $(grep -v -i warn "$log" | tail -n 1)"
+  # (-v: xdist names each case as it ends; its summary, the only other place failures are named, is lost if the
+  # deadline cuts the run)
+  echo "bwd-tests: rc=$? $(grep -c ' PASSED ' "$log") passed, $(grep -c ' FAILED ' "$log") failed; $(grep -v -i warn "$log" | tail -n 1)"
+  grep ' FAILED ' "$log" | head -n 20
 }
 for step in $steps; do
   name=${step%%:*}; deadline=$(( start + ${step##*:} ))
