@@ -13,12 +13,14 @@
 #   mla-decode the 26 MLA decode rows beside FlashInfer / FlashMLA (issue 6; their default is the lazy rescale since
 #              attn-mla 0.2.13, not yet run on the H200)
 #   fwd        the varlen rows and the qwen3 dense rows (the long-block rule)
+#   tests-core every GPU test of attn-core (-m gpu, ATTNOPS_POISON=1, 15 workers; ~560 s on an H100)
+#   tests-rest every GPU test of kernel-utils, attn-mla, attn-nsa and kvcache-ops (the same; ~450 s on an H100)
 # Carry .peers (attn-core bundles plus FlashMLA: benchmarks/peers_copy.sh) and .peers-jit.
 #   ATTNOPS_GIT_SHA=<sha> [STEPS="bwd:100 bwd-tests:220 paged:430"] [ANY_GPU=1] bash benchmarks/issue_rows.sh
 set -u
 steps=${STEPS:-bwd:100 bwd-tests:220 paged:430}
 for step in $steps; do  # (a misspelt step fails here, before any device time is spent)
-  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|fwd):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
+  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|fwd|tests-core|tests-rest):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
 done
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 echo "GPU: $gpu"
@@ -33,16 +35,17 @@ no_ref_mla="$no_ref,torch-gather,torch,torch-sdpa"
 # job <subfolder> <deadline> <gpu_job.sh arguments...>
 job() { local sub=$1 deadline=$2; shift 2; mkdir -p "$root_out/$sub"
         OUT=$root_out/$sub TESTS=0 DEADLINE=$deadline bash benchmarks/gpu_job.sh "$@"; }
-bwd_tests() {
-  local deadline=$1 log=$root_out/tests/poison-bwd.log
+# gpu_tests <deadline> <log name> <pytest arguments...>: GPU tests with ATTNOPS_POISON=1 under pytest-xdist, cut at
+# the deadline. -v: xdist names each case as it ends; its summary, the only other place failures are named, is lost
+# when the deadline cuts the run.
+gpu_tests() {
+  local deadline=$1 log=$root_out/tests/$2.log
+  shift 2
   mkdir -p "$root_out/tests"
   PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)" ATTNOPS_POISON=1 \
-    timeout $(( deadline - $(date +%s) )) python3 -m pytest -v --tb=line -rf -p no:cacheprovider -n 12 \
-    -k "not seed_row_full_size" packages/attn-core/tests/test_gqa_bwd.py packages/attn-core/tests/test_gqa_bwd_ws.py \
-    >"$log" 2>&1
-  # (-v: xdist names each case as it ends; its summary, the only other place failures are named, is lost if the
-  # deadline cuts the run)
-  echo "bwd-tests: rc=$? $(grep -c ' PASSED ' "$log") passed, $(grep -c ' FAILED ' "$log") failed; $(grep -v -i warn "$log" | tail -n 1)"
+    timeout $(( deadline - $(date +%s) )) python3 -m pytest -v --tb=line -rf -p no:cacheprovider "$@" >"$log" 2>&1
+  echo "$(basename "$log" .log): rc=$? $(grep -c ' PASSED ' "$log") passed, $(grep -c ' FAILED ' "$log") failed;" \
+       "$(grep -v -i warn "$log" | tail -n 1)"
   grep ' FAILED ' "$log" | head -n 20
 }
 for step in $steps; do
@@ -50,7 +53,11 @@ for step in $steps; do
   [ "$(date +%s)" -lt "$deadline" ] || { echo "$name: skipped (its deadline has passed)"; continue; }
   case $name in
     bwd) job bwd "$deadline" attn-core -- --filter "GQABwd/" --exclude-peers "$no_ref" ;;
-    bwd-tests) bwd_tests "$deadline" ;;
+    bwd-tests) gpu_tests "$deadline" poison-bwd -n 12 -k "not seed_row_full_size" \
+                 packages/attn-core/tests/test_gqa_bwd.py packages/attn-core/tests/test_gqa_bwd_ws.py ;;
+    tests-core) gpu_tests "$deadline" gpu-attn-core -m gpu -n 15 packages/attn-core/tests ;;
+    tests-rest) gpu_tests "$deadline" gpu-rest -m gpu -n 15 packages/kernel-utils/tests packages/attn-mla/tests \
+                  packages/attn-nsa/tests packages/kvcache-ops/tests ;;
     paged) job paged "$deadline" attn-core -- --filter \
              "GQAPagedFwd/,MHADecodePagedWithKVCacheFwd/,GQAPrefillPagedWithKVCacheFwd/" --exclude-peers "$no_ref" ;;
     mla) job mla "$deadline" attn-mla -- --filter "TopKSelectFwd/ds-v32,DSADecode" --exclude-peers "$no_ref_mla" ;;
