@@ -292,6 +292,17 @@ def test_split_rows_in_several_launch_batches(config, monkeypatch):
     assert _split_counters_are_zero()
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [4, 8, 49, 50])
+def test_decode_batches_on_the_default_path(rows):
+    """The public call on a decode batch of 16384-key rows, k = 2048 (the DSA decode row's shape, B rows): each side of
+    the picks between the split path's two forms (4 / 8 rows) and between its last-program form and ``h200`` (49 /
+    50 rows), windows whole but for one clipped and one shorter than k."""
+    starts, ends = [0] * rows, [16384] * rows
+    starts[1], ends[2] = 5000, 1500
+    SPEC.check(_case(_scores(rows, 1, 16384, seed=rows), [starts], [ends], 2048))
+
+
 def test_pick_config_splits_only_few_long_rows(monkeypatch):
     """On a 132-SM GPU with the split path on (``SPLIT_DEFAULT``, the default): the decode row (1 × 16384 keys) and
     up to 4 such rows (one wave of 512-key programs) take its rank-launch form, 5-49 rows (up to 12 waves) its
