@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-# Tokens per gather: the fp32 K and V gathers are [tokens, H_kv, SEL·bs, D] each (~0.5 GB at 512 tokens, H_kv 2,
+# Tokens per gather: the fp32 K and V gathers are [tokens, H_kv, SEL·bs, D] each (134 MB at 512 tokens, H_kv 2,
 # SEL·bs 256, D 128); whole 4000-token sequences took 1 GB a gather, and GPU test workers side by side ran out of
 # memory (H100, 2026-12-06).
 TOKENS_PER_GATHER = 512
