@@ -13,14 +13,15 @@
 #   mla-decode the 26 MLA decode rows beside FlashInfer / FlashMLA (issue 6; their default is the lazy rescale since
 #              attn-mla 0.2.13, not yet run on the H200)
 #   fwd        the varlen rows and the qwen3 dense rows (the long-block rule)
-#   tests-core every GPU test of attn-core (-m gpu, ATTNOPS_POISON=1, 15 workers; ~560 s on an H100)
+#   tests-fwd  every GPU test of attn-core but GQABwd's (bwd-tests runs those; -m gpu, ATTNOPS_POISON=1, 15
+#              workers; the whole of attn-core took ~560 s on an H100)
 #   tests-rest every GPU test of kernel-utils, attn-mla, attn-nsa and kvcache-ops (the same; ~450 s on an H100)
 # Carry .peers (attn-core bundles plus FlashMLA: benchmarks/peers_copy.sh) and .peers-jit.
 #   ATTNOPS_GIT_SHA=<sha> [STEPS="bwd:100 bwd-tests:220 paged:430"] [ANY_GPU=1] bash benchmarks/issue_rows.sh
 set -u
 steps=${STEPS:-bwd:100 bwd-tests:220 paged:430}
 for step in $steps; do  # (a misspelt step fails here, before any device time is spent)
-  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|fwd|tests-core|tests-rest):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
+  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|fwd|tests-fwd|tests-rest):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
 done
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 echo "GPU: $gpu"
@@ -55,7 +56,8 @@ for step in $steps; do
     bwd) job bwd "$deadline" attn-core -- --filter "GQABwd/" --exclude-peers "$no_ref" ;;
     bwd-tests) gpu_tests "$deadline" poison-bwd -n 12 -k "not seed_row_full_size" \
                  packages/attn-core/tests/test_gqa_bwd.py packages/attn-core/tests/test_gqa_bwd_ws.py ;;
-    tests-core) gpu_tests "$deadline" gpu-attn-core -m gpu -n 15 packages/attn-core/tests ;;
+    tests-fwd) gpu_tests "$deadline" gpu-attn-core-fwd -m gpu -n 15 packages/attn-core/tests \
+                 --ignore=packages/attn-core/tests/test_gqa_bwd.py --ignore=packages/attn-core/tests/test_gqa_bwd_ws.py ;;
     tests-rest) gpu_tests "$deadline" gpu-rest -m gpu -n 15 packages/kernel-utils/tests packages/attn-mla/tests \
                   packages/attn-nsa/tests packages/kvcache-ops/tests ;;
     paged) job paged "$deadline" attn-core -- --filter \
