@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from attnops.kernel_utils import checks, runtime
+from attnops.kernel_utils import checks, runtime, testing
 
 from . import ws_launch
 from .kernel import dsa_decode_kernel, dsa_prepare_indices_kernel
@@ -102,7 +102,7 @@ def _dsa_decode(
     sm_scale: float, is_causal: bool,
 ) -> torch.Tensor:
     b, s, h, width = q.shape
-    out = torch.empty((b, s, h, width - dim_tail), dtype=q.dtype, device=q.device)
+    out = testing.kernel_buffer((b, s, h, width - dim_tail), q.dtype, q.device)
     return launch(q, kv, indices, out, dim_tail=dim_tail, stride_kv=stride_kv, q_start_index_s=q_start_index_s,
                   sm_scale=sm_scale, is_causal=is_causal, config=default_config(q, kv, dim_tail))
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from attnops.kernel_utils import checks, runtime
+from attnops.kernel_utils import checks, runtime, testing
 from attnops.kernel_utils.fp8 import E4M3
 
 from .kernel import lightning_indexer_kernel
@@ -86,7 +86,7 @@ def _indexer(
 ) -> torch.Tensor:
     b, s = index_q.shape[:2]
     s_kv, g = index_k.shape[1:3]
-    out = torch.empty((b, s, s_kv, g), dtype=torch.float32, device=index_q.device)
+    out = testing.kernel_buffer((b, s, s_kv, g), torch.float32, index_q.device)
     return launch(index_q, index_k, weights, cu_seqlen_ks, cu_seqlen_ke, index_k_scale, clean_logits, out,
                   pick_config(b * s * s_kv * index_q.shape[2] * index_q.shape[3]))
 

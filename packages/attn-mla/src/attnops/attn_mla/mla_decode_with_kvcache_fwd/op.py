@@ -155,7 +155,7 @@ def _launch_triton(q, q_pe, k, k_pe, out, part_o, part_lse, counters, config: ML
 
 @torch.library.custom_op("attnops::mla_decode_with_kvcache_fwd", mutates_args=())
 def _mla_decode(q: torch.Tensor, q_pe: torch.Tensor, k: torch.Tensor, k_pe: torch.Tensor) -> torch.Tensor:
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = testing.kernel_buffer(q.shape, q.dtype, q.device)
     return launch(q, q_pe, k, k_pe, out, default_config(q, q_pe, k, k_pe))
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 import torch
 import triton
 
-from attnops.kernel_utils import checks, runtime
+from attnops.kernel_utils import checks, runtime, testing
 
 from .kernel import (
     topk_select_kernel,
@@ -222,7 +222,7 @@ def _launch_split(index_score, starts, ends, topk: int, out: torch.Tensor, confi
 @torch.library.custom_op("attnops::topk_select_fwd", mutates_args=())
 def _topk_select(index_score: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, topk: int) -> torch.Tensor:
     b, s, _, g = index_score.shape
-    out = torch.empty((b, s, g, topk), dtype=torch.int32, device=index_score.device)
+    out = testing.kernel_buffer((b, s, g, topk), torch.int32, index_score.device)
     return launch(index_score, starts, ends, topk, out, pick_config(b * s * g, index_score.shape[2]))
 
 
