@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import op as dsa_op
 from attnops.attn_mla.dsa_decode_with_kvcache_fwd import ws_launch as dsa_ws
 from attnops.attn_mla.fp8_lightning_indexer_fwd import op as indexer_op
@@ -80,29 +78,32 @@ def variants(spec, case, skip=frozenset()):
                            mla_op.with_config(cfg, num_splits=splits, fused_combine=True))
 
 
-def topk_decode_batches(cases, batches):
-    """After the seed rows, the TopK decode row again with B rows in place of 1 for each B in ``batches`` (a
-    probe, no seed row: decode batches between the split path's 4 rows and one program per SM)."""
-    yield from cases
+def topk_decode_batches(batches) -> list:
+    """TopKSelectFwd with the decode row's B-row forms as its workloads, one per B in ``batches`` (a probe, no seed
+    row: decode batches between the split path's 4 rows and one program per SM); empty if no batch is asked for."""
+    if not batches:
+        return []
     spec = next(s for s in SPECS if s.name == "TopKSelectFwd")
     row = next(w for w in spec.workloads if "topk-decode" in w.id)
-    for b in batches:
-        tensors = {n: dict(t, shape=[b, *t["shape"][1:]]) for n, t in row.tensors.items()}
-        w = dataclasses.replace(row, id=row.id.replace("-b1/", f"-b{b}/") + " (probe)", tensors=tensors)
-        case = spec.make_case(w, torch.device("cuda"), False, 0)
-        yield spec, w, case, case.fresh().run(spec.reference)
+    probes = tuple(
+        dataclasses.replace(row, id=row.id.replace("-b1/", f"-b{b}/") + " (probe)",
+                            tensors={n: dict(t, shape=[b, *t["shape"][1:]]) for n, t in row.tensors.items()})
+        for b in batches
+    )
+    return [dataclasses.replace(spec, workloads=probes)]
 
 
 def main():
     p = sweep_arguments(__doc__.splitlines()[0], "tune-attn-mla.json")
     p.add_argument("--skip", default="", help="configs to leave out (comma-separated names)")
-    p.add_argument("--topk-batches", default="", help="also the TopK decode row with these row counts (probe)")
+    p.add_argument("--topk-batches", default="",
+                   help="also the TopK decode row with these row counts (probe rows; --filter applies to them too)")
     args = p.parse_args()
     skip = frozenset(filter(None, args.skip.split(",")))
     flush = L2Flusher()
     results = []
     batches = [int(b) for b in filter(None, args.topk_batches.split(","))]
-    for spec, w, case, expected in topk_decode_batches(seed_cases(SPECS, args.filter), batches):
+    for spec, w, case, expected in seed_cases([*SPECS, *topk_decode_batches(batches)], args.filter):
         timed, failed = check_and_time(spec, case, expected,
                                        ((label, fn, None) for label, fn in variants(spec, case, skip)), args.iters,
                                        flush)
