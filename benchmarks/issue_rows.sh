@@ -37,17 +37,20 @@ no_ref_mla="$no_ref,torch-gather,torch,torch-sdpa"
 job() { local sub=$1 deadline=$2; shift 2; mkdir -p "$root_out/$sub"
         OUT=$root_out/$sub TESTS=0 DEADLINE=$deadline bash benchmarks/gpu_job.sh "$@"; }
 # gpu_tests <deadline> <log name> <pytest arguments...>: GPU tests with ATTNOPS_POISON=1 under pytest-xdist, cut at
-# the deadline. -v: xdist names each case as it ends; its summary, the only other place failures are named, is lost
-# when the deadline cuts the run.
+# the deadline. -v: xdist names each case as it starts and as it ends; its summary, the only other place failures are
+# named, is lost when the deadline cuts the run. Each log line starts with the second it was printed, so
+# benchmarks/test_times.py can say how long each case ran and which ones the deadline cut.
 gpu_tests() {
-  local deadline=$1 log=$root_out/tests/$2.log
+  local deadline=$1 log=$root_out/tests/$2.log rc
   shift 2
   mkdir -p "$root_out/tests"
-  PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)" ATTNOPS_POISON=1 \
-    timeout $(( deadline - $(date +%s) )) python3 -m pytest -v --tb=line -rf -p no:cacheprovider "$@" >"$log" 2>&1
-  echo "$(basename "$log" .log): rc=$? $(grep -c ' PASSED ' "$log") passed, $(grep -c ' FAILED ' "$log") failed;" \
-       "$(grep -v -i warn "$log" | tail -n 1)"
+  PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)" ATTNOPS_POISON=1 PYTHONUNBUFFERED=1 \
+    timeout $(( deadline - $(date +%s) )) python3 -m pytest -v --tb=line -rf -p no:cacheprovider "$@" 2>&1 |
+    while IFS= read -r line; do printf '%(%s)T %s\n' -1 "$line"; done >"$log"
+  rc=${PIPESTATUS[0]}  # 124: cut by the deadline
+  echo "$(basename "$log" .log): rc=$rc $(grep -c ' PASSED ' "$log") passed, $(grep -c ' FAILED ' "$log") failed"
   grep ' FAILED ' "$log" | head -n 20
+  python3 -m benchmarks.test_times "$log" --slowest 8
 }
 for step in $steps; do
   name=${step%%:*}; deadline=$(( start + ${step##*:} ))
