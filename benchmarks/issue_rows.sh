@@ -15,13 +15,15 @@
 #   fwd        the varlen rows and the qwen3 dense rows (the long-block rule)
 #   tests-fwd  every GPU test of attn-core but GQABwd's (bwd-tests runs those; -m gpu, ATTNOPS_POISON=1, 15
 #              workers; the whole of attn-core took ~560 s on an H100)
-#   tests-rest every GPU test of kernel-utils, attn-mla, attn-nsa and kvcache-ops (the same; ~450 s on an H100)
+#   tests-rest every GPU test of kernel-utils, attn-mla, attn-nsa and kvcache-ops (the same; ~520 s on an H100)
+#   tests-paged the GPU tests of the three paged ops (their files, and test_flash_fwd_ws.py's paged cases: issue 4)
+#   tests-mla  every GPU test of attn-mla (issue 6)
 # Carry .peers (attn-core bundles plus FlashMLA: benchmarks/peers_copy.sh) and .peers-jit.
 #   ATTNOPS_GIT_SHA=<sha> [STEPS="bwd:100 bwd-tests:220 paged:430"] [ANY_GPU=1] bash benchmarks/issue_rows.sh
 set -u
 steps=${STEPS:-bwd:100 bwd-tests:220 paged:430}
 for step in $steps; do  # (a misspelt step fails here, before any device time is spent)
-  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|fwd|tests-fwd|tests-rest):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
+  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|fwd|tests-fwd|tests-rest|tests-paged|tests-mla):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
 done
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 echo "GPU: $gpu"
@@ -63,6 +65,11 @@ for step in $steps; do
                  --ignore=packages/attn-core/tests/test_gqa_bwd.py --ignore=packages/attn-core/tests/test_gqa_bwd_ws.py ;;
     tests-rest) gpu_tests "$deadline" gpu-rest -m gpu -n 15 packages/kernel-utils/tests packages/attn-mla/tests \
                   packages/attn-nsa/tests packages/kvcache-ops/tests ;;
+    tests-paged) gpu_tests "$deadline" gpu-paged -m gpu -n 15 -k paged packages/attn-core/tests/test_gqa_paged_fwd.py \
+                   packages/attn-core/tests/test_mha_decode_paged_with_kv_cache_fwd.py \
+                   packages/attn-core/tests/test_gqa_prefill_paged_with_kv_cache_fwd.py \
+                   packages/attn-core/tests/test_flash_fwd_ws.py ;;
+    tests-mla) gpu_tests "$deadline" gpu-attn-mla -m gpu -n 15 packages/attn-mla/tests ;;
     paged) job paged "$deadline" attn-core -- --filter \
              "GQAPagedFwd/,MHADecodePagedWithKVCacheFwd/,GQAPrefillPagedWithKVCacheFwd/" --exclude-peers "$no_ref" ;;
     mla) job mla "$deadline" attn-mla -- --filter "TopKSelectFwd/ds-v32,DSADecode" --exclude-peers "$no_ref_mla" ;;
