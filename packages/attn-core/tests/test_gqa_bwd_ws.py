@@ -15,9 +15,10 @@ from attnops.kernel_utils.pytest_plugin import run_offline_compile
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
-# the edge cases run one config of each kernel pairing and the Gluon dQ kernel's other slot counts (the seed rows
-# run every config)
-EDGE_CONFIGS = (ws_launch.WS_CONFIGS[0], *(c for c in ws_launch.WS_CONFIGS if c.gluon_dq))
+# the edge cases run one config of each kernel pairing, the Gluon dQ kernel's other slot counts and the fused dQ
+# configs (the seed rows run every config)
+EDGE_CONFIGS = (ws_launch.WS_CONFIGS[0], *(c for c in ws_launch.WS_CONFIGS if c.gluon_dq or c.fused_dq))
+FUSED = [c for c in ws_launch.WS_CONFIGS if c.fused_dq]
 PERSISTENT = next(c for c in ws_launch.WS_CONFIGS if c.persistent)
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                             reason="needs a Hopper GPU")
@@ -45,7 +46,7 @@ def test_seed_rows(row, cfg):
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("splits", [1, 2, 4, 8])
-@pytest.mark.parametrize("cfg", [ws_launch.WS_CONFIGS[0], bwd.WS_DEFAULT, PERSISTENT], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [ws_launch.WS_CONFIGS[0], bwd.WS_DEFAULT, PERSISTENT, *FUSED], ids=lambda c: c.name)
 @pytest.mark.parametrize("head_dim", ws_launch.HEAD_DIMS)
 @pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 300, 300), (False, 77, 200), (True, 100, 333), (True, 1, 1)],
                          ids=["causal", "full-ragged", "causal-q-lt-kv", "one-key"])
@@ -157,15 +158,17 @@ def test_compiles_for_sm90():
     """Both kernels at both head dims, every slot count the configs use, causal and not, both dtypes through
     Gluon's sm_90 pipeline and ptxas: no compile error, no spill, shared memory under the limit (the tool exits 1
     otherwise); the dK / dV kernel's head-subgroup epilogue (causal bf16) at every slot count; its persistent form
-    (causal, full, causal with the head-subgroup epilogue); the ``-e`` configs' builds (both masks, bf16)."""
+    (causal, full, causal with the head-subgroup epilogue); the ``-e`` configs' builds (both masks, bf16); the fused
+    dQ configs' dK / dV builds (both masks, bf16)."""
     listing = run_offline_compile(__file__, "sm90_compile_bwd_ws")
     lines = [ln for ln in listing.splitlines() if " regs " in ln]
     dkdv_stages = len({c.stages for c in ws_launch.WS_CONFIGS})
     kernels = dkdv_stages + len({c.stages for c in ws_launch.WS_CONFIGS if c.gluon_dq})
     persistent = 3 * len({c.stages for c in ws_launch.WS_CONFIGS if c.persistent})
-    early = sum(c.early_scores for c in ws_launch.WS_CONFIGS)
+    early = sum(c.early_scores and not c.fused_dq for c in ws_launch.WS_CONFIGS)
     early = 2 * (early + len({c.stages for c in ws_launch.WS_CONFIGS if c.early_scores and c.gluon_dq}))
-    assert len(lines) == (4 * kernels + dkdv_stages + persistent + early) * len(ws_launch.HEAD_DIMS), listing
+    fused = 2 * len(FUSED)
+    assert len(lines) == (4 * kernels + dkdv_stages + persistent + early + fused) * len(ws_launch.HEAD_DIMS), listing
     assert sum(" persistent" in ln for ln in lines) == persistent * len(ws_launch.HEAD_DIMS), listing
 
 
@@ -241,3 +244,16 @@ def test_early_scores_need_two_slots():
     """The early form waits for the next tile's slot while the current one is still held: one slot would hang."""
     with pytest.raises(ValueError, match="early_scores needs stages >= 2, got 1"):
         ws_launch.WsBwdConfig(1, True, early_scores=True)
+
+
+def test_fused_dq_refuses_calls_past_its_32_bit_offsets(monkeypatch):
+    """Runs everywhere (shapes of stride-0 views, nothing launched): the fused dQ adds at 32-bit offsets from each
+    (batch, head) base, so a call with (S_q + launch.DQ_PAD_ROWS) x H x D >= 2^31 is refused before any launch."""
+    monkeypatch.setattr(ws_launch, "refusal", lambda p: None)
+    q = torch.zeros(1, 1, 128, 128, dtype=torch.float16).expand(1, 131008, 128, 128)
+    lse = torch.zeros(1, 128, 1).expand(1, 128, 131008)
+    p = bwd.Problem(q, q, q, q, q, lse, q, q, q, is_causal=True, sm_scale=0.1)
+    with bwd.forced(FUSED[0]), pytest.raises(ValueError, match=r"32-bit.*S_q 131008, H 128, D 128"):
+        bwd.launch(p)
+    with pytest.raises(ValueError, match="fused_dq computes dQ in the dK / dV kernel"):
+        ws_launch.WsBwdConfig(3, gluon_dq=True, fused_dq=True)
