@@ -29,9 +29,10 @@ BLOCK_KEYS = 2 * KEYS_PER_CONSUMER.value  # keys per dK / dV program: two consum
 HEAD_DIMS = (64, 128)  # [64, D] fp32 dK and dV per consumer thread: 2 x D / 2 registers
 
 
-def pair_rows(head_dim: int) -> int:  # (at most launch.DQ_PAD_ROWS: the fused dQ's unmasked rows)
+def pair_rows(head_dim: int) -> int:
     """Query rows per (head, query block) pair: 64 at D = 64; 32 at D = 128, where [64, 64] fp32 Sᵀ / dPᵀ tiles
-    beside dK and dV spilled (192-320 B, offline sm_90)."""
+    beside dK and dV spilled (192-320 B, offline sm_90). At most ``launch.DQ_PAD_ROWS``: the fused dQ adds a pair's
+    rows unmasked."""
     return 64 if head_dim <= 64 else 32
 
 
