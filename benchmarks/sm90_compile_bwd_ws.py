@@ -28,8 +28,9 @@ from .sm90_compile import compile_sm90, report_variants  # noqa: E402
 
 PERSISTENT_CAUSAL_SPILL = 8  # bytes: see variants()
 # bytes: the fused dQ builds at D = 128 (offline sm_90, 2026-12-06: 16-24 B one tile a program, 64-100 B persistent;
-# scalars kept before the loops, reloaded once a pair); D = 64 spill-free. Their cost is not yet measured.
-FUSED_DQ_SPILL = 128
+# with SHARED_DS 0 / 8-232 B; scalars kept before the loops, reloaded once a pair); D = 64 spill-free. Their cost is
+# not yet measured.
+FUSED_DQ_SPILL = 256
 
 
 def _desc_type(dtype: torch.dtype, d: int, rows: int) -> str:
@@ -40,13 +41,14 @@ def _desc_type(dtype: torch.dtype, d: int, rows: int) -> str:
 
 
 def compile_dkdv(d: int, stages: int, causal: bool, dtype=torch.bfloat16, partial: bool = False,
-                 persistent: bool = False, early_scores: bool = False, fused_dq: bool = False):
+                 persistent: bool = False, early_scores: bool = False, fused_dq: bool = False, shared_ds: bool = False):
     pair, keys = _desc_type(dtype, d, ws_launch.pair_rows(d)), _desc_type(dtype, d, 64)
     out = "*fp16" if dtype == torch.float16 else "*bf16"
     types = {"q_desc": pair, "do_desc": pair, "k_desc": keys, "v_desc": keys, "lse_ptr": "*fp32",
              "delta_ptr": "*fp32", "dk_ptr": out, "dv_ptr": out, "part_ptr": "*fp32", "dq_acc_ptr": "*fp32"}
     consts = {"HEAD_DIM": d, "BLOCK_M": ws_launch.pair_rows(d), "STAGES": stages, "IS_CAUSAL": causal,
               "PARTIAL": partial, "PERSISTENT": persistent, "EARLY_SCORES": early_scores, "FUSED_DQ": fused_dq,
+              "SHARED_DS": shared_ds and d == 128,
               "_float_args": ("qk_scale", "sm_scale")}
     return compile_sm90(gqa_bwd_dkdv_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
@@ -102,7 +104,8 @@ def variants():
             for causal in (True, False):
                 yield (f"dkdv D{d} s{c.stages} {'causal' if causal else 'full  '} bf16 fused-dq {c.name}",
                        lambda d=d, c=c, m=causal: compile_dkdv(d, c.stages, m, torch.bfloat16, persistent=c.persistent,
-                                                               early_scores=c.early_scores, fused_dq=True),
+                                                               early_scores=c.early_scores, fused_dq=True,
+                                                               shared_ds=c.shared_ds),
                        FUSED_DQ_SPILL if d == 128 else 0)
 
 

@@ -257,3 +257,5 @@ def test_fused_dq_refuses_calls_past_its_32_bit_offsets(monkeypatch):
         bwd.launch(p)
     with pytest.raises(ValueError, match="fused_dq computes dQ in the dK / dV kernel"):
         ws_launch.WsBwdConfig(3, gluon_dq=True, fused_dq=True)
+    with pytest.raises(ValueError, match="shared_ds is a form of fused_dq"):
+        ws_launch.WsBwdConfig(3, shared_ds=True)

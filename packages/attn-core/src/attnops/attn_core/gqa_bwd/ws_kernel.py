@@ -150,38 +150,64 @@ def _next_scores(k_tile, q_smem, ready, fill, zero_s, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _issue_dq(ds_op, ds_smem, k_tiles, WG, opaque_zero, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-              s_layout: gl.constexpr):
-    """Stage dSᵀ ([64 keys, BLOCK_M]) in consumer ``WG``'s buffer, visible to the async proxy and stored by all four
-    warps, then issue dQ_iᵀ = K_wᵀ·dSᵀ ([HEAD_DIM, BLOCK_M] fp32, not waited for). The caller waits for it before the
-    next pair's dSᵀ overwrites the buffer. Both operands are indexed through ``opaque_zero`` (0, but not provably):
-    with fixed addresses their eight wgmma descriptors were hoisted out of the pair loop and spilled (offline sm_90;
-    attn-mla's ``latent_alt._queries`` met the same)."""
-    ds_slot = ds_smem.index(WG + opaque_zero)
-    ds_slot.store(ds_op)
-    fence_async_shared()
-    gl.thread_barrier()
-    zero_dq = gl.zeros([HEAD_DIM, BLOCK_M], gl.float32, layout=s_layout)
-    return warpgroup_mma(k_tiles.index(WG + opaque_zero).permute((1, 0)), ds_slot, zero_dq, use_acc=False,
-                         is_async=True)
+def _issue_dq(ds_op, ds_smem, ds_ready, ds_free, k_tiles, pair, WG, opaque_zero, HEAD_DIM: gl.constexpr,
+              BLOCK_M: gl.constexpr, s_layout: gl.constexpr, SHARED_DS: gl.constexpr):
+    """Stage this consumer's dSᵀ ([64 keys, BLOCK_M]) in shared memory, visible to the async proxy and stored by all
+    four warps, then issue its dQ product (fp32, not waited for; ``_dq_columns`` says which columns of dQ_iᵀ):
+    dQ_iᵀ = K_wᵀ·dSᵀ over its own keys ([HEAD_DIM, BLOCK_M]; the caller waits for it before the next pair's dSᵀ
+    overwrites the buffer), or with ``SHARED_DS`` half of D over both consumers' 128 keys ([HEAD_DIM / 2, BLOCK_M]:
+    half the atomics; the consumers meet at ``ds_ready`` once both halves of pair ``pair`` are stored, and a buffer is
+    rewritten only after both dQ products of the pair before read it: ``ds_free``, which the caller arrives on).
+    The operands are indexed through ``opaque_zero`` (0, but not provably): with fixed addresses the dQ product's
+    wgmma descriptors were hoisted out of the pair loop and spilled (offline sm_90; attn-mla's
+    ``latent_alt._queries`` met the same)."""
+    R: gl.constexpr = KEYS_PER_CONSUMER
+    if SHARED_DS:
+        mbarrier.wait(ds_free.index(0), (pair & 1) ^ 1)  # a fresh barrier passes parity 1
+        ds_all = ds_smem.index(opaque_zero)  # [2·64 keys, BLOCK_M]: consumer c's dSᵀ in rows 64c..
+        ds_all.slice(WG * R, R, dim=0).store(ds_op)
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(ds_ready.index(0), count=1)
+        mbarrier.wait(ds_ready.index(0), pair & 1)
+        HALF: gl.constexpr = HEAD_DIM // 2
+        zero_dq = gl.zeros([HALF, BLOCK_M], gl.float32, layout=s_layout)
+        k_lo = k_tiles.index(opaque_zero).slice(WG * HALF, HALF, dim=1)
+        k_hi = k_tiles.index(1 + opaque_zero).slice(WG * HALF, HALF, dim=1)
+        dq_t = warpgroup_mma(k_lo.permute((1, 0)), ds_all.slice(0, R, dim=0), zero_dq, use_acc=False, is_async=True)
+        return warpgroup_mma(k_hi.permute((1, 0)), ds_all.slice(R, R, dim=0), dq_t, is_async=True)
+    else:
+        ds_slot = ds_smem.index(WG + opaque_zero)
+        ds_slot.store(ds_op)
+        fence_async_shared()
+        gl.thread_barrier()
+        zero_dq = gl.zeros([HEAD_DIM, BLOCK_M], gl.float32, layout=s_layout)
+        return warpgroup_mma(k_tiles.index(WG + opaque_zero).permute((1, 0)), ds_slot, zero_dq, use_acc=False,
+                             is_async=True)
 
 
 @gluon.jit
-def _add_dq(dq_t, dq_acc_ptr, b, head, rows, S_q, H, HEAD_DIM: gl.constexpr, s_layout: gl.constexpr):
+def _add_dq(dq_t, dq_acc_ptr, ds_free, b, head, rows, S_q, H, WG, HEAD_DIM: gl.constexpr, s_layout: gl.constexpr,
+            SHARED_DS: gl.constexpr):
     """dQ_iᵀ of (b, head)'s query ``rows`` added to the fp32 ``[B, S_q, H, D]`` buffer with relaxed atomics, unmasked:
     rows past S_q add exactly 0 (P = 0 there) to the next batch element's rows or to the buffer's slack
     (``launch.DQ_PAD_ROWS``). 32-bit offsets from the (b, head) base (``launch`` refuses larger calls)."""
-    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(1, s_layout))
+    if SHARED_DS:  # this consumer's half of D; the pair's dSᵀ buffer may be rewritten once both halves are read
+        mbarrier.arrive(ds_free.index(0), count=1)
+        cols = WG * (HEAD_DIM // 2) + gl.arange(0, HEAD_DIM // 2, layout=gl.SliceLayout(1, s_layout))
+    else:
+        cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(1, s_layout))
     base = dq_acc_ptr + (b.to(gl.int64) * S_q * H + head) * HEAD_DIM
     gl.atomic_add(base + (rows[None, :] * (H * HEAD_DIM) + cols[:, None]), dq_t, sem="relaxed")
 
 
 @gluon.jit
-def _consumer(k_tiles, v_tiles, q_smem, do_smem, ds_smem, kv_ready, kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr,
-              dv_ptr, part_ptr, dq_acc_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh,
-              stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, WG: gl.constexpr,
-              HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-              PARTIAL: gl.constexpr, PERSISTENT: gl.constexpr, EARLY_SCORES: gl.constexpr, FUSED_DQ: gl.constexpr):
+def _consumer(k_tiles, v_tiles, q_smem, do_smem, ds_smem, ds_ready, ds_free, kv_ready, kv_free, ready, free, lse_ptr,
+              delta_ptr, dk_ptr, dv_ptr, part_ptr, dq_acc_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale,
+              stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
+              WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+              IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr, PERSISTENT: gl.constexpr, EARLY_SCORES: gl.constexpr,
+              FUSED_DQ: gl.constexpr, SHARED_DS: gl.constexpr):
     """Consumer ``WG``'s 64 keys of each tile the program owns: its own tile, or with ``PERSISTENT`` one per round
     (``_walked_tile``; the ring's slots count on across tiles). There K / V are handed back
     (``kv_free``) as soon as the tile's last product that reads them retires, so the loader refills them while the
@@ -192,26 +218,27 @@ def _consumer(k_tiles, v_tiles, q_smem, do_smem, ds_smem, kv_ready, kv_free, rea
         for v in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
             pairs_before += _consume_tile(
                 _walked_tile(v, n_tiles), n_tiles, pairs_before, (v // gl.num_programs(0)) & 1, k_tiles,
-                v_tiles, q_smem, do_smem, ds_smem,
+                v_tiles, q_smem, do_smem, ds_smem, ds_ready, ds_free,
                 kv_ready.index(0), kv_free.index(0), ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr,
                 dq_acc_ptr, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt,
                 stride_dkh, stride_dvb, stride_dvt, stride_dvh, WG, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL,
-                True, EARLY_SCORES, FUSED_DQ)
+                True, EARLY_SCORES, FUSED_DQ, SHARED_DS)
     else:
         _consume_tile(gl.program_id(0), gl.num_programs(0), 0, 0, k_tiles, v_tiles, q_smem, do_smem, ds_smem,
-                      kv_ready.index(0), kv_free.index(0), ready, free, lse_ptr,
+                      ds_ready, ds_free, kv_ready.index(0), kv_free.index(0), ready, free, lse_ptr,
                       delta_ptr, dk_ptr, dv_ptr, part_ptr, dq_acc_ptr, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale,
                       stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, WG,
-                      HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, False, EARLY_SCORES, FUSED_DQ)
+                      HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, False, EARLY_SCORES, FUSED_DQ, SHARED_DS)
 
 
 @gluon.jit
-def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tiles, v_tiles, q_smem, do_smem, ds_smem, kv_bar,
+def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tiles, v_tiles, q_smem, do_smem, ds_smem, ds_ready,
+                  ds_free, kv_bar,
                   kv_free_bar, ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, dq_acc_ptr, S_q, S_kv, H_kv,
                   G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb,
                   stride_dvt, stride_dvh, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                   STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr, RELEASE_KV: gl.constexpr,
-                  EARLY_SCORES: gl.constexpr, FUSED_DQ: gl.constexpr):
+                  EARLY_SCORES: gl.constexpr, FUSED_DQ: gl.constexpr, SHARED_DS: gl.constexpr):
     """Keys [n0 + 64·WG, +64) of tile ``tile`` over every pair, then their dK / dV; returns the tile's pair count.
     Its pairs are the ring's fills ``pairs_before`` on; ``RELEASE_KV``: arrive on ``kv_free_bar`` once K / V are no
     longer read. Software-pipelined (attn-core 0.3.18): Sᵀ of pair t + 1 is
@@ -260,7 +287,8 @@ def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tiles, v_tiles, q_sme
         dk = warpgroup_mma(ds_op, q_smem.index(slot), dk, is_async=True)
         pair_rows, pair_head = rows, h0 + t // n_m
         if FUSED_DQ:
-            dq_t = _issue_dq(ds_op, ds_smem, k_tiles, WG, opaque_zero, HEAD_DIM, BLOCK_M, s_layout)
+            dq_t = _issue_dq(ds_op, ds_smem, ds_ready, ds_free, k_tiles, pairs_before + t, WG, opaque_zero,
+                             HEAD_DIM, BLOCK_M, s_layout, SHARED_DS)
             if not EARLY_SCORES:  # Sᵀ of t + 1 behind dK and dQ: the tensor pipe has it while dQ is added
                 s_t = _next_scores(k_tile, q_smem, ready, pairs_before + t + 1, zero_s, STAGES)
         rows, lse, delta = _pair_rows(t + 1, b, h0, m_lo, n_m, lse_ptr, delta_ptr, S_q, H_kv * G, stride_lb,
@@ -269,7 +297,8 @@ def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tiles, v_tiles, q_sme
             done = warpgroup_mma_wait(num_outstanding=0 if EARLY_SCORES else 1, deps=(dk, ds_op, dq_t))
             dk = done[0]
             mbarrier.arrive(free.index(slot), count=1)
-            _add_dq(done[2], dq_acc_ptr, b, pair_head, pair_rows, S_q, H_kv * G, HEAD_DIM, s_layout)
+            _add_dq(done[2], dq_acc_ptr, ds_free, b, pair_head, pair_rows, S_q, H_kv * G, WG, HEAD_DIM, s_layout,
+                    SHARED_DS)
             s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))
             p_t = _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL, FUSED_DQ)
         else:
@@ -282,11 +311,12 @@ def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tiles, v_tiles, q_sme
         dv, ds_op = _dv_ds(p_t, delta, dv, v_tile, do_smem.index(slot), zero_s, dtype, op_layout)
         dk = warpgroup_mma(ds_op, q_smem.index(slot), dk, is_async=True)
         if FUSED_DQ:
-            dq_t = _issue_dq(ds_op, ds_smem, k_tiles, WG, n * (qk_scale < 0).to(gl.int32), HEAD_DIM, BLOCK_M,
-                             s_layout)
+            dq_t = _issue_dq(ds_op, ds_smem, ds_ready, ds_free, k_tiles, pairs_before + n - 1, WG,
+                             n * (qk_scale < 0).to(gl.int32), HEAD_DIM, BLOCK_M, s_layout, SHARED_DS)
             done = warpgroup_mma_wait(num_outstanding=0, deps=(dk, ds_op, dq_t))
             dk = done[0]
-            _add_dq(done[2], dq_acc_ptr, b, h0 + (n - 1) // n_m, rows, S_q, H_kv * G, HEAD_DIM, s_layout)
+            _add_dq(done[2], dq_acc_ptr, ds_free, b, h0 + (n - 1) // n_m, rows, S_q, H_kv * G, WG, HEAD_DIM,
+                    s_layout, SHARED_DS)
         else:
             dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk, ds_op))[0]
         mbarrier.arrive(free.index(slot), count=1)
@@ -379,7 +409,7 @@ def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, 
                            stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, HEAD_DIM: gl.constexpr,
                            BLOCK_M: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
                            PARTIAL: gl.constexpr, PERSISTENT: gl.constexpr, EARLY_SCORES: gl.constexpr,
-                           FUSED_DQ: gl.constexpr):
+                           FUSED_DQ: gl.constexpr, SHARED_DS: gl.constexpr):
     """``n_tiles`` = cdiv(S_kv, 128) · B · H_kv · G / GS tiles, key block slowest; the grid is one program per tile,
     or with ``PERSISTENT`` fewer (``ws_launch``: one per SM at most), each walking one tile per round
     (``_walked_tile``), so a tile's K / V and first pairs load while the tile before it stores dK / dV. num_warps = 4
@@ -388,15 +418,19 @@ def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, 
     q / dO). Each tile sums over ``GS`` of the G query heads: with ``PARTIAL`` (GS < G, ``launch.head_splits``) it
     stores unscaled fp32 sums to ``part_ptr`` for ``gqa_bwd_head_sum_kernel``; else dK and dV themselves.
     ``EARLY_SCORES``: a pair's next Sᵀ is issued behind its dV / dPᵀ, before they are waited for (the default issues
-    it after dSᵀ is formed). ``FUSED_DQ``: dQ added to ``dq_acc_ptr`` too (module docstring)."""
+    it after dSᵀ is formed). ``FUSED_DQ``: dQ added to ``dq_acc_ptr`` too (module docstring); ``SHARED_DS`` (D = 128
+    only): each consumer adds half of D over both consumers' keys (``_issue_dq``)."""
     dtype: gl.constexpr = q_desc.dtype
     k_tiles = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, HEAD_DIM], k_desc.layout)  # [consumer]
     v_tiles = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, HEAD_DIM], v_desc.layout)
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
-    if FUSED_DQ:  # [consumer]: its dSᵀ, dQᵀ's B operand
+    if FUSED_DQ:  # [consumer]: its dSᵀ, dQᵀ's B operand; SHARED_DS: one buffer, both consumers' rows
         ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS_PER_CONSUMER, BLOCK_M], dtype)
-        ds_smem = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, BLOCK_M], ds_layout)
+        if SHARED_DS:
+            ds_smem = gl.allocate_shared_memory(dtype, [1, 2 * KEYS_PER_CONSUMER, BLOCK_M], ds_layout)
+        else:
+            ds_smem = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, BLOCK_M], ds_layout)
     else:
         ds_smem = k_tiles  # (unused)
     if PERSISTENT:  # K / V are ready after one TMA expect, free after both consumers' last product of the tile
@@ -406,12 +440,18 @@ def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, 
         mbarrier.init(kv_ready.index(0), count=1)
         kv_free = kv_ready  # (unused: one tile per program)
     ready, free = ring_barriers(STAGES, 1, 2)  # one TMA expect per fill; both consumers release a slot
+    if SHARED_DS:  # both consumers stored their dSᵀ / both read the buffer
+        ds_ready, ds_free = ring_barriers(1, 2, 2)
+    else:
+        ds_ready = kv_ready  # (unused)
+        ds_free = kv_ready
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
-    consumer_args = (k_tiles, v_tiles, q_smem, do_smem, ds_smem, kv_ready, kv_free, ready, free, lse_ptr, delta_ptr,
-                     dk_ptr, dv_ptr, part_ptr, dq_acc_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale,
-                     stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh)
+    consumer_args = (k_tiles, v_tiles, q_smem, do_smem, ds_smem, ds_ready, ds_free, kv_ready, kv_free, ready, free,
+                     lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, dq_acc_ptr, n_tiles, S_q, S_kv, H_kv, G, GS,
+                     qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb,
+                     stride_dvt, stride_dvh)
     consumer_flags: gl.constexpr = (HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, PERSISTENT, EARLY_SCORES,
-                                    FUSED_DQ)
+                                    FUSED_DQ, SHARED_DS)
     gl.warp_specialize([
         (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
         (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
@@ -423,3 +463,5 @@ def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, 
     else:
         mbarrier.invalidate(kv_ready.index(0))
     invalidate_ring(ready, free, STAGES)
+    if SHARED_DS:
+        invalidate_ring(ds_ready, ds_free, 1)
