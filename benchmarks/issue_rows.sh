@@ -18,9 +18,10 @@
 #   tests-rest every GPU test of kernel-utils, attn-mla, attn-nsa and kvcache-ops (the same; ~520 s on an H100)
 #   tests-paged the GPU tests of the three paged ops (their files, and test_flash_fwd_ws.py's paged cases: issue 4)
 #   tests-mla  every GPU test of attn-mla (issue 6)
-#   bwd-fq     the fused dQ configs (ws-fq-*: forced only) on the GPU: their GQABwd tests, then every Gluon config timed
-#              on the long rows (tune_gqa_bwd --ws-only, 20 iterations), and the CUPTI time of each kernel of the
-#              default and of ws-fq-s3-p-e on llama-8b-long-mha bf16
+#   bwd-fq     the fused dQ configs (ws-fq-*, ws-fqh-*: forced only) on the GPU: their GQABwd tests (to 300 s before
+#              the deadline), then every Gluon config timed on three bf16 long rows (tune_gqa_bwd --ws-only, 20
+#              iterations; to 120 s before it), and the CUPTI time of each kernel of the default and of ws-fq-s3-p-e on
+#              llama-8b-long-mha bf16
 # Carry .peers (attn-core bundles plus FlashMLA: benchmarks/peers_copy.sh) and .peers-jit.
 #   ATTNOPS_GIT_SHA=<sha> [STEPS="bwd:100 bwd-tests:220 paged:430"] [ANY_GPU=1] bash benchmarks/issue_rows.sh
 set -u
@@ -73,11 +74,11 @@ for step in $steps; do
                    packages/attn-core/tests/test_gqa_prefill_paged_with_kv_cache_fwd.py \
                    packages/attn-core/tests/test_flash_fwd_ws.py ;;
     tests-mla) gpu_tests "$deadline" gpu-attn-mla -m gpu -n 15 packages/attn-mla/tests ;;
-    bwd-fq) gpu_tests "$(( deadline - 240 ))" bwd-fq -m gpu -n 12 -k fq packages/attn-core/tests/test_gqa_bwd_ws.py
+    bwd-fq) gpu_tests "$(( deadline - 300 ))" bwd-fq -m gpu -n 12 -k fq packages/attn-core/tests/test_gqa_bwd_ws.py
             mkdir -p "$root_out/bwd-fq"
-            PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)" timeout $(( deadline - $(date +%s) )) \
-              python3 -m benchmarks.tune_gqa_bwd --ws-only --filter long --iters 20 --out "$root_out/bwd-fq/tune.json" |
-              tail -n 20
+            PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)" timeout $(( deadline - 120 - $(date +%s) )) \
+              python3 -m benchmarks.tune_gqa_bwd --ws-only --filter "long-mha/bf16,8b-long/bf16" --iters 20 \
+              --out "$root_out/bwd-fq/tune.json" | tail -n 20
             for cfg in ws-s3-p-e ws-fq-s3-p-e; do
               PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)" timeout 60 python3 -m benchmarks.ncu_row \
                 --family attn-core --row GQABwd/llama-8b-long-mha/bf16 --config "$cfg" --breakdown | tail -n 6
