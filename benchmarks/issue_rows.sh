@@ -20,8 +20,8 @@
 #   tests-mla  every GPU test of attn-mla (issue 6)
 #   bwd-fq     the fused dQ configs (ws-fq-*, ws-fqh-*: forced only) on the GPU: their GQABwd tests (to 300 s before
 #              the deadline), then every Gluon config timed on three bf16 long rows (tune_gqa_bwd --ws-only, 20
-#              iterations; to 120 s before it), and the CUPTI time of each kernel of the default and of ws-fq-s3-p-e on
-#              llama-8b-long-mha bf16
+#              iterations; to 120 s before it), and the CUPTI time of each kernel of the default, ws-fq-s3-p-e and
+#              ws-fqh-s3-p-e on llama-8b-long-mha bf16
 # Carry .peers (attn-core bundles plus FlashMLA: benchmarks/peers_copy.sh) and .peers-jit.
 #   ATTNOPS_GIT_SHA=<sha> [STEPS="bwd:100 bwd-tests:220 paged:430"] [ANY_GPU=1] bash benchmarks/issue_rows.sh
 set -u
@@ -79,8 +79,8 @@ for step in $steps; do
             PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)" timeout $(( deadline - 120 - $(date +%s) )) \
               python3 -m benchmarks.tune_gqa_bwd --ws-only --filter "long-mha/bf16,8b-long/bf16" --iters 20 \
               --out "$root_out/bwd-fq/tune.json" | tail -n 20
-            for cfg in ws-s3-p-e ws-fq-s3-p-e; do
-              PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)" timeout 60 python3 -m benchmarks.ncu_row \
+            for cfg in ws-s3-p-e ws-fq-s3-p-e ws-fqh-s3-p-e; do
+              PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)" timeout 40 python3 -m benchmarks.ncu_row \
                 --family attn-core --row GQABwd/llama-8b-long-mha/bf16 --config "$cfg" --breakdown | tail -n 6
             done ;;
     paged) job paged "$deadline" attn-core -- --filter \
