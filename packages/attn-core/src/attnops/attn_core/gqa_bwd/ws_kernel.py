@@ -153,7 +153,7 @@ def _next_scores(k_tile, q_smem, ready, fill, zero_s, STAGES: gl.constexpr):
 def _issue_dq(ds_op, ds_smem, ds_ready, ds_free, k_tiles, pair, WG, opaque_zero, HEAD_DIM: gl.constexpr,
               BLOCK_M: gl.constexpr, s_layout: gl.constexpr, SHARED_DS: gl.constexpr):
     """Stage this consumer's dSᵀ ([64 keys, BLOCK_M]) in shared memory, visible to the async proxy and stored by all
-    four warps, then issue its dQ product (fp32, not waited for; ``_dq_columns`` says which columns of dQ_iᵀ):
+    four warps, then issue its dQ product (fp32, not waited for; ``_add_dq`` adds it):
     dQ_iᵀ = K_wᵀ·dSᵀ over its own keys ([HEAD_DIM, BLOCK_M]; the caller waits for it before the next pair's dSᵀ
     overwrites the buffer), or with ``SHARED_DS`` half of D over both consumers' 128 keys ([HEAD_DIM / 2, BLOCK_M]:
     half the atomics; the consumers meet at ``ds_ready`` once both halves of pair ``pair`` are stored, and a buffer is
@@ -233,10 +233,9 @@ def _consumer(k_tiles, v_tiles, q_smem, do_smem, ds_smem, ds_ready, ds_free, kv_
 
 @gluon.jit
 def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tiles, v_tiles, q_smem, do_smem, ds_smem, ds_ready,
-                  ds_free, kv_bar,
-                  kv_free_bar, ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, dq_acc_ptr, S_q, S_kv, H_kv,
-                  G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb,
-                  stride_dvt, stride_dvh, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                  ds_free, kv_bar, kv_free_bar, ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, dq_acc_ptr,
+                  S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh,
+                  stride_dvb, stride_dvt, stride_dvh, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                   STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr, RELEASE_KV: gl.constexpr,
                   EARLY_SCORES: gl.constexpr, FUSED_DQ: gl.constexpr, SHARED_DS: gl.constexpr):
     """Keys [n0 + 64·WG, +64) of tile ``tile`` over every pair, then their dK / dV; returns the tile's pair count.
