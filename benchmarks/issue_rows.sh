@@ -18,16 +18,12 @@
 #   tests-rest every GPU test of kernel-utils, attn-mla, attn-nsa and kvcache-ops (the same; ~520 s on an H100)
 #   tests-paged the GPU tests of the three paged ops (their files, and test_flash_fwd_ws.py's paged cases: issue 4)
 #   tests-mla  every GPU test of attn-mla (issue 6)
-#   bwd-fq     the fused dQ configs (ws-fq-*, ws-fqh-*: forced only) on the GPU: their GQABwd tests (to 300 s before
-#              the deadline), then every Gluon config timed on three bf16 long rows (tune_gqa_bwd --ws-only, 20
-#              iterations; to 120 s before it), and the CUPTI time of each kernel of the default, ws-fq-s3-p-e and
-#              ws-fqh-s3-p-e on llama-8b-long-mha bf16
 # Carry .peers (attn-core bundles plus FlashMLA: benchmarks/peers_copy.sh) and .peers-jit.
 #   ATTNOPS_GIT_SHA=<sha> [STEPS="bwd:100 bwd-tests:220 paged:430"] [ANY_GPU=1] bash benchmarks/issue_rows.sh
 set -u
 steps=${STEPS:-bwd:100 bwd-tests:220 paged:430}
 for step in $steps; do  # (a misspelt step fails here, before any device time is spent)
-  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|fwd|tests-fwd|tests-rest|tests-paged|tests-mla|bwd-fq):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
+  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|fwd|tests-fwd|tests-rest|tests-paged|tests-mla):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
 done
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 echo "GPU: $gpu"
@@ -74,15 +70,6 @@ for step in $steps; do
                    packages/attn-core/tests/test_gqa_prefill_paged_with_kv_cache_fwd.py \
                    packages/attn-core/tests/test_flash_fwd_ws.py ;;
     tests-mla) gpu_tests "$deadline" gpu-attn-mla -m gpu -n 15 packages/attn-mla/tests ;;
-    bwd-fq) gpu_tests "$(( deadline - 300 ))" bwd-fq -m gpu -n 12 -k fq packages/attn-core/tests/test_gqa_bwd_ws.py
-            mkdir -p "$root_out/bwd-fq"
-            PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)" timeout $(( deadline - 120 - $(date +%s) )) \
-              python3 -m benchmarks.tune_gqa_bwd --ws-only --filter "long-mha/bf16,8b-long/bf16" --iters 20 \
-              --out "$root_out/bwd-fq/tune.json" | tail -n 20
-            for cfg in ws-s3-p-e ws-fq-s3-p-e ws-fqh-s3-p-e; do
-              PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)" timeout 40 python3 -m benchmarks.ncu_row \
-                --family attn-core --row GQABwd/llama-8b-long-mha/bf16 --config "$cfg" --breakdown | tail -n 6
-            done ;;
     paged) job paged "$deadline" attn-core -- --filter \
              "GQAPagedFwd/,MHADecodePagedWithKVCacheFwd/,GQAPrefillPagedWithKVCacheFwd/" --exclude-peers "$no_ref" ;;
     mla) job mla "$deadline" attn-mla -- --filter "TopKSelectFwd/ds-v32,DSADecode" --exclude-peers "$no_ref_mla" ;;

@@ -27,10 +27,6 @@ from attnops.attn_core.gqa_bwd.ws_kernel import gqa_bwd_dkdv_ws_kernel  # noqa: 
 from .sm90_compile import compile_sm90, report_variants  # noqa: E402
 
 PERSISTENT_CAUSAL_SPILL = 8  # bytes: see variants()
-# bytes: the fused dQ builds at D = 128 (offline sm_90, 2026-12-06: 16-24 B one tile a program, 64-100 B persistent;
-# with SHARED_DS 0 / 8-232 B; scalars kept before the loops, reloaded once a pair); D = 64 spill-free. Their cost is
-# not yet measured.
-FUSED_DQ_SPILL = 256
 
 
 def _desc_type(dtype: torch.dtype, d: int, rows: int) -> str:
@@ -41,14 +37,13 @@ def _desc_type(dtype: torch.dtype, d: int, rows: int) -> str:
 
 
 def compile_dkdv(d: int, stages: int, causal: bool, dtype=torch.bfloat16, partial: bool = False,
-                 persistent: bool = False, early_scores: bool = False, fused_dq: bool = False, shared_ds: bool = False):
+                 persistent: bool = False, early_scores: bool = False):
     pair, keys = _desc_type(dtype, d, ws_launch.pair_rows(d)), _desc_type(dtype, d, 64)
     out = "*fp16" if dtype == torch.float16 else "*bf16"
     types = {"q_desc": pair, "do_desc": pair, "k_desc": keys, "v_desc": keys, "lse_ptr": "*fp32",
-             "delta_ptr": "*fp32", "dk_ptr": out, "dv_ptr": out, "part_ptr": "*fp32", "dq_acc_ptr": "*fp32"}
+             "delta_ptr": "*fp32", "dk_ptr": out, "dv_ptr": out, "part_ptr": "*fp32"}
     consts = {"HEAD_DIM": d, "BLOCK_M": ws_launch.pair_rows(d), "STAGES": stages, "IS_CAUSAL": causal,
-              "PARTIAL": partial, "PERSISTENT": persistent, "EARLY_SCORES": early_scores, "FUSED_DQ": fused_dq,
-              "SHARED_DS": shared_ds and d == 128,
+              "PARTIAL": partial, "PERSISTENT": persistent, "EARLY_SCORES": early_scores,
               "_float_args": ("qk_scale", "sm_scale")}
     return compile_sm90(gqa_bwd_dkdv_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
@@ -88,7 +83,7 @@ def variants():
                        PERSISTENT_CAUSAL_SPILL if causal and not partial else 0)
         # the ``-e`` configs (``ws-s3-p-e``: the long MHA rows' default), both masks, bf16 (labelled without
         # "persistent": the test counts those lines): their dK / dV builds and the dQ build at each of their slot counts
-        early = [c for c in ws_launch.WS_CONFIGS if c.early_scores and not c.fused_dq]
+        early = [c for c in ws_launch.WS_CONFIGS if c.early_scores]
         for causal in (True, False):
             mask = "causal" if causal else "full  "
             for c in early:
@@ -99,14 +94,6 @@ def variants():
             for stages in sorted({c.stages for c in early if c.gluon_dq}):
                 yield (f"dq   D{d} s{stages} {mask} bf16 early",
                        lambda d=d, s=stages, m=causal: compile_dq(d, s, m, torch.bfloat16, early_scores=True))
-        # the ``fused_dq`` configs (``ws-fq-*``, dQ by atomics in the dK / dV kernel), both masks, bf16
-        for c in (c for c in ws_launch.WS_CONFIGS if c.fused_dq):
-            for causal in (True, False):
-                yield (f"dkdv D{d} s{c.stages} {'causal' if causal else 'full  '} bf16 fused-dq {c.name}",
-                       lambda d=d, c=c, m=causal: compile_dkdv(d, c.stages, m, torch.bfloat16, persistent=c.persistent,
-                                                               early_scores=c.early_scores, fused_dq=True,
-                                                               shared_ds=c.shared_ds),
-                       FUSED_DQ_SPILL if d == 128 else 0)
 
 
 def main() -> int:

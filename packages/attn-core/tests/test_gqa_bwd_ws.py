@@ -15,10 +15,9 @@ from attnops.kernel_utils.pytest_plugin import run_offline_compile
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
-# the edge cases run one config of each kernel pairing, the Gluon dQ kernel's other slot counts and the fused dQ
-# configs (the seed rows run every config)
-EDGE_CONFIGS = (ws_launch.WS_CONFIGS[0], *(c for c in ws_launch.WS_CONFIGS if c.gluon_dq or c.fused_dq))
-FUSED = [c for c in ws_launch.WS_CONFIGS if c.fused_dq]
+# the edge cases run one config of each kernel pairing and the Gluon dQ kernel's other slot counts (the seed rows
+# run every config)
+EDGE_CONFIGS = (ws_launch.WS_CONFIGS[0], *(c for c in ws_launch.WS_CONFIGS if c.gluon_dq))
 PERSISTENT = next(c for c in ws_launch.WS_CONFIGS if c.persistent)
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
                             reason="needs a Hopper GPU")
@@ -46,7 +45,7 @@ def test_seed_rows(row, cfg):
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("splits", [1, 2, 4, 8])
-@pytest.mark.parametrize("cfg", [ws_launch.WS_CONFIGS[0], bwd.WS_DEFAULT, PERSISTENT, *FUSED], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [ws_launch.WS_CONFIGS[0], bwd.WS_DEFAULT, PERSISTENT], ids=lambda c: c.name)
 @pytest.mark.parametrize("head_dim", ws_launch.HEAD_DIMS)
 @pytest.mark.parametrize("is_causal,s_q,s_kv", [(True, 300, 300), (False, 77, 200), (True, 100, 333), (True, 1, 1)],
                          ids=["causal", "full-ragged", "causal-q-lt-kv", "one-key"])
@@ -158,17 +157,15 @@ def test_compiles_for_sm90():
     """Both kernels at both head dims, every slot count the configs use, causal and not, both dtypes through
     Gluon's sm_90 pipeline and ptxas: no compile error, no spill, shared memory under the limit (the tool exits 1
     otherwise); the dK / dV kernel's head-subgroup epilogue (causal bf16) at every slot count; its persistent form
-    (causal, full, causal with the head-subgroup epilogue); the ``-e`` configs' builds (both masks, bf16); the fused
-    dQ configs' dK / dV builds (both masks, bf16)."""
+    (causal, full, causal with the head-subgroup epilogue); the ``-e`` configs' builds (both masks, bf16)."""
     listing = run_offline_compile(__file__, "sm90_compile_bwd_ws")
     lines = [ln for ln in listing.splitlines() if " regs " in ln]
     dkdv_stages = len({c.stages for c in ws_launch.WS_CONFIGS})
     kernels = dkdv_stages + len({c.stages for c in ws_launch.WS_CONFIGS if c.gluon_dq})
     persistent = 3 * len({c.stages for c in ws_launch.WS_CONFIGS if c.persistent})
-    early = sum(c.early_scores and not c.fused_dq for c in ws_launch.WS_CONFIGS)
+    early = sum(c.early_scores for c in ws_launch.WS_CONFIGS)
     early = 2 * (early + len({c.stages for c in ws_launch.WS_CONFIGS if c.early_scores and c.gluon_dq}))
-    fused = 2 * len(FUSED)
-    assert len(lines) == (4 * kernels + dkdv_stages + persistent + early + fused) * len(ws_launch.HEAD_DIMS), listing
+    assert len(lines) == (4 * kernels + dkdv_stages + persistent + early) * len(ws_launch.HEAD_DIMS), listing
     assert sum(" persistent" in ln for ln in lines) == persistent * len(ws_launch.HEAD_DIMS), listing
 
 
@@ -226,21 +223,6 @@ def test_launches_bind_every_kernel_argument(monkeypatch):
     ws_launch.run(PERSISTENT, p, torch.zeros(2, 8, 300))
     persistent = calls[3]
     assert persistent[1] == (5,) and persistent[2]["n_tiles"] == 3 * 2 * 2 and persistent[2]["PERSISTENT"] is True
-    assert [b["FUSED_DQ"] or b["SHARED_DS"] for kernel, _, b in calls if kernel is dkdv] == [False] * 3
-    # the fused dQ configs: the dQ sum bound, no dQ launch; both consumers' keys per product at D = 128 only
-    fused, shared = (next(c for c in FUSED if c.shared_ds is s and not c.persistent) for s in (False, True))
-    dq_acc = torch.zeros(2, 300, 8, 128)
-    before = len(calls)
-    for cfg in (fused, shared):
-        ws_launch.run(cfg, p, torch.zeros(2, 8, 300), dq_acc=dq_acc)
-    q64 = torch.zeros(2, 300, 8, 64, dtype=torch.float16)
-    k64 = torch.zeros(2, 260, 2, 64, dtype=torch.float16)
-    p64 = bwd.Problem(q64, k64, k64, q64, q64, torch.zeros(2, 8, 300), q64, k64, k64, is_causal=True, sm_scale=0.1)
-    ws_launch.run(shared, p64, torch.zeros(2, 8, 300), dq_acc=torch.zeros(2, 300, 8, 64))
-    assert [kernel for kernel, _, _ in calls[before:]] == [dkdv] * 3
-    assert [(b["FUSED_DQ"], b["SHARED_DS"], b["HEAD_DIM"]) for _, _, b in calls[before:]] == [
-        (True, False, 128), (True, True, 128), (True, False, 64)]
-    assert calls[before][2]["dq_acc_ptr"] is dq_acc and calls[before + 1][2]["dq_acc_ptr"] is dq_acc
 
 
 def test_calls_it_does_not_serve_are_refused():
@@ -259,18 +241,3 @@ def test_early_scores_need_two_slots():
     """The early form waits for the next tile's slot while the current one is still held: one slot would hang."""
     with pytest.raises(ValueError, match="early_scores needs stages >= 2, got 1"):
         ws_launch.WsBwdConfig(1, True, early_scores=True)
-
-
-def test_fused_dq_refuses_calls_past_its_32_bit_offsets(monkeypatch):
-    """Runs everywhere (shapes of stride-0 views, nothing launched): the fused dQ adds at 32-bit offsets from each
-    (batch, head) base, so a call with (S_q + launch.DQ_PAD_ROWS) x H x D >= 2^31 is refused before any launch."""
-    monkeypatch.setattr(ws_launch, "refusal", lambda p: None)
-    q = torch.zeros(1, 1, 128, 128, dtype=torch.float16).expand(1, 131008, 128, 128)
-    lse = torch.zeros(1, 128, 1).expand(1, 128, 131008)
-    p = bwd.Problem(q, q, q, q, q, lse, q, q, q, is_causal=True, sm_scale=0.1)
-    with bwd.forced(FUSED[0]), pytest.raises(ValueError, match=r"32-bit.*S_q 131008, H 128, D 128"):
-        bwd.launch(p)
-    with pytest.raises(ValueError, match="fused_dq computes dQ in the dK / dV kernel"):
-        ws_launch.WsBwdConfig(3, gluon_dq=True, fused_dq=True)
-    with pytest.raises(ValueError, match="shared_ds is a form of fused_dq"):
-        ws_launch.WsBwdConfig(3, shared_ds=True)

@@ -232,11 +232,8 @@ def launch(p: Problem) -> None:
         raise ValueError(f"config {ws.name}: the warp-specialized dK / dV kernel cannot serve this call: {refused}")
     if not _FORCED.keys() & {"config", "splits", "group"}:
         ws = ws_default(p, runtime.num_sms())
-    if ws:  # dQ by atomics (the fp32 buffer, the cast) with ``fused_dq`` only, else deterministic whatever was asked
-        p = replace(p, deterministic=not ws.fused_dq)
-        if ws.fused_dq and (S_q + DQ_PAD_ROWS) * H * D >= 2**31:
-            raise ValueError(f"config {ws.name}: its dQ offsets are 32-bit: (S_q + {DQ_PAD_ROWS}) x H x D must be "
-                             f"< 2^31, got S_q {S_q}, H {H}, D {D}")
+    if ws:  # their dQ is deterministic; deterministic=False permits atomics, so it takes them too (and no dQ buffer)
+        p = replace(p, deterministic=True)
     G = H // p.k.shape[2]
     if G % (_FORCED.get("splits") or 1):
         raise ValueError(f"GQABwd: splits must divide the group size {G}, got {_FORCED['splits']}")
@@ -246,7 +243,7 @@ def launch(p: Problem) -> None:
         return
     block_d = triton.next_power_of_2(D)
     delta = torch.empty((B, H, S_q), dtype=torch.float32, device=p.q.device)
-    dq_acc = delta if p.deterministic else _dq_accumulator(B, S_q, H, D, p.q.device)
+    dq_acc = delta if p.deterministic else torch.empty((B, S_q, H, D), dtype=torch.float32, device=p.q.device)
     # The Triton kernel right after the preprocess starts as its dependent (``DEPENDENT_LAUNCH``)
     dependent = DEPENDENT_LAUNCH and not ws and runtime.dependent_launch()
     heads = min(triton.next_power_of_2(H), PREPROCESS_ROWS)
@@ -262,25 +259,13 @@ def launch(p: Problem) -> None:
         part = _partials(p, splits) if splits > 1 else None
         # (the side stream joined at the block's end: dQ done before anything after the call on the caller's stream)
         with runtime.side_stream(p.q.device, ws.gluon_dq and CONCURRENT_DQ) as side:
-            ws_launch.run(ws, p, delta, part, side, dq_acc)
+            ws_launch.run(ws, p, delta, part, side)
             if part is not None:
                 _head_sum(p, part, splits)
-    if not (ws and (ws.gluon_dq or ws.fused_dq)):
+    if not (ws and ws.gluon_dq):
         _launch_any(p, delta, dq_acc, dq_only=ws is not None, dependent=dependent)
     if not p.deterministic:
         scaled_cast(dq_acc, p.dq, p.sm_scale)
-
-
-# Rows past the fp32 dQ buffer's end: the fused dK / dV kernel adds a whole query block of dQ unmasked, and the rows
-# of a block past S_q (their dS is exactly 0) fall in the next batch element's rows or, for the last, here.
-DQ_PAD_ROWS = 64
-
-
-def _dq_accumulator(B: int, S_q: int, H: int, D: int, device) -> torch.Tensor:
-    """The fp32 ``[B, S_q, H, D]`` dQ sum of the atomic paths (zeroed by the preprocess), ``DQ_PAD_ROWS`` rows of
-    slack after it."""
-    flat = torch.empty((B * S_q + DQ_PAD_ROWS) * H * D, dtype=torch.float32, device=device)
-    return flat[: B * S_q * H * D].view(B, S_q, H, D)
 
 
 def _launch_any(p: Problem, delta: torch.Tensor, dq_acc: torch.Tensor, dq_only: bool = False,

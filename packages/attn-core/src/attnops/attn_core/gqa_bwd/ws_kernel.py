@@ -16,12 +16,6 @@ Shapes: dense ``[B, S, H, D]`` q / dO read through ``[B·S_q, H·D]`` row views,
 H_kv·D]``; D 64 or 128, fp16 / bf16; causal (bottom-right) or not. Query rows past S_q in a block are other rows
 of the view (or TMA's zeros): their lse loads as +inf (P = 0) and Δ as 0, so they add nothing. Key rows past
 S_kv are computed and not stored. lse is the forward's, base 2; Δ = rowsum(o ⊙ dO) (the preprocess kernel).
-
-``FUSED_DQ`` (FA3's form): dQ in this kernel too, instead of a second kernel that recomputes Sᵀ and dPᵀ (five products
-a pair instead of seven over both kernels). Each consumer stages its dSᵀ in shared memory and adds dQ_iᵀ = K_wᵀ·dSᵀ
-([D, BLOCK_M]: queries as the wgmma's N, so it needs no 64-row query block) to an fp32 ``[B, S_q, H, D]`` buffer with
-atomics; not deterministic (the order of the adds varies). Key rows past S_kv then get P = 0: they are another
-batch element's rows of the view.
 """
 
 from triton.experimental import gluon
@@ -105,14 +99,12 @@ def _pair_rows(t, b, h0, m_lo, n_m, lse_ptr, delta_ptr, S_q, H, stride_lb, strid
 
 
 @gluon.jit
-def _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL: gl.constexpr, KEYS_MASKED: gl.constexpr):
+def _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL: gl.constexpr):
     """Pᵀ = 2^(Sᵀ·c − lse), pairs above the causal diagonal 0 (only blocks that cross it have any; the select is
-    cheap beside exp2); ``KEYS_MASKED``: keys past S_kv 0 too (causal: the diagonal does it, S_q <= S_kv)."""
+    cheap beside exp2)."""
     p_t = gl.exp2(s_t * qk_scale - lse[None, :])
     if IS_CAUSAL:  # query row i (position S_kv − S_q + i) sees key j iff j <= its position
         p_t = gl.where(keys[:, None] <= (S_kv - S_q + rows)[None, :], p_t, 0.0)
-    elif KEYS_MASKED:
-        p_t = gl.where((keys < S_kv)[:, None], p_t, 0.0)
     return p_t
 
 
@@ -150,64 +142,11 @@ def _next_scores(k_tile, q_smem, ready, fill, zero_s, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _issue_dq(ds_op, ds_smem, ds_ready, ds_free, k_tiles, pair, WG, opaque_zero, HEAD_DIM: gl.constexpr,
-              BLOCK_M: gl.constexpr, s_layout: gl.constexpr, SHARED_DS: gl.constexpr):
-    """Stage this consumer's dSᵀ ([64 keys, BLOCK_M]) in shared memory, visible to the async proxy and stored by all
-    four warps, then issue its dQ product (fp32, not waited for; ``_add_dq`` adds it):
-    dQ_iᵀ = K_wᵀ·dSᵀ over its own keys ([HEAD_DIM, BLOCK_M]; the caller waits for it before the next pair's dSᵀ
-    overwrites the buffer), or with ``SHARED_DS`` half of D over both consumers' 128 keys ([HEAD_DIM / 2, BLOCK_M]:
-    half the atomics; the consumers meet at ``ds_ready`` once both halves of pair ``pair`` are stored, and a buffer is
-    rewritten only after both dQ products of the pair before read it: ``ds_free``, which the caller arrives on).
-    The operands are indexed through ``opaque_zero`` (0, but not provably): with fixed addresses the dQ product's
-    wgmma descriptors were hoisted out of the pair loop and spilled (offline sm_90; attn-mla's
-    ``latent_alt._queries`` met the same)."""
-    R: gl.constexpr = KEYS_PER_CONSUMER
-    if SHARED_DS:
-        mbarrier.wait(ds_free.index(0), (pair & 1) ^ 1)  # a fresh barrier passes parity 1
-        ds_all = ds_smem.index(opaque_zero)  # [2·64 keys, BLOCK_M]: consumer c's dSᵀ in rows 64c..
-        ds_all.slice(WG * R, R, dim=0).store(ds_op)
-        fence_async_shared()
-        gl.thread_barrier()
-        mbarrier.arrive(ds_ready.index(0), count=1)
-        mbarrier.wait(ds_ready.index(0), pair & 1)
-        HALF: gl.constexpr = HEAD_DIM // 2
-        zero_dq = gl.zeros([HALF, BLOCK_M], gl.float32, layout=s_layout)
-        k_lo = k_tiles.index(opaque_zero).slice(WG * HALF, HALF, dim=1)
-        k_hi = k_tiles.index(1 + opaque_zero).slice(WG * HALF, HALF, dim=1)
-        dq_t = warpgroup_mma(k_lo.permute((1, 0)), ds_all.slice(0, R, dim=0), zero_dq, use_acc=False, is_async=True)
-        return warpgroup_mma(k_hi.permute((1, 0)), ds_all.slice(R, R, dim=0), dq_t, is_async=True)
-    else:
-        ds_slot = ds_smem.index(WG + opaque_zero)
-        ds_slot.store(ds_op)
-        fence_async_shared()
-        gl.thread_barrier()
-        zero_dq = gl.zeros([HEAD_DIM, BLOCK_M], gl.float32, layout=s_layout)
-        return warpgroup_mma(k_tiles.index(WG + opaque_zero).permute((1, 0)), ds_slot, zero_dq, use_acc=False,
-                             is_async=True)
-
-
-@gluon.jit
-def _add_dq(dq_t, dq_acc_ptr, ds_free, b, head, rows, S_q, H, WG, HEAD_DIM: gl.constexpr, s_layout: gl.constexpr,
-            SHARED_DS: gl.constexpr):
-    """dQ_iᵀ of (b, head)'s query ``rows`` added to the fp32 ``[B, S_q, H, D]`` buffer with relaxed atomics, unmasked:
-    rows past S_q add exactly 0 (P = 0 there) to the next batch element's rows or to the buffer's slack
-    (``launch.DQ_PAD_ROWS``). 32-bit offsets from the (b, head) base (``launch`` refuses larger calls)."""
-    if SHARED_DS:  # this consumer's half of D; the pair's dSᵀ buffer may be rewritten once both halves are read
-        mbarrier.arrive(ds_free.index(0), count=1)
-        cols = WG * (HEAD_DIM // 2) + gl.arange(0, HEAD_DIM // 2, layout=gl.SliceLayout(1, s_layout))
-    else:
-        cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(1, s_layout))
-    base = dq_acc_ptr + (b.to(gl.int64) * S_q * H + head) * HEAD_DIM
-    gl.atomic_add(base + (rows[None, :] * (H * HEAD_DIM) + cols[:, None]), dq_t, sem="relaxed")
-
-
-@gluon.jit
-def _consumer(k_tiles, v_tiles, q_smem, do_smem, ds_smem, ds_ready, ds_free, kv_ready, kv_free, ready, free, lse_ptr,
-              delta_ptr, dk_ptr, dv_ptr, part_ptr, dq_acc_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale,
-              stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
-              WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
-              IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr, PERSISTENT: gl.constexpr, EARLY_SCORES: gl.constexpr,
-              FUSED_DQ: gl.constexpr, SHARED_DS: gl.constexpr):
+def _consumer(k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+              part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb,
+              stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, WG: gl.constexpr, HEAD_DIM: gl.constexpr,
+              BLOCK_M: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr,
+              PERSISTENT: gl.constexpr, EARLY_SCORES: gl.constexpr):
     """Consumer ``WG``'s 64 keys of each tile the program owns: its own tile, or with ``PERSISTENT`` one per round
     (``_walked_tile``; the ring's slots count on across tiles). There K / V are handed back
     (``kv_free``) as soon as the tile's last product that reads them retires, so the loader refills them while the
@@ -217,27 +156,27 @@ def _consumer(k_tiles, v_tiles, q_smem, do_smem, ds_smem, ds_ready, ds_free, kv_
         pairs_before = 0
         for v in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
             pairs_before += _consume_tile(
-                _walked_tile(v, n_tiles), n_tiles, pairs_before, (v // gl.num_programs(0)) & 1, k_tiles,
-                v_tiles, q_smem, do_smem, ds_smem, ds_ready, ds_free,
-                kv_ready.index(0), kv_free.index(0), ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr,
-                dq_acc_ptr, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt,
-                stride_dkh, stride_dvb, stride_dvt, stride_dvh, WG, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL,
-                True, EARLY_SCORES, FUSED_DQ, SHARED_DS)
+                _walked_tile(v, n_tiles), n_tiles, pairs_before, (v // gl.num_programs(0)) & 1, k_tiles.index(WG),
+                v_tiles.index(WG), q_smem, do_smem,
+                kv_ready.index(0), kv_free.index(0), ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, S_q,
+                S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh,
+                stride_dvb, stride_dvt, stride_dvh, WG, HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, True,
+                EARLY_SCORES)
     else:
-        _consume_tile(gl.program_id(0), gl.num_programs(0), 0, 0, k_tiles, v_tiles, q_smem, do_smem, ds_smem,
-                      ds_ready, ds_free, kv_ready.index(0), kv_free.index(0), ready, free, lse_ptr,
-                      delta_ptr, dk_ptr, dv_ptr, part_ptr, dq_acc_ptr, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale,
-                      stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, WG,
-                      HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, False, EARLY_SCORES, FUSED_DQ, SHARED_DS)
+        _consume_tile(gl.program_id(0), gl.num_programs(0), 0, 0, k_tiles.index(WG), v_tiles.index(WG), q_smem,
+                      do_smem, kv_ready.index(0), kv_free.index(0), ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+                      part_ptr, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb,
+                      stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, WG, HEAD_DIM, BLOCK_M, STAGES,
+                      IS_CAUSAL, PARTIAL, False, EARLY_SCORES)
 
 
 @gluon.jit
-def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tiles, v_tiles, q_smem, do_smem, ds_smem, ds_ready,
-                  ds_free, kv_bar, kv_free_bar, ready, free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, dq_acc_ptr,
-                  S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh,
-                  stride_dvb, stride_dvt, stride_dvh, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                  STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr, RELEASE_KV: gl.constexpr,
-                  EARLY_SCORES: gl.constexpr, FUSED_DQ: gl.constexpr, SHARED_DS: gl.constexpr):
+def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tile, v_tile, q_smem, do_smem, kv_bar, kv_free_bar, ready,
+                  free, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale,
+                  stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
+                  WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+                  IS_CAUSAL: gl.constexpr, PARTIAL: gl.constexpr, RELEASE_KV: gl.constexpr,
+                  EARLY_SCORES: gl.constexpr):
     """Keys [n0 + 64·WG, +64) of tile ``tile`` over every pair, then their dK / dV; returns the tile's pair count.
     Its pairs are the ring's fills ``pairs_before`` on; ``RELEASE_KV``: arrive on ``kv_free_bar`` once K / V are no
     longer read. Software-pipelined (attn-core 0.3.18): Sᵀ of pair t + 1 is
@@ -250,8 +189,6 @@ def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tiles, v_tiles, q_sme
     op_layout: gl.constexpr = wgmma_lhs_layout(HEAD_DIM)
     dtype: gl.constexpr = q_smem.dtype
     b, kvh, n0, m_lo, n_m, h0, sg = _block(tile, n_tiles, S_q, S_kv, H_kv, G, GS, BLOCK_M, IS_CAUSAL)
-    k_tile = k_tiles.index(WG)
-    v_tile = v_tiles.index(WG)
     keys = n0 + WG * R + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout))
     zero_s = gl.zeros([R, BLOCK_M], gl.float32, layout=s_layout)
     dk = gl.zeros([R, HEAD_DIM], gl.float32, layout=acc_layout)
@@ -266,13 +203,9 @@ def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tiles, v_tiles, q_sme
         mbarrier.wait(ready.index(first), (pairs_before // STAGES) & 1)
         s_t = warpgroup_mma(k_tile, q_smem.index(first).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))
-        p_t = _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL, FUSED_DQ)
+        p_t = _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL)
     for t in range(n - 1):
         slot = (pairs_before + t) % STAGES
-        if FUSED_DQ:  # K / V through an opaque index (``_issue_dq``): their descriptors too stay in the loop
-            opaque_zero = t * (qk_scale < 0).to(gl.int32)
-            k_tile = k_tiles.index(WG + opaque_zero)
-            v_tile = v_tiles.index(WG + opaque_zero)
         if EARLY_SCORES:  # Sᵀ of t + 1 queued behind dV / dPᵀ: the tensor pipe has it while dSᵀ is formed
             dv, dp_t, p_op = _dv_dp(p_t, dv, v_tile, do_smem.index(slot), zero_s, dtype, op_layout)
             s_t = _next_scores(k_tile, q_smem, ready, pairs_before + t + 1, zero_s, STAGES)
@@ -281,43 +214,19 @@ def _consume_tile(tile, n_tiles, pairs_before, kv_phase, k_tiles, v_tiles, q_sme
             ds_op = _ds_operand(p_t, done[1], delta, dtype, op_layout)
         else:
             dv, ds_op = _dv_ds(p_t, delta, dv, v_tile, do_smem.index(slot), zero_s, dtype, op_layout)
-            if not FUSED_DQ:
-                s_t = _next_scores(k_tile, q_smem, ready, pairs_before + t + 1, zero_s, STAGES)
+            s_t = _next_scores(k_tile, q_smem, ready, pairs_before + t + 1, zero_s, STAGES)
         dk = warpgroup_mma(ds_op, q_smem.index(slot), dk, is_async=True)
-        pair_rows, pair_head = rows, h0 + t // n_m
-        if FUSED_DQ:
-            dq_t = _issue_dq(ds_op, ds_smem, ds_ready, ds_free, k_tiles, pairs_before + t, WG, opaque_zero,
-                             HEAD_DIM, BLOCK_M, s_layout, SHARED_DS)
-            if not EARLY_SCORES:  # Sᵀ of t + 1 behind dK and dQ: the tensor pipe has it while dQ is added
-                s_t = _next_scores(k_tile, q_smem, ready, pairs_before + t + 1, zero_s, STAGES)
         rows, lse, delta = _pair_rows(t + 1, b, h0, m_lo, n_m, lse_ptr, delta_ptr, S_q, H_kv * G, stride_lb,
                                       stride_lh, s_layout, BLOCK_M)
-        if FUSED_DQ:  # dQ's 32 accumulator registers die before the next exponentials take theirs
-            done = warpgroup_mma_wait(num_outstanding=0 if EARLY_SCORES else 1, deps=(dk, ds_op, dq_t))
-            dk = done[0]
-            mbarrier.arrive(free.index(slot), count=1)
-            _add_dq(done[2], dq_acc_ptr, ds_free, b, pair_head, pair_rows, S_q, H_kv * G, WG, HEAD_DIM, s_layout,
-                    SHARED_DS)
-            s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t, ))
-            p_t = _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL, FUSED_DQ)
-        else:
-            s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_t, ))  # Sᵀ of t + 1 (issued first); dK may run
-            p_t = _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL, FUSED_DQ)
-            dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk, ds_op))[0]
-            mbarrier.arrive(free.index(slot), count=1)
+        s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_t, ))  # Sᵀ of t + 1 (issued first); dK may run
+        p_t = _probs(s_t, rows, lse, keys, S_q, S_kv, qk_scale, IS_CAUSAL)
+        dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk, ds_op))[0]
+        mbarrier.arrive(free.index(slot), count=1)
     if n > 0:  # the last pair: nothing after it to overlap
         slot = (pairs_before + n - 1) % STAGES
         dv, ds_op = _dv_ds(p_t, delta, dv, v_tile, do_smem.index(slot), zero_s, dtype, op_layout)
         dk = warpgroup_mma(ds_op, q_smem.index(slot), dk, is_async=True)
-        if FUSED_DQ:
-            dq_t = _issue_dq(ds_op, ds_smem, ds_ready, ds_free, k_tiles, pairs_before + n - 1, WG,
-                             n * (qk_scale < 0).to(gl.int32), HEAD_DIM, BLOCK_M, s_layout, SHARED_DS)
-            done = warpgroup_mma_wait(num_outstanding=0, deps=(dk, ds_op, dq_t))
-            dk = done[0]
-            _add_dq(done[2], dq_acc_ptr, ds_free, b, h0 + (n - 1) // n_m, rows, S_q, H_kv * G, WG, HEAD_DIM,
-                    s_layout, SHARED_DS)
-        else:
-            dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk, ds_op))[0]
+        dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk, ds_op))[0]
         mbarrier.arrive(free.index(slot), count=1)
     if RELEASE_KV:  # every product reading K / V has retired: they may be refilled while dK / dV are stored
         mbarrier.arrive(kv_free_bar, count=1)
@@ -403,12 +312,11 @@ def _load_tile(tile, n_tiles, pairs_before, q_desc, do_desc, k_desc, v_desc, k_l
 
 
 @gluon.jit
-def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, dq_acc_ptr,
-                           n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb,
-                           stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, HEAD_DIM: gl.constexpr,
+def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, n_tiles, S_q,
+                           S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt,
+                           stride_dkh, stride_dvb, stride_dvt, stride_dvh, HEAD_DIM: gl.constexpr,
                            BLOCK_M: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                           PARTIAL: gl.constexpr, PERSISTENT: gl.constexpr, EARLY_SCORES: gl.constexpr,
-                           FUSED_DQ: gl.constexpr, SHARED_DS: gl.constexpr):
+                           PARTIAL: gl.constexpr, PERSISTENT: gl.constexpr, EARLY_SCORES: gl.constexpr):
     """``n_tiles`` = cdiv(S_kv, 128) · B · H_kv · G / GS tiles, key block slowest; the grid is one program per tile,
     or with ``PERSISTENT`` fewer (``ws_launch``: one per SM at most), each walking one tile per round
     (``_walked_tile``), so a tile's K / V and first pairs load while the tile before it stores dK / dV. num_warps = 4
@@ -417,21 +325,12 @@ def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, 
     q / dO). Each tile sums over ``GS`` of the G query heads: with ``PARTIAL`` (GS < G, ``launch.head_splits``) it
     stores unscaled fp32 sums to ``part_ptr`` for ``gqa_bwd_head_sum_kernel``; else dK and dV themselves.
     ``EARLY_SCORES``: a pair's next Sᵀ is issued behind its dV / dPᵀ, before they are waited for (the default issues
-    it after dSᵀ is formed). ``FUSED_DQ``: dQ added to ``dq_acc_ptr`` too (module docstring); ``SHARED_DS`` (D = 128
-    only): each consumer adds half of D over both consumers' keys (``_issue_dq``)."""
+    it after dSᵀ is formed)."""
     dtype: gl.constexpr = q_desc.dtype
     k_tiles = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, HEAD_DIM], k_desc.layout)  # [consumer]
     v_tiles = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, HEAD_DIM], v_desc.layout)
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
-    if FUSED_DQ:  # [consumer]: its dSᵀ, dQᵀ's B operand; SHARED_DS: one buffer, both consumers' rows
-        ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS_PER_CONSUMER, BLOCK_M], dtype)
-        if SHARED_DS:
-            ds_smem = gl.allocate_shared_memory(dtype, [1, 2 * KEYS_PER_CONSUMER, BLOCK_M], ds_layout)
-        else:
-            ds_smem = gl.allocate_shared_memory(dtype, [2, KEYS_PER_CONSUMER, BLOCK_M], ds_layout)
-    else:
-        ds_smem = k_tiles  # (unused)
     if PERSISTENT:  # K / V are ready after one TMA expect, free after both consumers' last product of the tile
         kv_ready, kv_free = ring_barriers(1, 1, 2)
     else:
@@ -439,18 +338,11 @@ def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, 
         mbarrier.init(kv_ready.index(0), count=1)
         kv_free = kv_ready  # (unused: one tile per program)
     ready, free = ring_barriers(STAGES, 1, 2)  # one TMA expect per fill; both consumers release a slot
-    if SHARED_DS:  # both consumers stored their dSᵀ / both read the buffer
-        ds_ready, ds_free = ring_barriers(1, 2, 2)
-    else:
-        ds_ready = kv_ready  # (unused)
-        ds_free = kv_ready
     fence_async_shared()  # the initialized barriers visible to the TMA unit (async proxy) before any copy
-    consumer_args = (k_tiles, v_tiles, q_smem, do_smem, ds_smem, ds_ready, ds_free, kv_ready, kv_free, ready, free,
-                     lse_ptr, delta_ptr, dk_ptr, dv_ptr, part_ptr, dq_acc_ptr, n_tiles, S_q, S_kv, H_kv, G, GS,
-                     qk_scale, sm_scale, stride_lb, stride_lh, stride_dkb, stride_dkt, stride_dkh, stride_dvb,
-                     stride_dvt, stride_dvh)
-    consumer_flags: gl.constexpr = (HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, PERSISTENT, EARLY_SCORES,
-                                    FUSED_DQ, SHARED_DS)
+    consumer_args = (k_tiles, v_tiles, q_smem, do_smem, kv_ready, kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr,
+                     dv_ptr, part_ptr, n_tiles, S_q, S_kv, H_kv, G, GS, qk_scale, sm_scale, stride_lb, stride_lh,
+                     stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh)
+    consumer_flags: gl.constexpr = (HEAD_DIM, BLOCK_M, STAGES, IS_CAUSAL, PARTIAL, PERSISTENT, EARLY_SCORES)
     gl.warp_specialize([
         (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
         (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
@@ -462,5 +354,3 @@ def gqa_bwd_dkdv_ws_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, 
     else:
         mbarrier.invalidate(kv_ready.index(0))
     invalidate_ring(ready, free, STAGES)
-    if SHARED_DS:
-        invalidate_ring(ds_ready, ds_free, 1)

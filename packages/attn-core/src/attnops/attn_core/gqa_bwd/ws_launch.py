@@ -31,8 +31,7 @@ HEAD_DIMS = (64, 128)  # [64, D] fp32 dK and dV per consumer thread: 2 x D / 2 r
 
 def pair_rows(head_dim: int) -> int:
     """Query rows per (head, query block) pair: 64 at D = 64; 32 at D = 128, where [64, 64] fp32 Sᵀ / dPᵀ tiles
-    beside dK and dV spilled (192-320 B, offline sm_90). At most ``launch.DQ_PAD_ROWS``: the fused dQ adds a pair's
-    rows unmasked."""
+    beside dK and dV spilled (192-320 B, offline sm_90)."""
     return 64 if head_dim <= 64 else 32
 
 
@@ -42,33 +41,22 @@ class WsBwdConfig:
     gluon_dq: bool = False  # dQ by the Gluon kernel (else the Triton kernel's dQ role)
     persistent: bool = False  # dK / dV programs, at most one per SM, each walking tiles (kernel: PERSISTENT)
     early_scores: bool = False  # both kernels issue the next scores before their last product's wait (EARLY_SCORES)
-    fused_dq: bool = False  # dQ by the dK / dV kernel, fp32 atomics (FUSED_DQ): not deterministic, no dQ launch
-    shared_ds: bool = False  # fused dQ over both consumers' keys, half of D each (SHARED_DS; D = 128, else as fused_dq)
 
     def __post_init__(self):
         if self.early_scores and self.stages < 2:  # the next tile is waited for while this one holds its slot
             raise ValueError(f"WsBwdConfig: early_scores needs stages >= 2, got {self.stages}")
-        if self.fused_dq and self.gluon_dq:
-            raise ValueError("WsBwdConfig: fused_dq computes dQ in the dK / dV kernel; gluon_dq names a dQ kernel")
-        if self.shared_ds and not self.fused_dq:
-            raise ValueError("WsBwdConfig: shared_ds is a form of fused_dq")
 
     @property
     def name(self) -> str:
-        dq = ("fqh-" if self.shared_ds else "fq-") if self.fused_dq else "" if self.gluon_dq else "dkdv-"
-        return f"ws-{dq}s{self.stages}{'-p' if self.persistent else ''}{'-e' if self.early_scores else ''}"
+        return (f"ws-{'' if self.gluon_dq else 'dkdv-'}s{self.stages}{'-p' if self.persistent else ''}"
+                f"{'-e' if self.early_scores else ''}")
 
 
 # ``ws-s3-p`` (attn-core 0.3.19): the persistent dK / dV kernel, for calls of many short tiles; ``ws-s3-p-e``
 # (0.3.20) the same with early scores, the long MHA rows' default (``launch.WS_PERSISTENT_LONG``). ``ws-s3-e`` (early
 # scores on the non-persistent default) was removed: level to 2.5 % slower on the GQA long rows (H100, 2026-12-06).
-# ``ws-fq-*`` / ``ws-fqh-*``: dQ fused into the dK / dV kernel, each consumer over its keys / half of D over both
-# consumers' keys (forced only, not yet run on a GPU).
 WS_CONFIGS = (WsBwdConfig(2), WsBwdConfig(3), WsBwdConfig(4), WsBwdConfig(2, True), WsBwdConfig(3, True),
-              WsBwdConfig(3, True, persistent=True), WsBwdConfig(3, True, persistent=True, early_scores=True),
-              WsBwdConfig(3, fused_dq=True), WsBwdConfig(3, persistent=True, early_scores=True, fused_dq=True),
-              WsBwdConfig(3, fused_dq=True, shared_ds=True),
-              WsBwdConfig(3, persistent=True, early_scores=True, fused_dq=True, shared_ds=True))
+              WsBwdConfig(3, True, persistent=True), WsBwdConfig(3, True, persistent=True, early_scores=True))
 
 
 def refusal(p: Problem) -> str | None:
@@ -99,10 +87,9 @@ def _desc(t: torch.Tensor, rows_per_box: int) -> TensorDescriptor:
 
 
 def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor, part: torch.Tensor | None = None,
-        dq_stream: torch.cuda.Stream | None = None, dq_acc: torch.Tensor | None = None) -> None:
+        dq_stream: torch.cuda.Stream | None = None) -> None:
     """dK and dV of a ``refusal``-checked call (``delta``: the preprocess's ``[B, H, S_q]`` rows), and with
-    ``gluon_dq`` dQ too, or with ``fused_dq`` unscaled dQ added to ``dq_acc`` (fp32 ``[B, S_q, H, D]``, zeroed).
-    ``part`` (``[2, s, B·H_kv, S_kv, D]`` fp32, s > 1 dividing G): each program sums over G / s
+    ``gluon_dq`` dQ too. ``part`` (``[2, s, B·H_kv, S_kv, D]`` fp32, s > 1 dividing G): each program sums over G / s
     query heads and stores its unscaled partial sums there instead (the caller adds them: ``launch._head_sum``).
     ``dq_stream``: the dQ kernel runs there (``runtime.side_stream``: forked and joined by the caller)."""
     b, s_q, h, d = p.q.shape
@@ -113,13 +100,11 @@ def run(cfg: WsBwdConfig, p: Problem, delta: torch.Tensor, part: torch.Tensor | 
     rows = pair_rows(d)
     gqa_bwd_dkdv_ws_kernel[grid](
         _desc(p.q, rows), _desc(p.do, rows), _desc(p.k, KEYS_PER_CONSUMER.value),
-        _desc(p.v, KEYS_PER_CONSUMER.value), p.lse, delta, p.dk, p.dv, delta if part is None else part,
-        dq_acc if cfg.fused_dq else delta, n_tiles,
+        _desc(p.v, KEYS_PER_CONSUMER.value), p.lse, delta, p.dk, p.dv, delta if part is None else part, n_tiles,
         s_q, s_kv, h_kv, h // h_kv, h // h_kv // splits, p.sm_scale * LOG2E, p.sm_scale, p.lse.stride(0),
         p.lse.stride(1), p.dk.stride(0), p.dk.stride(1), p.dk.stride(2), p.dv.stride(0), p.dv.stride(1),
         p.dv.stride(2), HEAD_DIM=d, BLOCK_M=rows, STAGES=cfg.stages, IS_CAUSAL=p.is_causal, PARTIAL=splits > 1,
-        PERSISTENT=cfg.persistent, EARLY_SCORES=cfg.early_scores, FUSED_DQ=cfg.fused_dq,
-        SHARED_DS=cfg.shared_ds and d == 128, num_warps=4)
+        PERSISTENT=cfg.persistent, EARLY_SCORES=cfg.early_scores, num_warps=4)
     if cfg.gluon_dq:
         with runtime.on_stream(dq_stream):
             _run_dq(p, delta, cfg.stages, cfg.early_scores)
