@@ -14,8 +14,9 @@
 #              attn-mla 0.2.13, not yet run on the H200)
 #   fwd        the varlen rows and the qwen3 dense rows (the long-block rule)
 #   tests-fwd  every GPU test of attn-core but GQABwd's (bwd-tests runs those; -m gpu, ATTNOPS_POISON=1, 15
-#              workers; the whole of attn-core took ~560 s on an H100)
-#   tests-rest every GPU test of kernel-utils, attn-mla, attn-nsa and kvcache-ops (the same; ~520 s on an H100)
+#              workers; 430 s on an H100, 2026-12-06)
+#   tests-rest every GPU test of kernel-utils, attn-mla, attn-nsa and kvcache-ops (the same; 97 % of it in 500 s on an
+#              H100, 2026-12-06)
 #   tests-paged the GPU tests of the three paged ops (their files, and test_flash_fwd_ws.py's paged cases: issue 4)
 #   tests-mla  every GPU test of attn-mla (issue 6)
 # Carry .peers (attn-core bundles plus FlashMLA: benchmarks/peers_copy.sh) and .peers-jit.
