@@ -48,7 +48,7 @@ gpu_tests() {
   shift 2
   mkdir -p "$root_out/tests"
   PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)" ATTNOPS_POISON=1 PYTHONUNBUFFERED=1 \
-    timeout $(( deadline - $(date +%s) )) python3 -m pytest -v --tb=line -rf -p no:cacheprovider "$@" 2>&1 |
+    timeout -k 30 $(( deadline - $(date +%s) )) python3 -m pytest -v --tb=line -rf -p no:cacheprovider "$@" 2>&1 |
     while IFS= read -r line; do printf '%(%s)T %s\n' -1 "$line"; done >"$log"
   rc=${PIPESTATUS[0]}  # 124: cut by the deadline
   echo "$(basename "$log" .log): rc=$rc $(grep -c ' PASSED ' "$log") passed, $(grep -c ' FAILED ' "$log") failed"
