@@ -42,18 +42,22 @@ job() { local sub=$1 deadline=$2; shift 2; mkdir -p "$root_out/$sub"
 # gpu_tests <deadline> <log name> <pytest arguments...>: GPU tests with ATTNOPS_POISON=1 under pytest-xdist, cut at
 # the deadline. -v: xdist names each case as it starts and as it ends; its summary, the only other place failures are
 # named, is lost when the deadline cuts the run. Each log line starts with the second it was printed, so
-# benchmarks/test_times.py can say how long each case ran and which ones the deadline cut.
+# benchmarks/test_times.py can say how long each case ran and which ones the deadline cut; that time includes a
+# full-size case's wait for its turn, so the plugin also writes <log>-turns.log (waited / ran, per full-size case).
+# A case still running after 300 s prints every thread's stack into the log (faulthandler; the run goes on).
 gpu_tests() {
   local deadline=$1 log=$root_out/tests/$2.log rc
   shift 2
   mkdir -p "$root_out/tests"
   PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)" ATTNOPS_POISON=1 PYTHONUNBUFFERED=1 \
-    timeout -k 30 $(( deadline - $(date +%s) )) python3 -m pytest -v --tb=line -rf -p no:cacheprovider "$@" 2>&1 |
+    ATTNOPS_TURN_LOG="${log%.log}-turns.log" timeout -k 30 $(( deadline - $(date +%s) )) \
+    python3 -m pytest -v --tb=line -rf -p no:cacheprovider -o faulthandler_timeout=300 "$@" 2>&1 |
     while IFS= read -r line; do printf '%(%s)T %s\n' -1 "$line"; done >"$log"
   rc=${PIPESTATUS[0]}  # 124: cut by the deadline
   echo "$(basename "$log" .log): rc=$rc $(grep -c ' PASSED ' "$log") passed, $(grep -c ' FAILED ' "$log") failed"
   grep ' FAILED ' "$log" | head -n 20
   python3 -m benchmarks.test_times "$log" --slowest 8
+  [ -f "${log%.log}-turns.log" ] && { echo "longest full-size turns:"; sort -k6 -g -r "${log%.log}-turns.log" | head -n 5; }
 }
 for step in $steps; do
   name=${step%%:*}; deadline=$(( start + ${step##*:} ))

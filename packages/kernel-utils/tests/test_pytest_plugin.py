@@ -38,15 +38,19 @@ def test_full_size_turns_exclude_other_processes(tmp_path):
 class _Item:
     def __init__(self, name):
         self.name = name
+        self.nodeid = f"test_x.py::{name}"
 
 
 def test_only_full_size_cases_take_a_turn(tmp_path, monkeypatch):
-    """As on a GPU (interpreter off): a ``*full_size*`` case holds a turn while it runs and frees it after; any other
-    case takes none; both hand their cached memory back once they ran."""
+    """As on a GPU (interpreter off): a ``*full_size*`` case holds a turn while it runs and frees it after, and says in
+    ``$ATTNOPS_TURN_LOG`` how long it waited and ran; any other case takes none; both hand their cached memory back
+    once they ran."""
     prefix = tmp_path / "full-size"
     monkeypatch.setattr(pytest_plugin, "FULL_SIZE_LOCKS", prefix)
     monkeypatch.setattr(pytest_plugin.runtime, "interpreting", lambda: False)
     monkeypatch.setenv("ATTNOPS_FULL_SIZE_SLOTS", "1")
+    turn_log = tmp_path / "turns.log"
+    monkeypatch.setenv("ATTNOPS_TURN_LOG", str(turn_log))
     emptied = []
     monkeypatch.setattr(pytest_plugin.torch.cuda, "empty_cache", lambda: emptied.append(True))
     for name, holds in (("test_seed_row_full_size[row]", True), ("test_seed_row_shrunk[row]", False)):
@@ -59,6 +63,10 @@ def test_only_full_size_cases_take_a_turn(tmp_path, monkeypatch):
             next(call)
         assert _free(f"{prefix}.0"), name
         assert emptied == [True], name
+    # the turn log names the full-size case only, with the seconds it waited and ran
+    lines = turn_log.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(" s test_x.py::test_seed_row_full_size[row]"), lines
+    assert " waited " in lines[0] and " ran " in lines[0], lines
 
 
 # every package's tests/conftest.py in this checkout (only kernel-utils' own where the package is tested alone)

@@ -85,12 +85,25 @@ def pytest_runtest_call(item):
     if runtime.interpreting():
         yield
         return
-    turn = full_size_turn(FULL_SIZE_LOCKS, full_size_slots()) if "full_size" in item.name else contextlib.nullcontext()
-    with turn:
+    full_size = "full_size" in item.name
+    asked = time.monotonic()
+    with full_size_turn(FULL_SIZE_LOCKS, full_size_slots()) if full_size else contextlib.nullcontext():
+        got = time.monotonic()
         try:
             yield
         finally:
             torch.cuda.empty_cache()
+            if full_size:
+                _log_turn(item.nodeid, got - asked, time.monotonic() - got)
+
+
+def _log_turn(nodeid: str, waited: float, held: float) -> None:
+    """One line per full-size case in ``$ATTNOPS_TURN_LOG`` (if set): the seconds it waited for its turn and ran.
+    Why: xdist's log times a case from its start, turn included, so a slow case and a queued one look alike."""
+    path = os.environ.get("ATTNOPS_TURN_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{time.time():.0f} waited {waited:.1f} s ran {held:.1f} s {nodeid}\n")
 
 
 def device():
