@@ -137,11 +137,10 @@ def assert_bitwise(name: str, out: torch.Tensor, ref: torch.Tensor, *, any_nan: 
     bad = _bits(out) != _bits(ref)
     if any_nan and out.is_floating_point():
         bad &= ~(out.isnan() & ref.isnan())
-    n_bad = int(bad.sum())
-    if n_bad:
+    if bool(bad.any()):  # (a bool tensor's sum() widens it to int64 first: 16 GiB for a full-size TopK row)
         idx = tuple(int(i) for i in bad.nonzero()[0])
         raise AssertionError(
-            f"{name}: {n_bad} of {out.numel()} elements differ; first at {idx}: "
+            f"{name}: {int(torch.count_nonzero(bad))} of {out.numel()} elements differ; first at {idx}: "
             f"got {out[idx].item()}, expected {ref[idx].item()}"
         )
 
