@@ -197,3 +197,17 @@ def test_climbing_scores_rise_by_the_step():
     s2 = torch.einsum("thd,nhd->thn", q, k) * 64 ** -0.5 * 1.4426950408889634
     mean = lambda lo, hi: s2[..., lo - 40:hi - 40].mean().item()  # noqa: E731 (mean score of positions [lo, hi))
     assert abs(mean(100, 190) - mean(40, 90) - 12.0) < 1.0 and abs(mean(200, 280) - mean(100, 190) - 12.0) < 1.0
+
+
+def test_fuzz_seeds_start_at_the_base(monkeypatch):
+    """``ATTNOPS_FUZZ_BASE`` moves a run past the seeds an earlier run covered; an explicit base wins."""
+    from types import SimpleNamespace
+
+    from attnops.kernel_utils import reliability
+
+    spec = SimpleNamespace(name="SomeOpFwd")
+    monkeypatch.delenv("ATTNOPS_FUZZ_BASE", raising=False)
+    first = reliability.fuzz_seeds(spec, 3)
+    monkeypatch.setenv("ATTNOPS_FUZZ_BASE", "1200")
+    assert reliability.fuzz_seeds(spec, 3) == [s + 1200 for s in first]
+    assert reliability.fuzz_seeds(spec, 3, base=0) == first

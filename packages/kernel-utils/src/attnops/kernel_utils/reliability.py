@@ -1,6 +1,7 @@
 """Reliability checks every family runs over its ops (``tests/test_<family>_reliability.py``): seeded fuzzing against
 the reference and bitwise determinism. ``ATTNOPS_FUZZ_CASES`` raises the number of fuzz cases per op (CI
-runs a few; ``nox -s fuzz`` and the GPU run many)."""
+runs a few; ``nox -s fuzz`` and the GPU run many); ``ATTNOPS_FUZZ_BASE`` starts their seeds further on, so a long
+run can cover seeds an earlier one did not."""
 
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ def fuzz_cases(default: int) -> int:
     return int(os.environ.get("ATTNOPS_FUZZ_CASES", default))
 
 
-def fuzz_seeds(spec: OpSpec, count: int, base: int = 0) -> list[int]:
-    """Fixed seeds per op, so a failing case is reproducible from its id."""
+def fuzz_seeds(spec: OpSpec, count: int, base: int | None = None) -> list[int]:
+    """Fixed seeds per op, so a failing case is reproducible from its id; ``base`` (default ``ATTNOPS_FUZZ_BASE``,
+    else 0) shifts them."""
+    if base is None:
+        base = int(os.environ.get("ATTNOPS_FUZZ_BASE", 0))
     offset = sum(map(ord, spec.name)) * 1000
     return [offset + base + i for i in range(count)]
 
