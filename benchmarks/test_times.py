@@ -2,6 +2,9 @@
 each prefixed with the second it was printed. xdist prints a case's node id when a worker starts it and
 ``[gwN] [ p%] OUTCOME <node id>`` when it ends; a case started but never ended was running when the deadline cut
 the run. Prints the run's wall time and end line, the cases still running at the cut, then the slowest cases.
+xdist's terminal prints a start line only once the line before it is finished (six 2 s cases on two workers, -v: a
+case's start printed 2 s after it began), so these times are lower bounds, and a case "running at the cut" may have
+been waiting for its full-size turn all along: the turn log beside the log (``<log>-turns.log``) has those seconds.
 
     python3 -m benchmarks.test_times <log> [--slowest N]
 """
