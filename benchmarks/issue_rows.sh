@@ -43,7 +43,8 @@ job() { local sub=$1 deadline=$2; shift 2; mkdir -p "$root_out/$sub"
 # the deadline. -v: xdist names each case as it starts and as it ends; its summary, the only other place failures are
 # named, is lost when the deadline cuts the run. Each log line starts with the second it was printed, so
 # benchmarks/test_times.py can say how long each case ran and which ones the deadline cut; that time includes a
-# full-size case's wait for its turn, so the plugin also writes <log>-turns.log (waited / ran, per full-size case).
+# full-size case's wait for its turn, so the plugin also writes <log>-turns.log (when each took and gave back its
+# turn), which test_times reads too.
 # A case still running after 300 s prints every thread's stack into the log (faulthandler; the run goes on).
 gpu_tests() {
   local deadline=$1 log=$root_out/tests/$2.log rc
@@ -57,7 +58,6 @@ gpu_tests() {
   echo "$(basename "$log" .log): rc=$rc $(grep -c ' PASSED ' "$log") passed, $(grep -c ' FAILED ' "$log") failed"
   grep ' FAILED ' "$log" | head -n 20
   python3 -m benchmarks.test_times "$log" --slowest 8
-  [ -f "${log%.log}-turns.log" ] && { echo "longest full-size turns:"; sort -k6 -g -r "${log%.log}-turns.log" | head -n 5; }
 }
 for step in $steps; do
   name=${step%%:*}; deadline=$(( start + ${step##*:} ))

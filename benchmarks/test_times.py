@@ -4,7 +4,9 @@ each prefixed with the second it was printed. xdist prints a case's node id when
 the run. Prints the run's wall time and end line, the cases still running at the cut, then the slowest cases.
 xdist's terminal prints a start line only once the line before it is finished (six 2 s cases on two workers, -v: a
 case's start printed 2 s after it began), so these times are lower bounds, and a case "running at the cut" may have
-been waiting for its full-size turn all along: the turn log beside the log (``<log>-turns.log``) has those seconds.
+been waiting for its full-size turn all along. The turn log beside it (``<log>-turns.log``, written by kernel-utils'
+pytest plugin) says when each full-size case took and gave back its turn: printed are the cases holding one at the cut
+and the longest turns.
 
     python3 -m benchmarks.test_times <log> [--slowest N]
 """
@@ -38,6 +40,20 @@ def read(log: Path):
     return (min(seconds, default=0), max(seconds, default=0)), started, ended, summary
 
 
+def read_turns(log: Path):
+    """({node id: (second, seconds waited)} of the turns taken, {node id: seconds run} of those given back) from the
+    turn log beside ``log``; empty where there is none."""
+    took, gave = {}, {}
+    path = log.with_name(log.stem + "-turns.log")
+    for line in path.read_text().splitlines() if path.exists() else ():
+        stamp, event, seconds, node = line.split(" ", 3)
+        if event == "took":
+            took[node] = (int(stamp), float(seconds))
+        else:
+            gave[node] = float(seconds)
+    return took, gave
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("log", type=Path)
@@ -51,6 +67,12 @@ def main():
     durations = sorted((t - started[n], outcome, n) for n, (t, outcome) in ended.items() if n in started)[::-1]
     for seconds, outcome, node in durations[: args.slowest]:
         print(f"  {seconds:4d} s {outcome:7s} {node}")
+    took, gave = read_turns(args.log)
+    for node in sorted(set(took) - set(gave), key=lambda n: took[n][0]):
+        since, waited = took[node]
+        print(f"  holding a full-size turn at the cut ({last - since} s, after {waited:.0f} s of wait): {node}")
+    for node in sorted(gave, key=gave.get, reverse=True)[:5]:
+        print(f"  turn {gave[node]:6.1f} s ran, {took.get(node, (0, 0.0))[1]:6.1f} s waited: {node}")
 
 
 if __name__ == "__main__":

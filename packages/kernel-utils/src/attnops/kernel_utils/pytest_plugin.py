@@ -89,21 +89,25 @@ def pytest_runtest_call(item):
     asked = time.monotonic()
     with full_size_turn(FULL_SIZE_LOCKS, full_size_slots()) if full_size else contextlib.nullcontext():
         got = time.monotonic()
+        if full_size:
+            _log_turn("took", got - asked, item.nodeid)
         try:
             yield
         finally:
             torch.cuda.empty_cache()
             if full_size:
-                _log_turn(item.nodeid, got - asked, time.monotonic() - got)
+                _log_turn("gave", time.monotonic() - got, item.nodeid)
 
 
-def _log_turn(nodeid: str, waited: float, held: float) -> None:
-    """One line per full-size case in ``$ATTNOPS_TURN_LOG`` (if set): the seconds it waited for its turn and ran.
-    Why: xdist's log times a case from its start, turn included, so a slow case and a queued one look alike."""
+def _log_turn(event: str, seconds: float, nodeid: str) -> None:
+    """A line in ``$ATTNOPS_TURN_LOG`` (if set) when a full-size case takes its turn (``took``, seconds waited) and
+    when it gives it back (``gave``, seconds run): ``<epoch second> <event> <seconds> <node id>``. Why: xdist's log
+    times a case from its start, turn included, so a slow case and a queued one look alike, and a deadline's cut
+    hides which cases held the turns (``benchmarks/test_times.py`` reads both)."""
     path = os.environ.get("ATTNOPS_TURN_LOG")
     if path:
         with open(path, "a") as f:
-            f.write(f"{time.time():.0f} waited {waited:.1f} s ran {held:.1f} s {nodeid}\n")
+            f.write(f"{time.time():.0f} {event} {seconds:.1f} {nodeid}\n")
 
 
 def device():
