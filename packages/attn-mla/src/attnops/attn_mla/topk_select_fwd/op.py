@@ -135,8 +135,10 @@ SPLIT_DEFAULT = True
 # ... and for decode batches beyond one wave of 512-key programs, up to this many waves, in its last-program form
 # (h200-split). H100 2026-12-06, 16384-key rows (µs, h200-split / h200-split-rank-s8 / h200-latency): 8 rows 16.8 /
 # 17.2 / 40.3, 16 rows 18.9 / 23.4 / 40.5, 32 rows 28.3 / 38.7 / 41.1, 34 rows (8.2 waves) 32.0 / 43.1 / 41.2, 64 rows
-# (15.5 waves) 42.6 / 63.2 / 42.5: 12 waves (49 such rows) lies between the last win measured and the tie. The rank
-# launch spreads a row over SMs / rows programs only, so past one wave it falls behind the last-program select.
+# (15.5 waves) 42.6 / 63.2 / 42.5: 12 waves (49 such rows) lies between the last win measured and the tie. Between
+# them (H100, 2026-12-06, h200-split / h200): 40 rows (9.7 waves) 36.0 / 39.5, 48 rows (11.6 waves) 40.4 / 39.8 (a
+# 1.5 % loss, within a run's noise), 56 and 63 rows 40.7 / 40.1 and 41.0 / 40.2: the crossover is near 11 waves.
+# The rank launch spreads a row over SMs / rows programs only, so past one wave it falls behind the last-program select.
 # Wider chunks that keep the batch in one wave lost at every count (2048 / 4096 keys: 23.8 / 26.1 at 8 rows).
 SPLIT_MAX_WAVES = 12
 
