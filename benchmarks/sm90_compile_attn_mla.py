@@ -106,17 +106,15 @@ def topk_split_variants(name, cfg):
     ptrs = {"score_ptr": "*fp32", "cand_ptr": "*i64", **{n: "*i32" for n in (
         "starts_ptr", "ends_ptr", "out_ptr", "hist_ptr", "counter_ptr")}}
     cx = dict(CHUNK=cfg.split_chunk, HIST_BITS=cfg.hist_bits)
-    yield f"topk {name} histogram", lambda: compile_sm90(topk_split_histogram_kernel, ptrs, ints,
-                                                           dict(cx, LAUNCH_DEPENDENTS=cfg.dependent),
+    yield f"topk {name} histogram", lambda: compile_sm90(topk_split_histogram_kernel, ptrs, ints, cx,
                                                            cfg.num_warps, 1), cfg
     for k in (1024, 2048):
-        sel = dict(cx, CAP=cfg.cap(k), BLOCK=cfg.block, RADIX=cfg.radix, RANK_LAUNCH=cfg.rank_launch,
-                   DEPENDENT=cfg.dependent)
+        sel = dict(cx, CAP=cfg.cap(k), BLOCK=cfg.block, RADIX=cfg.radix, RANK_LAUNCH=cfg.rank_launch)
         yield f"topk {name} select k={k}", lambda sel=sel, k=k: compile_sm90(
             topk_split_select_kernel, ptrs, dict(ints, topk=k), sel, cfg.num_warps, 1), cfg
         if cfg.rank_launch:
             rank = dict(HIST_BITS=cfg.hist_bits, CAP=cfg.cap(k), BLOCK=cfg.block, SLICE=cfg.rank_slice,
-                        RANK_BLOCK=cfg.rank_block, DEPENDENT=cfg.dependent)
+                        RANK_BLOCK=cfg.rank_block)
             yield f"topk {name} rank k={k}", lambda rank=rank, k=k: compile_sm90(
                 topk_split_rank_kernel, ptrs, dict(ints, topk=k), rank, cfg.num_warps, 1), cfg
 

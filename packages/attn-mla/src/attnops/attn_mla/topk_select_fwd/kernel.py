@@ -50,7 +50,6 @@ step 2 (NaN order is unspecified by the spec).
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
@@ -351,15 +350,12 @@ def topk_split_histogram_kernel(
     stride_wb, stride_ws, stride_eb, stride_es,
     CHUNK: tl.constexpr,  # window positions per program
     HIST_BITS: tl.constexpr,  # bins = 2^HIST_BITS, over the keys' top bits
-    LAUNCH_DEPENDENTS: tl.constexpr,  # step 2 is launched as this grid's programmatic dependent
 ):
     """Split path, step 1 of 2 (program (i, p): positions [p·CHUNK, (p + 1)·CHUNK) of row r = row0 + i's
     window; the scratch is indexed by i): one relaxed atomic add per key into the row's histogram, which the
     previous call's step 2 left at zero. (tl.histogram of the chunk into 2048 bins, merged per bin, took
     ~6.8 µs a program on the H200: shared-memory atomics per warp and a 2048-bin pass; a normal row's busiest
     bin takes ~5 % of the row's atomics.)"""
-    if LAUNCH_DEPENDENTS:  # (step 2 loads its chunk, then waits in gdc_wait for this grid's atomics)
-        gdc_launch_dependents()
     i, r, p, lo, n, row_ptr = _split_program(row0, S, G, S_kv, score_ptr, starts_ptr, ends_ptr, stride_sb, stride_ss,
                                              stride_sg, stride_wb, stride_ws, stride_eb, stride_es)
     j = p * CHUNK + tl.arange(0, CHUNK)
@@ -461,7 +457,6 @@ def topk_split_select_kernel(
     BLOCK: tl.constexpr,  # positions per step of the last program's loops
     RADIX: tl.constexpr,  # the last program's register select by 8-bit digits
     RANK_LAUNCH: tl.constexpr,  # the candidates are left to step 3 (``topk_split_rank_kernel``)
-    DEPENDENT: tl.constexpr,  # launched as step 1's programmatic dependent (and step 3 as this one's)
 ):
     """Split path, step 2 of 2 (program (i, p) as in step 1): from the row's histogram, the threshold bin b.
     The chunk's keys above b go to the output at slots taken from a per-row counter, its keys in b, as
@@ -481,9 +476,6 @@ def topk_split_select_kernel(
     j = p * CHUNK + tl.arange(0, CHUNK // 4)[:, None] * 4 + tl.arange(0, 4)[None, :]  # [CHUNK / 4, 4]
     m = j < n
     x = tl.load(row_ptr + (lo + j).to(tl.int64) * stride_st, mask=m, other=0.0)
-    if DEPENDENT:  # the scores above are inputs; the histogram and counters below are step 1's and this step's
-        gdc_launch_dependents()
-        gdc_wait()
     b, above, in_bin = _threshold_bin(hist_row, topk, HIST_BITS)
     if (n > topk) & (in_bin <= CAP):
         key_bin = _key_bin(_ordered_key(x), HIST_BITS)
@@ -515,7 +507,6 @@ def topk_split_rank_kernel(
     BLOCK: tl.constexpr,  # positions per step of the short-window and whole-window loops
     SLICE: tl.constexpr,  # candidates a program ranks at a time
     RANK_BLOCK: tl.constexpr,  # candidates each of them is compared with at a time
-    DEPENDENT: tl.constexpr,  # launched as step 2's programmatic dependent
 ):
     """Split path with ``RANK_LAUNCH``, step 3 of 3 (program (i, p): batch row i as in steps 1 and 2, p one of P
     programs of the row, P at least the row's chunks and up to SMs / rows; p names no chunk here): the threshold bin's
@@ -533,8 +524,6 @@ def topk_split_rank_kernel(
     out_row = out_ptr + r.to(tl.int64) * topk
     cand_row = cand_ptr + i.to(tl.int64) * CAP
     above_counter, cand_counter, arrivals = _row_counters(counter_ptr, i)
-    if DEPENDENT:  # every read and write below touches what step 2 writes or reads
-        gdc_wait()
     above = tl.load(above_counter)
     n_cand = tl.load(cand_counter)
     if n <= topk:

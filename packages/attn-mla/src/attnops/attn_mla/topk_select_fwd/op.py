@@ -41,9 +41,6 @@ class TopKConfig:
     # row's CAP slots over up to SMs / rows programs (at least the row's chunks), rank_slice each.
     rank_slice: int = 32
     rank_block: int = 256
-    # Split path: steps 2 and 3 launched as programmatic dependents of the step before (sm_90; never in the
-    # interpreter): their programs are resident and past their input loads when the previous grid ends
-    dependent: bool = False
 
     def programs_per_row(self, s_kv: int) -> int:
         return triton.cdiv(s_kv, self.split_chunk) if self.split_chunk else 1
@@ -105,10 +102,6 @@ CONFIGS = {
     # octave, so scores in [0, 1) put ~2200 of 16384 keys in the threshold bin at k = 2048 (~4200 of 32768), which
     # 2048 slots would send to the whole-window select of one program.
     "h200-split-rank-s8": _SPLIT_RANK,
-    # Sweep candidate (not picked, untimed): the same with the select and rank launches as programmatic dependents.
-    # The op's time is the union of its kernels' intervals (spec §9): what can go is each dependent's start-up and
-    # input loads before its wait (the select's chunk of scores from HBM with a cold L2), not the gaps between.
-    "h200-split-rank-s8-pdl": replace(_SPLIT_RANK, dependent=True),
     # Sweep candidates (not picked): the split path with 8 / 16 warps. H200 Nsight of h200-split (2026-12-03,
     # SASS counts): every select program runs ~1080 instructions per warp and the row's last program ~3000 more,
     # at ~7-9 cycles each: one warp per scheduler hides no latency. More warps spread the 2048 bins, the chunk
@@ -198,25 +191,24 @@ def _launch_split(index_score, starts, ends, topk: int, out: torch.Tensor, confi
     hist, counters = state[: batch * bins], state[batch * bins: batch * (bins + 3)]
     candidates = torch.empty((batch, cap), dtype=torch.int64, device=dev)
     strides = (*index_score.stride(), *starts.stride(), *ends.stride())
-    dependent = config.dependent and runtime.dependent_launch()
     for row0 in range(0, num_rows, batch):
         grid = (min(batch, num_rows - row0), chunks)
         topk_split_histogram_kernel[grid](
             index_score, starts, ends, hist, row0, s, g, s_kv, *strides,
-            CHUNK=config.split_chunk, HIST_BITS=config.hist_bits, LAUNCH_DEPENDENTS=dependent,
+            CHUNK=config.split_chunk, HIST_BITS=config.hist_bits,
             num_warps=config.num_warps,
         )
         topk_split_select_kernel[grid](
             index_score, starts, ends, out, hist, counters, candidates, row0, s, g, s_kv, topk, *strides,
             CHUNK=config.split_chunk, HIST_BITS=config.hist_bits, CAP=cap, BLOCK=config.block, RADIX=config.radix,
-            RANK_LAUNCH=config.rank_launch, DEPENDENT=dependent, num_warps=config.num_warps, launch_pdl=dependent,
+            RANK_LAUNCH=config.rank_launch, num_warps=config.num_warps,
         )
         if config.rank_launch:
             spread = min(triton.cdiv(cap, config.rank_slice), runtime.num_sms() // grid[0])
             topk_split_rank_kernel[(grid[0], max(chunks, spread))](
                 index_score, starts, ends, out, hist, counters, candidates, row0, s, g, s_kv, topk, *strides,
                 HIST_BITS=config.hist_bits, CAP=cap, BLOCK=config.block, SLICE=config.rank_slice,
-                RANK_BLOCK=config.rank_block, DEPENDENT=dependent, num_warps=config.num_warps, launch_pdl=dependent,
+                RANK_BLOCK=config.rank_block, num_warps=config.num_warps,
             )
     return out
 
