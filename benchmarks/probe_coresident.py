@@ -90,9 +90,9 @@ def main():
         return run, want
 
     def both(cfg, run_stream):
-        def run():  # the prefill first, so its persistent programs hold every SM when the stream's arrive
+        def run():  # the prefill queued first, so its persistent programs hold every SM when the stream's arrive
+            side.wait_stream(torch.cuda.current_stream())  # (forked before the prefill: the side waits for the flush)
             out = prefill(cfg)
-            side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 run_stream()
             torch.cuda.current_stream().wait_stream(side)
