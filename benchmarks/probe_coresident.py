@@ -34,17 +34,36 @@ Q_LEN, KV_LEN, HEADS, KV_HEADS, DIM = 1024, 4096, 32, 8, 128
 DECODE_BYTES = 30 * 4096 * 8 * 128 * 2 * 2  # the serving-step row's 30 decodes' K and V
 STREAM_WIDTH = 128  # bf16 columns of a stream chunk (a K or V row of one head)
 STREAM_WARPS, STREAM_REGS = 4, 40  # 4 x 32 x 40 = 5 K registers: fits beside a 216-register prefill (7 K left)
+STREAM_BATCH_BYTES = 128 * 1024  # what a stream program takes from the shared counter at a time
 
 
 @triton.jit
-def stream_kernel(src_ptr, out_ptr, n_chunks, ROWS: tl.constexpr, WIDTH: tl.constexpr, STAGES: tl.constexpr):
-    """Program p reads chunks p, p + grid, ... of [ROWS, WIDTH] bf16 (software-pipelined, STAGES deep) and stores
-    their elementwise max, so no load is dead."""
+def _now():
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def stream_kernel(src_ptr, out_ptr, next_ptr, trace_ptr, n_batches, ROWS: tl.constexpr, WIDTH: tl.constexpr,
+                  STAGES: tl.constexpr, BATCH: tl.constexpr):
+    """Each program takes batches of BATCH chunks of [ROWS, WIDTH] bf16 from a shared counter (``next_ptr``, zero
+    before the launch; so a program that starts late or shares its SM takes fewer, rather than holding the launch
+    back) and reads each batch software-pipelined, STAGES deep, into an elementwise max it stores (no load is dead).
+    ``trace_ptr``: per program its SM, start and end (globaltimer, ns), where programs ran and when."""
+    pid = tl.program_id(0)
+    start = _now()
     offs = tl.arange(0, ROWS)[:, None] * WIDTH + tl.arange(0, WIDTH)[None, :]
     acc = tl.full([ROWS, WIDTH], float("-inf"), tl.float32)
-    for c in tl.range(tl.program_id(0), n_chunks, tl.num_programs(0), num_stages=STAGES):
-        acc = tl.maximum(acc, tl.load(src_ptr + c.to(tl.int64) * (ROWS * WIDTH) + offs).to(tl.float32))
-    tl.store(out_ptr + tl.program_id(0) * (ROWS * WIDTH) + offs, acc)
+    b = tl.atomic_add(next_ptr, 1)
+    while b < n_batches:
+        base = src_ptr + b.to(tl.int64) * (BATCH * ROWS * WIDTH)
+        for c in tl.range(0, BATCH, num_stages=STAGES):
+            acc = tl.maximum(acc, tl.load(base + c * (ROWS * WIDTH) + offs).to(tl.float32))
+        b = tl.atomic_add(next_ptr, 1)
+    tl.store(out_ptr + pid * (ROWS * WIDTH) + offs, acc)
+    sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+    tl.store(trace_ptr + pid * 3, sm.to(tl.int64))
+    tl.store(trace_ptr + pid * 3 + 1, start)
+    tl.store(trace_ptr + pid * 3 + 2, _now())
 
 
 def _reference(q, k, v):
@@ -75,19 +94,21 @@ def main():
             return gqa_varlen_fwd(q, k, v, cu_q, cu_kv, is_causal=True, max_seqlen_q=Q_LEN, max_seqlen_kv=KV_LEN)
 
     def stream(rows, stages):
-        chunk = rows * STREAM_WIDTH
-        src = torch.randn(DECODE_BYTES // 2 // chunk * chunk, device=dev).to(torch.bfloat16)
+        batch = STREAM_BATCH_BYTES // (2 * rows * STREAM_WIDTH)
+        n_batches = DECODE_BYTES // STREAM_BATCH_BYTES
+        src = torch.randn(n_batches * batch * rows * STREAM_WIDTH, device=dev).to(torch.bfloat16)
         out = torch.empty(sms, rows, STREAM_WIDTH, device=dev)
-        n_chunks = src.numel() // chunk
+        next_batch = torch.zeros(1, device=dev, dtype=torch.int32)
+        trace = torch.zeros(sms, 3, device=dev, dtype=torch.int64)
 
-        def run():
-            stream_kernel[(sms,)](src, out, n_chunks, ROWS=rows, WIDTH=STREAM_WIDTH, STAGES=stages,
-                                  num_warps=STREAM_WARPS, maxnreg=STREAM_REGS)
+        def run():  # (the counter's reset is a one-word memset inside the timed call)
+            next_batch.zero_()
+            stream_kernel[(sms,)](src, out, next_batch, trace, n_batches, ROWS=rows, WIDTH=STREAM_WIDTH,
+                                  STAGES=stages, BATCH=batch, num_warps=STREAM_WARPS, maxnreg=STREAM_REGS)
             return out
 
-        want = src.view(n_chunks, rows, STREAM_WIDTH).float()
-        want = torch.stack([want[i::sms].amax(0) for i in range(sms)])
-        return run, want
+        want = src.view(-1, rows, STREAM_WIDTH).float().amax(0)
+        return run, out, want, trace
 
     def both(cfg, run_stream):
         def run():  # the prefill queued first, so its persistent programs hold every SM when the stream's arrive
@@ -105,10 +126,13 @@ def main():
     pairs = [(ws_launch.WsConfig(128, 2, overlap=True, early_k_release=True, lazy_rescale=True), 16, 6),
              (ws_launch.WsConfig(64, 3, overlap=True), 16, 12)]
     report, impls, checks = {"device": torch.cuda.get_device_name()}, {}, {}
+    traces = {}
     for base, rows, stages in pairs:
-        run_stream, want = stream(rows, stages)
-        checks[f"stream {rows}x{STREAM_WIDTH} s{stages}"] = bool(torch.equal(run_stream(), want))
-        impls[f"stream {rows}x{STREAM_WIDTH} s{stages}"] = run_stream
+        run_stream, stream_out, want, trace = stream(rows, stages)
+        name = f"stream {rows}x{STREAM_WIDTH} s{stages}"
+        checks[name] = bool(torch.equal(run_stream().amax(0), want))
+        impls[name] = run_stream
+        traces[name] = (run_stream, trace)
         outs = {}
         for regs in (240, 216):
             cfg = replace(base, consumer_regs=regs)
@@ -117,8 +141,10 @@ def main():
             checks[f"{cfg.name} rel err"] = err
             impls[cfg.name] = lambda cfg=cfg: prefill(cfg)
             impls[f"{cfg.name} + stream"] = both(cfg, run_stream)
+            traces[f"{cfg.name} + stream"] = (impls[f"{cfg.name} + stream"], trace)
             paired = impls[f"{cfg.name} + stream"]().clone()
             torch.cuda.synchronize()
+            checks[f"{cfg.name} + stream: stream max"] = bool(torch.equal(stream_out.amax(0), want))
             checks[f"{cfg.name} + stream: prefill bitwise alone"] = bool(torch.equal(paired, outs[regs]))
         checks[f"{base.name} r216 bitwise r240"] = bool(torch.equal(outs[216], outs[240]))
     report["checks"] = checks
@@ -129,12 +155,30 @@ def main():
     timed = measure(impls, flush)
     report["ms"] = {n: t.median_ms for n, t in timed.items()}
     report["kernels_ms"] = {n: kernel_breakdown(fn, 10, flush) for n, fn in impls.items() if "+" in n}
+    report["stream_programs"] = {n: _placement(fn, trace, flush) for n, (fn, trace) in traces.items()}
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
     for n, ms in report["ms"].items():
         print(f"{n:40s} {ms * 1e3:8.1f} us  {DECODE_BYTES / ms / 1e9 if n.startswith('stream') else 0:6.2f} TB/s")
     for n, parts in report["kernels_ms"].items():
         print(f"{n:40s} " + ", ".join(f"{k[:28]} {v * 1e3:.1f}" for k, v in parts.items()))
+    for n, pl in report["stream_programs"].items():
+        print(f"{n:40s} " + ", ".join(f"{k} {v}" for k, v in pl.items()))
+
+
+def _placement(fn, trace, flush) -> dict:
+    """One cold-L2 call of ``fn``; where and when its stream programs ran: distinct SMs, most programs on one SM,
+    programs started within 2 µs of the first, and the spread of starts and ends (µs)."""
+    flush()
+    fn()
+    torch.cuda.synchronize()
+    sm, start, end = trace.cpu().T
+    t0 = start.min()
+    return {"sms": int(sm.unique().numel()), "most_on_one_sm": int(sm.bincount().max()),
+            "started_within_2us": int(((start - t0) < 2000).sum()),
+            "start_spread_us": round((start.max() - t0).item() / 1e3, 1),
+            "first_end_us": round((end.min() - t0).item() / 1e3, 1),
+            "last_end_us": round((end.max() - t0).item() / 1e3, 1)}
 
 
 if __name__ == "__main__":
