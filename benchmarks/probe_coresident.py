@@ -4,7 +4,10 @@ lose? The prefill is llama-8b-serving-step's (one request, 1024 queries over 409
 causal, bf16) through ``gqa_varlen_fwd`` with a forced config; the stream stands in for the row's 30 decodes: 503 MB
 read by one small program per SM (``stream_kernel``: loads and a running max, no attention math). The prefill's
 consumers at fewer registers (``WsConfig.consumer_regs``) leave the register file room for a stream program; at
-FA3's 240 they fill it, so that pair is the control (the two kernels can only take turns on an SM).
+FA3's 240 they fill it, so that pair is the control (the two kernels can only take turns on an SM). Two orders: the
+stream on a side stream (whichever kernel's programs reach the SMs first), and the stream as the prefill's
+programmatic dependent on the same stream (``WsConfig.launch_dependents``, ``launch_pdl``): its programs can then
+only join SMs the prefill's programs already hold.
 
 Each variant's output is checked first (the prefill against torch's attention in fp32, and bitwise against the
 240-register build; the stream's maxima against torch's); then every variant is timed as the benchmarks are
@@ -101,14 +104,18 @@ def main():
         next_batch = torch.zeros(1, device=dev, dtype=torch.int32)
         trace = torch.zeros(sms, 3, device=dev, dtype=torch.int64)
 
-        def run():  # (the counter's reset is a one-word memset inside the timed call)
-            next_batch.zero_()
+        def launch(pdl=False):  # (pdl: as the programmatic dependent of the kernel queued before it)
             stream_kernel[(sms,)](src, out, next_batch, trace, n_batches, ROWS=rows, WIDTH=STREAM_WIDTH,
-                                  STAGES=stages, BATCH=batch, num_warps=STREAM_WARPS, maxnreg=STREAM_REGS)
+                                  STAGES=stages, BATCH=batch, num_warps=STREAM_WARPS, maxnreg=STREAM_REGS,
+                                  launch_pdl=pdl)
             return out
 
+        def run():  # (the counter's reset is a one-word memset inside the timed call)
+            next_batch.zero_()
+            return launch()
+
         want = src.view(-1, rows, STREAM_WIDTH).float().amax(0)
-        return run, out, want, trace
+        return run, launch, next_batch, out, want, trace
 
     def both(cfg, run_stream):
         def run():  # the prefill queued first, so its persistent programs hold every SM when the stream's arrive
@@ -120,6 +127,14 @@ def main():
             return out
         return run
 
+    def dependent(cfg, launch_stream, next_batch):
+        def run():  # one stream: the counter, the prefill (its programs let a dependent start first thing), the stream
+            next_batch.zero_()  # as that dependent: its programs can only arrive on SMs the prefill holds
+            out = prefill(cfg)
+            launch_stream(pdl=True)
+            return out
+        return run
+
     ref = _reference(q, k, v)
     # (prefill config, stream chunk rows, stream stages): the serving-step default's tile (197 KB of shared memory:
     # ~30 KB left, 6 stages of 4 KB) and the 64-key tile (164 KB: 12 stages)
@@ -128,7 +143,7 @@ def main():
     report, impls, checks = {"device": torch.cuda.get_device_name()}, {}, {}
     traces = {}
     for base, rows, stages in pairs:
-        run_stream, stream_out, want, trace = stream(rows, stages)
+        run_stream, launch_stream, next_batch, stream_out, want, trace = stream(rows, stages)
         name = f"stream {rows}x{STREAM_WIDTH} s{stages}"
         checks[name] = bool(torch.equal(run_stream().amax(0), want))
         impls[name] = run_stream
@@ -146,6 +161,14 @@ def main():
             torch.cuda.synchronize()
             checks[f"{cfg.name} + stream: stream max"] = bool(torch.equal(stream_out.amax(0), want))
             checks[f"{cfg.name} + stream: prefill bitwise alone"] = bool(torch.equal(paired, outs[regs]))
+            gdc = replace(cfg, launch_dependents=True)
+            name = f"{gdc.name} + dependent stream"
+            impls[name] = dependent(gdc, launch_stream, next_batch)
+            traces[name] = (impls[name], trace)
+            paired = impls[name]().clone()
+            torch.cuda.synchronize()
+            checks[f"{name}: stream max"] = bool(torch.equal(stream_out.amax(0), want))
+            checks[f"{name}: prefill bitwise alone"] = bool(torch.equal(paired, outs[regs]))
         checks[f"{base.name} r216 bitwise r240"] = bool(torch.equal(outs[216], outs[240]))
     report["checks"] = checks
     bad = [n for n, c in checks.items() if c is False or (isinstance(c, float) and not c < 2e-2)]

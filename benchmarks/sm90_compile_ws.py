@@ -65,6 +65,7 @@ def compile_ws(cfg: ws_launch.WsConfig, d: int, layout: int, dtype=torch.float16
               "THREAD_RELEASE": cfg.thread_release, "SPLITS": splits, "K_EARLY": cfg.early_k_release,
               "Q_REGS": 0 if fp8 else min(cfg.q_registers, d),
               "LAZY_RESCALE": ws_launch.lazy_rescale_applies(cfg, kv_box), "CONSUMER_REGS": cfg.consumer_regs,
+              "LAUNCH_DEPENDENTS": cfg.launch_dependents,
               "_float_args": ("qk_scale", "cap_scale", "cap_log2")}
     return compile_sm90(gqa_fwd_ws_kernel, types, consts, num_warps=4, num_stages=1, maxnreg=cfg.maxnreg,
                         source=GluonASTSource)

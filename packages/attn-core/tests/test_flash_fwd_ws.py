@@ -1074,11 +1074,11 @@ def test_q_in_registers_binds_its_columns(monkeypatch):
         ws_launch.WsConfig(32, 4, True, q_registers=96)
 
 
-def test_consumer_registers_bind_the_launch_cap(monkeypatch):
+def test_coresident_probe_knobs_bind_their_launch(monkeypatch):
     """Runs everywhere: a config with fewer consumer registers (``consumer_regs``, the co-resident probe's) passes
     them as ``CONSUMER_REGS`` with the launch cap that gives the first consumer the same count ((2 · 216 + 24) / 3 =
     152 a thread, 152 x 384 registers a program), the default launch neither (240, the compiler's cap); counts that
-    do not split evenly are refused when the config is made."""
+    do not split evenly are refused when the config is made; ``launch_dependents`` binds ``LAUNCH_DEPENDENTS``."""
     rec = _Recorder()
     monkeypatch.setattr(ws_launch, "gqa_fwd_ws_kernel", rec)
     dev = runtime.device()
@@ -1091,6 +1091,11 @@ def test_consumer_registers_bind_the_launch_cap(monkeypatch):
         assert rec.calls[-1][2]["CONSUMER_REGS"] == regs and rec.calls[-1][2].get("maxnreg") == cap
         assert 3 * (cap or 168) - regs - 24 == regs
     assert dataclasses.replace(base, consumer_regs=216).name == "ws-n128s2-ov-kr-l-r216"
+    assert rec.calls[-1][2]["LAUNCH_DEPENDENTS"] is False
+    gdc = dataclasses.replace(base, consumer_regs=216, launch_dependents=True)
+    ws_launch.launch(fwd.Problem(q, k, k, torch.empty_like(q), varlen=False, batch=1, max_q=300, max_kv=500, wr=0),
+                     gdc)
+    assert rec.calls[-1][2]["LAUNCH_DEPENDENTS"] is True and gdc.name == "ws-n128s2-ov-kr-l-r216-gdc"
     for bad in (200, 144, 264):
         with pytest.raises(ValueError, match="consumer_regs"):
             dataclasses.replace(base, consumer_regs=bad)

@@ -72,6 +72,10 @@ class WsConfig:
     # leave room for a small kernel's program on the same SM beside the persistent grid (forced only: the probe of
     # a decode stream co-resident with a prefill, docs/perf/attn-core.md, forty-ninth session)
     consumer_regs: int = 240
+    # (forced only, the same probe) the programs let a programmatic dependent launch start as they begin
+    # (``ws_kernel`` ``LAUNCH_DEPENDENTS``): a kernel queued next on the stream with ``launch_pdl=True`` then finds
+    # this grid on its SMs first
+    launch_dependents: bool = False
 
     def __post_init__(self):
         if self.consumer_regs % 24 or not 168 <= self.consumer_regs <= 240:
@@ -92,7 +96,8 @@ class WsConfig:
                 f"{'-pp' if self.pingpong else ''}{'-bm' if self.block_major else ''}{'-lpt' if self.lpt else ''}"
                 f"{'-pk' if self.pack_gqa else ''}{'-t' if self.thread_release else ''}"
                 f"{'-kr' if self.early_k_release else ''}{f'-qr{self.q_registers}' if self.q_registers else ''}"
-                f"{'-l' if self.lazy_rescale else ''}{f'-r{self.consumer_regs}' if self.consumer_regs != 240 else ''}")
+                f"{'-l' if self.lazy_rescale else ''}{f'-r{self.consumer_regs}' if self.consumer_regs != 240 else ''}"
+                f"{'-gdc' if self.launch_dependents else ''}")
 
     @property
     def maxnreg(self) -> int | None:
@@ -432,7 +437,8 @@ def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
         PINGPONG=cfg.pingpong, Q_BUFS=q_buffers(d), SOFTCAP=bool(softcap), HAS_SINK=sinks is not None,
         PACK=heads_per_tile, THREAD_RELEASE=cfg.thread_release, K_EARLY=cfg.early_k_release,
         Q_REGS=min(cfg.q_registers, d) if scales is None else 0, LAZY_RESCALE=lazy_rescale_applies(cfg, kv_box),
-        CONSUMER_REGS=cfg.consumer_regs, num_warps=4, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}), **layout)
+        CONSUMER_REGS=cfg.consumer_regs, LAUNCH_DEPENDENTS=cfg.launch_dependents, num_warps=4,
+        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}), **layout)
 
 
 def launch(p: Problem, cfg: WsConfig) -> None:
