@@ -1074,6 +1074,19 @@ def test_q_in_registers_binds_its_columns(monkeypatch):
         ws_launch.WsConfig(32, 4, True, q_registers=96)
 
 
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("regs", [216, 192, 168])
+@pytest.mark.parametrize("mask", ["causal", "full-w64-w200"])
+def test_coresident_probe_builds(regs, mask):
+    """The co-resident probe's forced builds (the D = 128 long-block default at fewer consumer registers, with and
+    without the dependents trigger) on every varlen layout, poisoned outputs, against the fp32 reference."""
+    base = ws_launch.WsConfig(128, 2, True, early_k_release=True, lazy_rescale=True, consumer_regs=regs)
+    for cfg in (base, dataclasses.replace(base, launch_dependents=True)):
+        for layout in LAYOUTS:
+            _varlen(layout, 128, 4, mask, torch.float16, cfg)
+
+
 def test_coresident_probe_knobs_bind_their_launch(monkeypatch):
     """Runs everywhere: a config with fewer consumer registers (``consumer_regs``, the co-resident probe's) passes
     them as ``CONSUMER_REGS`` with the launch cap that gives the first consumer the same count ((2 · 216 + 24) / 3 =
