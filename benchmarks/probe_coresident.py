@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from dataclasses import replace
 
 import torch
@@ -69,6 +70,35 @@ def stream_kernel(src_ptr, out_ptr, next_ptr, trace_ptr, n_batches, ROWS: tl.con
     tl.store(trace_ptr + pid * 3, sm.to(tl.int64))
     tl.store(trace_ptr + pid * 3 + 1, start)
     tl.store(trace_ptr + pid * 3 + 2, _now())
+
+
+@triton.jit
+def mark_kernel(marks_ptr, slot):
+    """One thread stores the global timer (ns) at ``marks_ptr[slot]``: the span between two of these brackets the
+    kernels queued between them."""
+    tl.store(marks_ptr + slot, _now())
+
+
+HOLD_CYCLES = 4_000_000  # ~2 ms of torch.cuda._sleep: longer than the host takes to queue a pair and its markers
+SPAN_ITERS = 30
+
+
+def _span_us(fn, marks, flush) -> tuple[float, object]:
+    """Median device span (µs) of ``fn``'s kernels with no host latency inside it: the GPU sleeps while the host
+    queues a marker, ``fn`` and a marker, so the second kernel of a pair starts as soon as the GPU lets it (the
+    benchmarks' union of kernel intervals counts the gap the host leaves between two launches as overlap lost:
+    probe 3's dependent stream began ~55 µs into the prefill). Also the first marker's time of the last call."""
+    spans = []
+    for _ in range(SPAN_ITERS):
+        flush()
+        torch.cuda._sleep(HOLD_CYCLES)
+        mark_kernel[(1,)](marks, 0)
+        fn()
+        mark_kernel[(1,)](marks, 1)
+        torch.cuda.synchronize()
+        t0, t1 = marks.tolist()
+        spans.append((t1 - t0) / 1e3)
+    return statistics.median(spans), t0
 
 
 def main():
@@ -140,7 +170,7 @@ def main():
         name = f"stream {rows}x{STREAM_WIDTH} s{stages}"
         checks[name] = bool(torch.equal(run_stream().amax(0), want))
         impls[name] = run_stream
-        traces[name] = (run_stream, trace)
+        traces[name] = trace
         outs = {}
         for regs in (240, 216):
             cfg = replace(base, consumer_regs=regs)
@@ -149,7 +179,7 @@ def main():
             checks[f"{cfg.name} rel err"] = testing.rel_error(outs[regs], ref)
             impls[cfg.name] = lambda cfg=cfg: prefill(cfg)
             impls[f"{cfg.name} + stream"] = both(cfg, run_stream)
-            traces[f"{cfg.name} + stream"] = (impls[f"{cfg.name} + stream"], trace)
+            traces[f"{cfg.name} + stream"] = trace
             paired = impls[f"{cfg.name} + stream"]().clone()
             torch.cuda.synchronize()
             checks[f"{cfg.name} + stream: stream max"] = bool(torch.equal(stream_out.amax(0), want))
@@ -157,7 +187,7 @@ def main():
             gdc = replace(cfg, launch_dependents=True)
             name = f"{gdc.name} + dependent stream"
             impls[name] = dependent(gdc, launch_stream, next_batch)
-            traces[name] = (impls[name], trace)
+            traces[name] = trace
             paired = impls[name]().clone()
             torch.cuda.synchronize()
             checks[f"{name}: stream max"] = bool(torch.equal(stream_out.amax(0), want))
@@ -171,27 +201,34 @@ def main():
     timed = measure(impls, flush)
     report["ms"] = {n: t.median_ms for n, t in timed.items()}
     report["kernels_ms"] = {n: kernel_breakdown(fn, 10, flush) for n, fn in impls.items() if "+" in n}
-    report["stream_programs"] = {n: _placement(fn, trace, flush) for n, (fn, trace) in traces.items()}
+    marks = torch.zeros(2, device=dev, dtype=torch.int64)
+    report["held_span_us"], report["stream_programs"] = {}, {}
+    for n, fn in impls.items():
+        us, t_mark = _span_us(fn, marks, flush)
+        report["held_span_us"][n] = round(us, 1)
+        if n in traces:  # (read before the next variant's calls rewrite the shared trace)
+            report["stream_programs"][n] = _placement(traces[n], t_mark)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
+    print(f"{'':46s} {'timed':>8s} {'held span':>10s}")
     for n, ms in report["ms"].items():
-        print(f"{n:40s} {ms * 1e3:8.1f} us  {DECODE_BYTES / ms / 1e9 if n.startswith('stream') else 0:6.2f} TB/s")
+        print(f"{n:46s} {ms * 1e3:8.1f} {report['held_span_us'][n]:10.1f} us"
+              + (f"  {DECODE_BYTES / ms / 1e9:.2f} TB/s" if n.startswith("stream") else ""))
     for n, parts in report["kernels_ms"].items():
         print(f"{n:40s} " + ", ".join(f"{k[:28]} {v * 1e3:.1f}" for k, v in parts.items()))
     for n, pl in report["stream_programs"].items():
         print(f"{n:40s} " + ", ".join(f"{k} {v}" for k, v in pl.items()))
 
 
-def _placement(fn, trace, flush) -> dict:
-    """One cold-L2 call of ``fn``; where and when its stream programs ran: distinct SMs, most programs on one SM,
-    programs started within 2 µs of the first, and the spread of starts and ends (µs)."""
-    flush()
-    fn()
-    torch.cuda.synchronize()
+def _placement(trace, t_mark) -> dict:
+    """Where and when the stream programs of the last held call ran: distinct SMs, most programs on one SM, programs
+    started within 2 µs of the first, the first start after the marker queued before the call, and the spread of
+    starts and ends after the first start (µs)."""
     sm, start, end = trace.cpu().T
     t0 = start.min()
     return {"sms": int(sm.unique().numel()), "most_on_one_sm": int(sm.bincount().max()),
             "started_within_2us": int(((start - t0) < 2000).sum()),
+            "first_start_after_mark_us": round((t0.item() - t_mark) / 1e3, 1),
             "start_spread_us": round((start.max() - t0).item() / 1e3, 1),
             "first_end_us": round((end.min() - t0).item() / 1e3, 1),
             "last_end_us": round((end.max() - t0).item() / 1e3, 1)}
