@@ -9,6 +9,11 @@ stream on a side stream (whichever kernel's programs reach the SMs first), and t
 programmatic dependent on the same stream (``WsConfig.launch_dependents``, ``launch_pdl``): its programs can then
 only join SMs the prefill's programs already hold.
 
+The third form (fiftieth session) puts the decode's math in: ``coresident_decode``'s paged GQA decode (the row's
+30 decodes, 4 warps, at the registers the prefill leaves) alone and as the prefill's dependent. Besides the
+benchmarks' timing, each variant's ``held span``: the GPU asleep while the host queues a marker, the variant and a
+marker, so no host latency splits a pair (probe 3's dependent stream started ~55 µs into the prefill).
+
 Each variant's output is checked first (the prefill against the op's shipped fp32 reference by the dual-reference
 rule, and bitwise against the 240-register build; the stream's maxima against torch's); then every variant is timed
 as the benchmarks are (``timing.measure``: CUPTI, cold L2, median) with the per-kernel times
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from dataclasses import replace
 
@@ -30,10 +36,12 @@ import triton.language as tl
 
 from attnops.attn_core.flash_fwd import launch as fwd
 from attnops.attn_core.flash_fwd import ws_launch
+from attnops.attn_core.gqa_paged_fwd.reference import gqa_paged_fwd_ref
 from attnops.attn_core.gqa_varlen_fwd.op import gqa_varlen_fwd
 from attnops.attn_core.gqa_varlen_fwd.reference import gqa_varlen_fwd_ref
 from attnops.kernel_utils import runtime, testing
 
+from .coresident_decode import chunk_count, combine, paged_decode_chunks_kernel
 from .timing import L2Flusher, kernel_breakdown, measure
 
 Q_LEN, KV_LEN, HEADS, KV_HEADS, DIM = 1024, 4096, 32, 8, 128
@@ -41,6 +49,8 @@ DECODE_BYTES = 30 * 4096 * 8 * 128 * 2 * 2  # the serving-step row's 30 decodes'
 STREAM_WIDTH = 128  # bf16 columns of a stream chunk (a K or V row of one head)
 STREAM_WARPS, STREAM_REGS = 4, 40  # 4 x 32 x 40 = 5 K registers: fits beside a 216-register prefill (7 K left)
 STREAM_BATCH_BYTES = 128 * 1024  # what a stream program takes from the shared counter at a time
+DECODES, PAGE = 30, 64  # the serving-step row's decodes (each 4096 keys: DECODE_BYTES) and its page size
+DECODE_CHUNK = 512  # keys a decode work item: 1920 items, ~14 a program
 
 
 @triton.jit
@@ -165,6 +175,7 @@ def main():
              (ws_launch.WsConfig(64, 3, overlap=True), 16, 12)]
     report, impls, checks = {"device": torch.cuda.get_device_name()}, {}, {}
     traces = {}
+    decoder = _decoder()
     for base, rows, stages in pairs:
         run_stream, launch_stream, next_batch, stream_out, want, trace = stream(rows, stages)
         name = f"stream {rows}x{STREAM_WIDTH} s{stages}"
@@ -172,7 +183,7 @@ def main():
         impls[name] = run_stream
         traces[name] = trace
         outs = {}
-        for regs in (240, 216):
+        for regs in (240, 216, 192):
             cfg = replace(base, consumer_regs=regs)
             outs[regs] = prefill(cfg).clone()
             testing.assert_close_dual(cfg.name, outs[regs], ref, lowp)  # (raises before anything is timed)
@@ -193,6 +204,7 @@ def main():
             checks[f"{name}: stream max"] = bool(torch.equal(stream_out.amax(0), want))
             checks[f"{name}: prefill bitwise alone"] = bool(torch.equal(paired, outs[regs]))
         checks[f"{base.name} r216 bitwise r240"] = bool(torch.equal(outs[216], outs[240]))
+        _decode_pairs(base, prefill, decoder, checks, impls)
     report["checks"] = checks
     bad = [n for n, c in checks.items() if c is False]
     if bad:
@@ -213,11 +225,77 @@ def main():
     print(f"{'':46s} {'timed':>8s} {'held span':>10s}")
     for n, ms in report["ms"].items():
         print(f"{n:46s} {ms * 1e3:8.1f} {report['held_span_us'][n]:10.1f} us"
-              + (f"  {DECODE_BYTES / ms / 1e9:.2f} TB/s" if n.startswith("stream") else ""))
+              + (f"  {DECODE_BYTES / ms / 1e9:.2f} TB/s" if n.startswith(("stream", "decode")) else ""))
     for n, parts in report["kernels_ms"].items():
         print(f"{n:40s} " + ", ".join(f"{k[:28]} {v * 1e3:.1f}" for k, v in parts.items()))
     for n, pl in report["stream_programs"].items():
         print(f"{n:40s} " + ", ".join(f"{k} {v}" for k, v in pl.items()))
+
+
+def _decoder():
+    """The serving-step row's 30 decodes as paged pools (64-token pages in shuffled order, 4096 keys each, 503 MB),
+    their fp32 reference and its low-precision twin, and a launcher of ``coresident_decode``'s kernel."""
+    dev = torch.device("cuda")
+    pages = DECODES * KV_LEN // PAGE
+    q = torch.randn(DECODES, HEADS, DIM, device=dev, dtype=torch.bfloat16)
+    k_pages, v_pages = (torch.randn(pages, PAGE, KV_HEADS, DIM, device=dev, dtype=torch.bfloat16) for _ in range(2))
+    table = torch.randperm(pages, device=dev, dtype=torch.int32).view(DECODES, KV_LEN // PAGE)
+    lens = torch.full((DECODES,), KV_LEN, device=dev, dtype=torch.int32)
+    cu = testing.cu_seqlens([1] * DECODES, dev)
+    ref = gqa_paged_fwd_ref(q, k_pages, v_pages, table, lens, cu, out_dtype=torch.float32)
+    lowp = gqa_paged_fwd_ref(q, k_pages, v_pages, table, lens, cu, lowp=torch.bfloat16)
+    chunks = chunk_count(KV_LEN, DECODE_CHUNK)
+    n_items = DECODES * KV_HEADS * chunks
+    group = HEADS // KV_HEADS
+    o_part = torch.empty(n_items, group, DIM, device=dev)
+    m_part, l_part = (torch.empty(n_items, group, device=dev) for _ in range(2))
+    next_item = torch.zeros(1, device=dev, dtype=torch.int32)
+
+    def launch(regs, block_n, stages, pdl=False):
+        paged_decode_chunks_kernel[(runtime.num_sms(),)](
+            q, k_pages, v_pages, table, o_part, m_part, l_part, next_item, n_items, math.log2(math.e) / math.sqrt(DIM),
+            KV_HEADS, q.stride(0), q.stride(1), k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
+            table.stride(0), G=group, D=DIM, PAGE=PAGE, CHUNK=DECODE_CHUNK, CHUNKS=chunks, BLOCK_N=block_n,
+            STAGES=stages, num_warps=4, maxnreg=regs, launch_pdl=pdl)
+
+    def result():
+        return combine(o_part, m_part, l_part, DECODES, KV_HEADS, chunks)
+
+    return launch, next_item, result, ref, lowp
+
+
+def _decode_pairs(base, prefill, decoder, checks, impls):
+    """The decode kernel alone and as the prefill's programmatic dependent, at the registers the prefill leaves a
+    4-warp program ((65536 - 384 · cap) / 128 a thread, cap = (2 · consumer_regs + 24) / 3): 56 beside 216, 104
+    beside 192 (offline sm_90: 56 spills 72 / 208 B, 104 none); key tile and stages by the shared memory left
+    (n128s2: ~29 KB, n64s3: ~62 KB)."""
+    launch, next_item, result, ref, lowp = decoder
+    block_n, stages = (32, 3) if base.block_n == 128 else (64, 2)  # (offline sm_90: 21.6 / 38.9 KB)
+    for consumer_regs in (216, 192):
+        regs = (65536 - 384 * ((2 * consumer_regs + 24) // 3)) // 128 // 8 * 8
+        name = f"decode n{block_n}s{stages} r{regs}"
+
+        def alone(regs=regs):
+            next_item.zero_()
+            launch(regs, block_n, stages)
+
+        if name not in impls:
+            alone()
+            testing.assert_close_dual(name, result(), ref, lowp)
+            checks[f"{name} rel err"] = testing.rel_error(result(), ref)
+            impls[name] = alone
+        gdc = replace(base, consumer_regs=consumer_regs, launch_dependents=True)
+
+        def pair(gdc=gdc, regs=regs):
+            next_item.zero_()
+            out = prefill(gdc)
+            launch(regs, block_n, stages, pdl=True)
+            return out
+
+        pair_name = f"{gdc.name} + dependent {name}"
+        pair()
+        testing.assert_close_dual(pair_name, result(), ref, lowp)
+        impls[pair_name] = pair
 
 
 def _placement(trace, t_mark) -> dict:
