@@ -25,6 +25,7 @@ def paged_decode_chunks_kernel(q_ptr, k_ptr, v_ptr, table_ptr, o_ptr, m_ptr, l_p
     rows = tl.arange(0, 16)
     cols = tl.arange(0, D)
     keys = tl.arange(0, BLOCK_N)
+    slots = tl.arange(0, CHUNK // PAGE)  # (BLOCK_N divides PAGE, PAGE divides CHUNK)
     item = tl.atomic_add(next_ptr, 1)
     while item < n_items:
         chunk = item % CHUNKS
@@ -35,10 +36,12 @@ def paged_decode_chunks_kernel(q_ptr, k_ptr, v_ptr, table_ptr, o_ptr, m_ptr, l_p
         m = tl.full([16], float("-inf"), tl.float32)
         l = tl.zeros([16], tl.float32)
         acc = tl.zeros([16, D], tl.float32)
-        for n0 in tl.range(chunk * CHUNK, chunk * CHUNK + CHUNK, BLOCK_N, num_stages=STAGES):
-            pos = n0 + keys
-            page = tl.load(table_ptr + req * stride_tb + pos // PAGE)
-            at = page.to(tl.int64) * stride_kp + (pos % PAGE) * stride_ks + head * stride_kh
+        # the chunk's page ids loaded once: no load in the loop feeds a K / V address, so the pipeliner can issue
+        # the K / V loads STAGES - 1 tiles ahead (with the page id loaded in the loop it kept one)
+        pages = tl.load(table_ptr + req * stride_tb + chunk * (CHUNK // PAGE) + slots).to(tl.int64)
+        for n0 in tl.range(0, CHUNK, BLOCK_N, num_stages=STAGES):
+            page = tl.sum(tl.where(slots == n0 // PAGE, pages, 0))
+            at = page * stride_kp + (n0 % PAGE + keys) * stride_ks + head * stride_kh
             k = tl.load(k_ptr + at[:, None] + cols[None, :])
             s = tl.dot(q, tl.trans(k)) * scale_log2
             m_new = tl.maximum(m, tl.max(s, 1))
@@ -56,9 +59,11 @@ def paged_decode_chunks_kernel(q_ptr, k_ptr, v_ptr, table_ptr, o_ptr, m_ptr, l_p
         item = tl.atomic_add(next_ptr, 1)
 
 
-def chunk_count(kv_len: int, chunk: int) -> int:
-    if kv_len % chunk:
-        raise ValueError(f"coresident_decode: kv_len {kv_len} must be a multiple of chunk {chunk}")
+def chunk_count(kv_len: int, chunk: int, page: int, block_n: int) -> int:
+    """Chunks of ``chunk`` keys in ``kv_len``; refuses tilings the kernel does not handle."""
+    if kv_len % chunk or chunk % page or page % block_n or (chunk // page) & (chunk // page - 1):
+        raise ValueError(f"coresident_decode: need kv_len ({kv_len}) a multiple of chunk ({chunk}), chunk a "
+                         f"power-of-two multiple of page ({page}), page a multiple of block_n ({block_n})")
     return kv_len // chunk
 
 

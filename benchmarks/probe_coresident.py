@@ -244,7 +244,7 @@ def _decoder():
     cu = testing.cu_seqlens([1] * DECODES, dev)
     ref = gqa_paged_fwd_ref(q, k_pages, v_pages, table, lens, cu, out_dtype=torch.float32)
     lowp = gqa_paged_fwd_ref(q, k_pages, v_pages, table, lens, cu, lowp=torch.bfloat16)
-    chunks = chunk_count(KV_LEN, DECODE_CHUNK)
+    chunks = chunk_count(KV_LEN, DECODE_CHUNK, PAGE, 32)  # (every variant below: 32-key tiles)
     n_items = DECODES * KV_HEADS * chunks
     group = HEADS // KV_HEADS
     o_part = torch.empty(n_items, group, DIM, device=dev)
@@ -267,10 +267,10 @@ def _decoder():
 def _decode_pairs(base, prefill, decoder, checks, impls):
     """The decode kernel alone and as the prefill's programmatic dependent, at the registers the prefill leaves a
     4-warp program ((65536 - 384 · cap) / 128 a thread, cap = (2 · consumer_regs + 24) / 3): 56 beside 216, 104
-    beside 192 (offline sm_90: 56 spills 72 / 208 B, 104 none); key tile and stages by the shared memory left
+    beside 192 (offline sm_90: 56 spills 136-160 B, 104 none); key tile and stages by the shared memory left
     (n128s2: ~29 KB, n64s3: ~62 KB)."""
     launch, next_item, result, ref, lowp = decoder
-    block_n, stages = (32, 3) if base.block_n == 128 else (64, 2)  # (offline sm_90: 21.6 / 38.9 KB)
+    block_n, stages = (32, 2) if base.block_n == 128 else (32, 4)  # (offline sm_90: 21.5 / 54.3 KB)
     for consumer_regs in (216, 192):
         regs = (65536 - 384 * ((2 * consumer_regs + 24) // 3)) // 128 // 8 * 8
         name = f"decode n{block_n}s{stages} r{regs}"
