@@ -15,9 +15,9 @@ benchmarks' timing, each variant's ``held span``: the GPU asleep while the host 
 marker, so no host latency splits a pair (probe 3's dependent stream started ~55 µs into the prefill).
 
 Each variant's output is checked first (the prefill against the op's shipped fp32 reference by the dual-reference
-rule, and bitwise against the 240-register build; the stream's maxima against torch's); then every variant is timed
-as the benchmarks are (``timing.measure``: CUPTI, cold L2, median) with the per-kernel times
-(``timing.kernel_breakdown``).
+rule, and bitwise against the 240-register build and alone; the stream's maxima against torch's; the decode
+against ``gqa_paged_fwd_ref`` by the same rule); then every variant is timed as the benchmarks are
+(``timing.measure``: CUPTI, cold L2, median) with the per-kernel times (``timing.kernel_breakdown``).
 
     python -m benchmarks.probe_coresident --out /tmp/coresident.json
 """
@@ -203,7 +203,7 @@ def main():
             torch.cuda.synchronize()
             checks[f"{name}: stream max"] = bool(torch.equal(stream_out.amax(0), want))
             checks[f"{name}: prefill bitwise alone"] = bool(torch.equal(paired, outs[regs]))
-        checks[f"{base.name} r216 bitwise r240"] = bool(torch.equal(outs[216], outs[240]))
+        checks[f"{base.name} r216 / r192 bitwise r240"] = all(torch.equal(outs[r], outs[240]) for r in (216, 192))
         _decode_pairs(base, prefill, decoder, checks, impls)
     report["checks"] = checks
     bad = [n for n, c in checks.items() if c is False]
@@ -293,8 +293,10 @@ def _decode_pairs(base, prefill, decoder, checks, impls):
             return out
 
         pair_name = f"{gdc.name} + dependent {name}"
-        pair()
+        paired = pair().clone()
         testing.assert_close_dual(pair_name, result(), ref, lowp)
+        alone_out = prefill(replace(gdc, launch_dependents=False))
+        checks[f"{pair_name}: prefill bitwise alone"] = bool(torch.equal(paired, alone_out))
         impls[pair_name] = pair
 
 
