@@ -169,14 +169,16 @@ def main():
     call = dict(is_causal=True, max_seqlen_q=Q_LEN, max_seqlen_kv=KV_LEN)
     ref = gqa_varlen_fwd_ref(q, k, v, cu_q, cu_kv, **call)  # fp32, and torch's bf16 error as the yardstick
     lowp = gqa_varlen_fwd_ref(q, k, v, cu_q, cu_kv, **call, compute_dtype=torch.bfloat16)
-    # (prefill config, stream chunk rows, stream stages): the serving-step default's tile (197 KB of shared memory:
-    # ~30 KB left, 6 stages of 4 KB) and the 64-key tile (164 KB: 12 stages)
-    pairs = [(ws_launch.WsConfig(128, 2, overlap=True, early_k_release=True, lazy_rescale=True), 16, 6),
-             (ws_launch.WsConfig(64, 3, overlap=True), 16, 12)]
+    # (prefill config, stream chunk rows, stream stages, decode key tile, decode stages), by the shared memory the
+    # prefill leaves (offline sm_90): the serving-step default's tile (197 KB: ~30 KB left; stream 6 stages of 4 KB,
+    # decode 21.5 KB), the 64-key tile at 3 stages (164 KB; 12 stages, 54.3 KB) and at 2 (131 KB; 20 stages, 87 KB)
+    pairs = [(ws_launch.WsConfig(128, 2, overlap=True, early_k_release=True, lazy_rescale=True), 16, 6, 32, 2),
+             (ws_launch.WsConfig(64, 3, overlap=True), 16, 12, 32, 4),
+             (ws_launch.WsConfig(64, 2, overlap=True), 16, 20, 32, 6)]
     report, impls, checks = {"device": torch.cuda.get_device_name()}, {}, {}
     traces = {}
     decoder = _decoder()
-    for base, rows, stages in pairs:
+    for base, rows, stages, decode_n, decode_stages in pairs:
         run_stream, launch_stream, next_batch, stream_out, want, trace = stream(rows, stages)
         name = f"stream {rows}x{STREAM_WIDTH} s{stages}"
         checks[name] = bool(torch.equal(run_stream().amax(0), want))
@@ -204,7 +206,7 @@ def main():
             checks[f"{name}: stream max"] = bool(torch.equal(stream_out.amax(0), want))
             checks[f"{name}: prefill bitwise alone"] = bool(torch.equal(paired, outs[regs]))
         checks[f"{base.name} r216 / r192 bitwise r240"] = all(torch.equal(outs[r], outs[240]) for r in (216, 192))
-        _decode_pairs(base, prefill, decoder, checks, impls)
+        _decode_pairs(base, decode_n, decode_stages, prefill, decoder, checks, impls)
     report["checks"] = checks
     bad = [n for n, c in checks.items() if c is False]
     if bad:
@@ -264,13 +266,12 @@ def _decoder():
     return launch, next_item, result, ref, lowp
 
 
-def _decode_pairs(base, prefill, decoder, checks, impls):
+def _decode_pairs(base, block_n, stages, prefill, decoder, checks, impls):
     """The decode kernel alone and as the prefill's programmatic dependent, at the registers the prefill leaves a
     4-warp program ((65536 - 384 · cap) / 128 a thread, cap = (2 · consumer_regs + 24) / 3): 56 beside 216, 104
-    beside 192 (offline sm_90: 56 spills 136-160 B, 104 none); key tile and stages by the shared memory left
-    (n128s2: ~29 KB, n64s3: ~62 KB)."""
+    beside 192 (offline sm_90: 56 spills 136-160 B, 104 none); ``block_n`` / ``stages`` fit the shared memory the
+    prefill leaves."""
     launch, next_item, result, ref, lowp = decoder
-    block_n, stages = (32, 2) if base.block_n == 128 else (32, 4)  # (offline sm_90: 21.5 / 54.3 KB)
     for consumer_regs in (216, 192):
         regs = (65536 - 384 * ((2 * consumer_regs + 24) // 3)) // 128 // 8 * 8
         name = f"decode n{block_n}s{stages} r{regs}"
