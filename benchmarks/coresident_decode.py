@@ -14,15 +14,13 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-ROWS = 16  # tl.dot's smallest M: the G <= 16 query heads of a KV head, zero-padded
-
 
 @triton.jit
 def paged_decode_chunks_kernel(q_ptr, k_ptr, v_ptr, table_ptr, o_ptr, m_ptr, l_ptr, next_ptr, n_items, scale_log2,
                                n_kv_heads, stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_tb,
                                G: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, CHUNK: tl.constexpr,
                                CHUNKS: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
-    rows = tl.arange(0, 16)
+    rows = tl.arange(0, 16)  # tl.dot's smallest M: the G <= 16 query heads of a KV head, zero-padded
     cols = tl.arange(0, D)
     keys = tl.arange(0, BLOCK_N)
     slots = tl.arange(0, CHUNK // PAGE)  # (BLOCK_N divides PAGE, PAGE divides CHUNK)
