@@ -19,12 +19,14 @@
 #              H100, 2026-12-06)
 #   tests-paged the GPU tests of the three paged ops (their files, and test_flash_fwd_ws.py's paged cases: issue 4)
 #   tests-mla  every GPU test of attn-mla (issue 6)
+#   probe      benchmarks/probe_coresident.py (issue 4's serving-step: decode reads beside the prefill; ~50 s on an
+#              H100), its JSON under probe/ and its table at the end of probe/probe.log
 # Carry .peers (attn-core bundles plus FlashMLA: benchmarks/peers_copy.sh) and .peers-jit.
 #   ATTNOPS_GIT_SHA=<sha> [STEPS="bwd:100 bwd-tests:220 paged:430"] [ANY_GPU=1] bash benchmarks/issue_rows.sh
 set -u
 steps=${STEPS:-bwd:100 bwd-tests:220 paged:430}
 for step in $steps; do  # (a misspelt step fails here, before any device time is spent)
-  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|fwd|tests-fwd|tests-rest|tests-paged|tests-mla):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
+  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|fwd|tests-fwd|tests-rest|tests-paged|tests-mla|probe):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
 done
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 echo "GPU: $gpu"
@@ -80,6 +82,10 @@ for step in $steps; do
     mla) job mla "$deadline" attn-mla -- --filter "TopKSelectFwd/ds-v32,DSADecode" --exclude-peers "$no_ref_mla" ;;
     mla-decode) job mla-decode "$deadline" attn-mla -- --filter "MLADecodeWithKVCacheFwd/" --exclude-peers "$no_ref_mla" ;;
     fwd) job fwd "$deadline" attn-core -- --filter "GQAVarlenFwd/,GQADenseFwd/qwen3" --exclude-peers "$no_ref" ;;
+    probe) mkdir -p "$root_out/probe"
+           PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:):." timeout -k 10 $(( deadline - $(date +%s) )) \
+             python3 -m benchmarks.probe_coresident --out "$root_out/probe/coresident.json" >"$root_out/probe/probe.log" 2>&1
+           echo "probe: rc=$?"; grep -A60 "held span" "$root_out/probe/probe.log" | grep -v "^ws-.* + stream " | head -n 40 ;;
   esac
 done
 echo "wall $(( $(date +%s) - start )) s"
