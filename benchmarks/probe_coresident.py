@@ -253,12 +253,12 @@ def _decoder():
     m_part, l_part = (torch.empty(n_items, group, device=dev) for _ in range(2))
     next_item = torch.zeros(1, device=dev, dtype=torch.int32)
 
-    def launch(regs, block_n, stages, pdl=False):
+    def launch(regs, warps, block_n, stages, pdl=False):
         paged_decode_chunks_kernel[(runtime.num_sms(),)](
             q, k_pages, v_pages, table, o_part, m_part, l_part, next_item, n_items, math.log2(math.e) / math.sqrt(DIM),
             KV_HEADS, q.stride(0), q.stride(1), k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
             table.stride(0), G=group, D=DIM, PAGE=PAGE, CHUNK=DECODE_CHUNK, CHUNKS=chunks, BLOCK_N=block_n,
-            STAGES=stages, num_warps=4, maxnreg=regs, launch_pdl=pdl)
+            STAGES=stages, num_warps=warps, maxnreg=regs, launch_pdl=pdl)
 
     def result():
         return combine(o_part, m_part, l_part, DECODES, KV_HEADS, chunks)
@@ -267,18 +267,20 @@ def _decoder():
 
 
 def _decode_pairs(base, block_n, stages, prefill, decoder, checks, impls):
-    """The decode kernel alone and as the prefill's programmatic dependent, at the registers the prefill leaves a
-    4-warp program ((65536 - 384 · cap) / 128 a thread, cap = (2 · consumer_regs + 24) / 3): 56 beside 216, 104
-    beside 192 (offline sm_90: 56 spills 136-160 B, 104 none); ``block_n`` / ``stages`` fit the shared memory the
-    prefill leaves."""
+    """The decode kernel alone and as the prefill's programmatic dependent, in the registers the prefill leaves
+    (65536 - 384 · cap, cap = (2 · consumer_regs + 24) / 3): beside 216, 2 warps at 112 a thread (4 warps would get
+    56 and spill 136-160 B, offline sm_90); beside 192, 4 warps at 104 (no spill). ``block_n`` / ``stages`` fit the
+    shared memory the prefill leaves."""
     launch, next_item, result, ref, lowp = decoder
     for consumer_regs in (216, 192):
-        regs = (65536 - 384 * ((2 * consumer_regs + 24) // 3)) // 128 // 8 * 8
-        name = f"decode n{block_n}s{stages} r{regs}"
+        free = 65536 - 384 * ((2 * consumer_regs + 24) // 3)
+        warps = 4 if free >= 96 * 128 else 2
+        regs = free // (32 * warps) // 8 * 8
+        name = f"decode n{block_n}s{stages} w{warps} r{regs}"
 
-        def alone(regs=regs):
+        def alone(regs=regs, warps=warps):
             next_item.zero_()
-            launch(regs, block_n, stages)
+            launch(regs, warps, block_n, stages)
 
         if name not in impls:
             alone()
@@ -287,10 +289,10 @@ def _decode_pairs(base, block_n, stages, prefill, decoder, checks, impls):
             impls[name] = alone
         gdc = replace(base, consumer_regs=consumer_regs, launch_dependents=True)
 
-        def pair(gdc=gdc, regs=regs):
+        def pair(gdc=gdc, regs=regs, warps=warps):
             next_item.zero_()
             out = prefill(gdc)
-            launch(regs, block_n, stages, pdl=True)
+            launch(regs, warps, block_n, stages, pdl=True)
             return out
 
         pair_name = f"{gdc.name} + dependent {name}"
