@@ -85,7 +85,7 @@ for step in $steps; do
     probe) mkdir -p "$root_out/probe"
            PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:):." timeout -k 10 $(( deadline - $(date +%s) )) \
              python3 -m benchmarks.probe_coresident --out "$root_out/probe/coresident.json" >"$root_out/probe/probe.log" 2>&1
-           echo "probe: rc=$?"; grep -A60 "held span" "$root_out/probe/probe.log" | grep -v "^ws-.* + stream " | head -n 40 ;;
+           echo "probe: rc=$?"; grep -A90 "held span" "$root_out/probe/probe.log" | grep -v "^ws-.* + stream " | head -n 70 ;;
   esac
 done
 echo "wall $(( $(date +%s) - start )) s"
