@@ -6,17 +6,22 @@ has one query token over all its ``kv_len`` keys (a multiple of ``chunk``), no m
 Work items are (request, KV head, chunk of keys), taken from a shared counter (``next_ptr``, zero before the
 launch), so a program that starts late or shares its SM with a busy prefill program takes fewer. An item's G query
 heads are one 16-row ``tl.dot`` operand (rows G..15 zero): mma.sync, which 4 warps issue without the wgmma
-warpgroup's register cost. Each item writes its unnormalized output, row max and row sum (base 2); ``combine``
-merges the chunks in torch (checked, not timed: ~4 MB of partials)."""
+warpgroup's register cost. The online softmax, the partials' form (normalized output and base-2 lse per (request,
+head) row and chunk) and their merge (``merge``: ``kernel_utils.split_combine``, ~4 MB; checked, not timed) are the
+ones the split attention kernels share."""
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
+from attnops.kernel_utils.attention_fns import normalize_rows, online_softmax_step, row_lse2
+from attnops.kernel_utils.split_combine import combine_splits
+
 
 @triton.jit
-def paged_decode_chunks_kernel(q_ptr, k_ptr, v_ptr, table_ptr, o_ptr, m_ptr, l_ptr, next_ptr, n_items, scale_log2,
+def paged_decode_chunks_kernel(q_ptr, k_ptr, v_ptr, table_ptr, o_ptr, lse_ptr, next_ptr, n_items, scale_log2,
                                n_kv_heads, stride_qt, stride_qh, stride_kp, stride_ks, stride_kh, stride_tb,
                                G: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, CHUNK: tl.constexpr,
                                CHUNKS: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
@@ -41,19 +46,14 @@ def paged_decode_chunks_kernel(q_ptr, k_ptr, v_ptr, table_ptr, o_ptr, m_ptr, l_p
             page = tl.sum(tl.where(slots == n0 // PAGE, pages, 0))
             at = page * stride_kp + (n0 % PAGE + keys) * stride_ks + head * stride_kh
             k = tl.load(k_ptr + at[:, None] + cols[None, :])
-            s = tl.dot(q, tl.trans(k)) * scale_log2
-            m_new = tl.maximum(m, tl.max(s, 1))
-            alpha = tl.exp2(m - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            l = l * alpha + tl.sum(p, 1)
+            p, alpha, m, l = online_softmax_step(tl.dot(q, tl.trans(k)), m, l, scale_log2)
             v = tl.load(v_ptr + at[:, None] + cols[None, :])
             acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-            m = m_new
         keep = rows < G
-        out = item.to(tl.int64) * G
-        tl.store(o_ptr + (out + rows)[:, None] * D + cols[None, :], acc, mask=keep[:, None])
-        tl.store(m_ptr + out + rows, m, mask=keep)
-        tl.store(l_ptr + out + rows, l, mask=keep)
+        # workspace row of (request, query head, chunk): the combine's row-major (row, split) order
+        part = ((item // CHUNKS).to(tl.int64) * G + rows) * CHUNKS + chunk
+        tl.store(o_ptr + part[:, None] * D + cols[None, :], normalize_rows(acc, l), mask=keep[:, None])
+        tl.store(lse_ptr + part, row_lse2(m, l), mask=keep)
         item = tl.atomic_add(next_ptr, 1)
 
 
@@ -65,13 +65,9 @@ def chunk_count(kv_len: int, chunk: int, page: int, block_n: int) -> int:
     return kv_len // chunk
 
 
-def combine(o_part, m_part, l_part, batch: int, n_kv_heads: int, chunks: int):
-    """[batch, H_kv · G, D] fp32 from the items' partials (items ordered request, KV head, chunk)."""
-    g, d = o_part.shape[1], o_part.shape[2]
-    o = o_part.view(batch, n_kv_heads, chunks, g, d)
-    m = m_part.view(batch, n_kv_heads, chunks, g)
-    l = l_part.view(batch, n_kv_heads, chunks, g)
-    top = m.amax(2, keepdim=True)
-    w = (m - top).exp2()
-    out = (o * w[..., None]).sum(2) / (l * w).sum(2)[..., None]
-    return out.reshape(batch, n_kv_heads * g, d)
+def merge(o_part: torch.Tensor, lse_part: torch.Tensor, batch: int, heads: int, chunks: int) -> torch.Tensor:
+    """[batch, heads, D] fp32 from the partials (``[batch · heads · chunks, D]`` and ``[batch · heads · chunks]``)."""
+    out = torch.empty(batch, heads, o_part.shape[-1], dtype=torch.float32, device=o_part.device)
+    combine_splits(o_part, lse_part, out, rows=batch * heads, heads=heads, num_splits=chunks, row_stride=chunks,
+                   split_stride=1, out_strides=(1, out.stride(0), 0, out.stride(1)))
+    return out

@@ -41,7 +41,7 @@ from attnops.attn_core.gqa_varlen_fwd.op import gqa_varlen_fwd
 from attnops.attn_core.gqa_varlen_fwd.reference import gqa_varlen_fwd_ref
 from attnops.kernel_utils import runtime, testing
 
-from .coresident_decode import chunk_count, combine, paged_decode_chunks_kernel
+from .coresident_decode import chunk_count, merge, paged_decode_chunks_kernel
 from .timing import L2Flusher, kernel_breakdown, measure
 
 Q_LEN, KV_LEN, HEADS, KV_HEADS, DIM = 1024, 4096, 32, 8, 128
@@ -171,7 +171,7 @@ def main():
     lowp = gqa_varlen_fwd_ref(q, k, v, cu_q, cu_kv, **call, compute_dtype=torch.bfloat16)
     # (prefill config, stream chunk rows, stream stages, decode key tile, decode stages), by the shared memory the
     # prefill leaves (offline sm_90): the serving-step default's tile (197 KB: ~30 KB left; stream 6 stages of 4 KB,
-    # decode 21.5 KB), the 64-key tile at 3 stages (164 KB; 12 stages, 54.3 KB) and at 2 (131 KB; 20 stages, 87 KB)
+    # decode 21 KB), the 64-key tile at 3 stages (164 KB; 12 stages, 53 KB) and at 2 (131 KB; 20 stages, 85 KB)
     pairs = [(ws_launch.WsConfig(128, 2, overlap=True, early_k_release=True, lazy_rescale=True), 16, 6, 32, 2),
              (ws_launch.WsConfig(64, 3, overlap=True), 16, 12, 32, 4),
              (ws_launch.WsConfig(64, 2, overlap=True), 16, 20, 32, 6)]
@@ -241,7 +241,7 @@ def _decoder():
     pages = DECODES * KV_LEN // PAGE
     q = torch.randn(DECODES, HEADS, DIM, device=dev, dtype=torch.bfloat16)
     k_pages, v_pages = (torch.randn(pages, PAGE, KV_HEADS, DIM, device=dev, dtype=torch.bfloat16) for _ in range(2))
-    table = torch.randperm(pages, device=dev, dtype=torch.int32).view(DECODES, KV_LEN // PAGE)
+    table = testing.block_table([KV_LEN] * DECODES, PAGE, pages, KV_LEN // PAGE, testing.generator(0), dev)
     lens = torch.full((DECODES,), KV_LEN, device=dev, dtype=torch.int32)
     cu = testing.cu_seqlens([1] * DECODES, dev)
     ref = gqa_paged_fwd_ref(q, k_pages, v_pages, table, lens, cu, out_dtype=torch.float32)
@@ -249,29 +249,33 @@ def _decoder():
     chunks = chunk_count(KV_LEN, DECODE_CHUNK, PAGE, 32)  # (every variant below: 32-key tiles)
     n_items = DECODES * KV_HEADS * chunks
     group = HEADS // KV_HEADS
-    o_part = torch.empty(n_items, group, DIM, device=dev)
-    m_part, l_part = (torch.empty(n_items, group, device=dev) for _ in range(2))
+    o_part = torch.empty(n_items * group, DIM, device=dev)
+    lse_part = torch.empty(n_items * group, device=dev)
     next_item = torch.zeros(1, device=dev, dtype=torch.int32)
 
     def launch(regs, warps, block_n, stages, pdl=False):
         paged_decode_chunks_kernel[(runtime.num_sms(),)](
-            q, k_pages, v_pages, table, o_part, m_part, l_part, next_item, n_items, math.log2(math.e) / math.sqrt(DIM),
+            q, k_pages, v_pages, table, o_part, lse_part, next_item, n_items, math.log2(math.e) / math.sqrt(DIM),
             KV_HEADS, q.stride(0), q.stride(1), k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
             table.stride(0), G=group, D=DIM, PAGE=PAGE, CHUNK=DECODE_CHUNK, CHUNKS=chunks, BLOCK_N=block_n,
             STAGES=stages, num_warps=warps, maxnreg=regs, launch_pdl=pdl)
 
-    def result():
-        return combine(o_part, m_part, l_part, DECODES, KV_HEADS, chunks)
+    def poison():  # before each checked call: a partial the kernel skips then reaches the check as NaN
+        o_part.fill_(float("nan"))
+        lse_part.fill_(float("nan"))
 
-    return launch, next_item, result, ref, lowp
+    def result():
+        return merge(o_part, lse_part, DECODES, HEADS, chunks)
+
+    return launch, next_item, poison, result, ref, lowp
 
 
 def _decode_pairs(base, block_n, stages, prefill, decoder, checks, impls):
     """The decode kernel alone and as the prefill's programmatic dependent, in the registers the prefill leaves
-    (65536 - 384 · cap, cap = (2 · consumer_regs + 24) / 3): beside 216, 2 warps at 112 a thread (4 warps would get
-    56 and spill 136-160 B, offline sm_90); beside 192, 4 warps at 104 (no spill). ``block_n`` / ``stages`` fit the
-    shared memory the prefill leaves."""
-    launch, next_item, result, ref, lowp = decoder
+    (65536 - 384 · cap, cap = (2 · consumer_regs + 24) / 3): beside 216, 2 warps at 112 a thread (offline sm_90: 48 B
+    of spill at 2 stages, 16 at 4-6; 4 warps would get 56 and spill 140 B); beside 192, 4 warps at 104 (no spill).
+    ``block_n`` / ``stages`` fit the shared memory the prefill leaves."""
+    launch, next_item, poison, result, ref, lowp = decoder
     for consumer_regs in (216, 192):
         free = 65536 - 384 * ((2 * consumer_regs + 24) // 3)
         warps = 4 if free >= 96 * 128 else 2
@@ -283,6 +287,7 @@ def _decode_pairs(base, block_n, stages, prefill, decoder, checks, impls):
             launch(regs, warps, block_n, stages)
 
         if name not in impls:
+            poison()
             alone()
             testing.assert_close_dual(name, result(), ref, lowp)
             checks[f"{name} rel err"] = testing.rel_error(result(), ref)
@@ -296,6 +301,7 @@ def _decode_pairs(base, block_n, stages, prefill, decoder, checks, impls):
             return out
 
         pair_name = f"{gdc.name} + dependent {name}"
+        poison()
         paired = pair().clone()
         testing.assert_close_dual(pair_name, result(), ref, lowp)
         alone_out = prefill(replace(gdc, launch_dependents=False))
