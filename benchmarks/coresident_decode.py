@@ -1,7 +1,9 @@
 """A paged GQA decode sized to run beside the persistent warp-specialized prefill on the same SMs (the co-resident
-probe of issue 4's serving-step floor, docs/perf/attn-core.md, forty-ninth and fiftieth sessions): the next step
-after the probe's plain memory stream, with the decode's math in it. Probe code, not an op: every decode request
-has one query token over all its ``kv_len`` keys (a multiple of ``chunk``), no mask, sinks, softcap or RoPE.
+probe of issue 4's serving-step floor, docs/perf/attn-core.md, forty-ninth to fifty-first sessions): the next step
+after the probe's plain memory stream, with the decode's math in it. Measured in the fifty-first session: beside
+the prefill it runs ~30 % slower than alone, like the plain stream, so the co-resident form was closed. Probe
+code, not an op: every decode request has one query token over all its ``kv_len`` keys (a multiple of ``chunk``),
+no mask, sinks, softcap or RoPE.
 
 Work items are (request, KV head, chunk of keys), taken from a shared counter (``next_ptr``, zero before the
 launch), so a program that starts late or shares its SM with a busy prefill program takes fewer. An item's G query

@@ -12,7 +12,9 @@ only join SMs the prefill's programs already hold.
 The third form (fiftieth session) puts the decode's math in: ``coresident_decode``'s paged GQA decode (the row's
 30 decodes, 4 warps, at the registers the prefill leaves) alone and as the prefill's dependent. Besides the
 benchmarks' timing, each variant's ``held span``: the GPU asleep while the host queues a marker, the variant and a
-marker, so no host latency splits a pair (probe 3's dependent stream started ~55 µs into the prefill).
+marker, so no host latency splits a pair (probe 3's dependent stream started ~55 µs into the prefill). Its last run
+(fifty-first session) closed the co-resident form: beside the prefill every memory kernel here ran ~30 % slower
+than alone, whatever it kept in flight.
 
 Each variant's output is checked first (the prefill against the op's shipped fp32 reference by the dual-reference
 rule, and bitwise against the 240-register build and alone; the stream's maxima against torch's; the decode
