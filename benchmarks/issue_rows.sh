@@ -19,6 +19,9 @@
 #              H100, 2026-12-06)
 #   tests-paged the GPU tests of the three paged ops (their files, and test_flash_fwd_ws.py's paged cases: issue 4)
 #   tests-mla  every GPU test of attn-mla (issue 6)
+#   memcheck   compute-sanitizer memcheck over the GPU tests of attn-core and attn-mla (their warp-specialized
+#              kernels' edge cases most of them; the full-size seed rows left out), 12 sanitized pytest lanes
+#              (benchmarks/memcheck_lanes.sh): any Hopper card answers it, the kernels and SM count being the same
 #   probe      benchmarks/probe_coresident.py (issue 4's serving-step: decode reads beside the prefill; ~50 s on an
 #              H100), its JSON under probe/ and its table at the end of probe/probe.log
 # Carry .peers (attn-core bundles plus FlashMLA: benchmarks/peers_copy.sh) and .peers-jit.
@@ -26,7 +29,7 @@
 set -u
 steps=${STEPS:-bwd:100 bwd-tests:220 paged:430}
 for step in $steps; do  # (a misspelt step fails here, before any device time is spent)
-  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|fwd|tests-fwd|tests-rest|tests-paged|tests-mla|probe):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
+  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|fwd|tests-fwd|tests-rest|tests-paged|tests-mla|memcheck|probe):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
 done
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 echo "GPU: $gpu"
@@ -82,6 +85,9 @@ for step in $steps; do
     mla) job mla "$deadline" attn-mla -- --filter "TopKSelectFwd/ds-v32,DSADecode" --exclude-peers "$no_ref_mla" ;;
     mla-decode) job mla-decode "$deadline" attn-mla -- --filter "MLADecodeWithKVCacheFwd/" --exclude-peers "$no_ref_mla" ;;
     fwd) job fwd "$deadline" attn-core -- --filter "GQAVarlenFwd/,GQADenseFwd/qwen3" --exclude-peers "$no_ref" ;;
+    memcheck) OUT=$root_out DEADLINE=$deadline bash benchmarks/memcheck_lanes.sh -m gpu \
+                -k "not seed_row and not full_size and not coresident" packages/attn-core/tests packages/attn-mla/tests
+              echo "memcheck: rc=$?" ;;
     probe) mkdir -p "$root_out/probe"
            PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:):." timeout -k 10 $(( deadline - $(date +%s) )) \
              python3 -m benchmarks.probe_coresident --out "$root_out/probe/coresident.json" >"$root_out/probe/probe.log" 2>&1

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# compute-sanitizer memcheck over a selection of tests on the one GPU, in LANES sanitized pytest processes at once:
+# a sanitized process runs its kernels many times slower and spends much of its time compiling, so lanes keep the
+# GPU and the host's cores busy where one process would leave them idle. The test ids are collected once, shuffled
+# with a fixed seed and dealt round-robin, so where the deadline cuts the lanes, what is left unrun is a sample of
+# every file rather than the last files. The sanitizer prints each report as it finds it: a cut lane's log still
+# shows what it found. Prints one line per lane (passed, failed, sanitizer reports, finished or cut) and the distinct
+# report headings; exits 3 if any lane reported one.
+#   DEADLINE=<epoch s> [LANES=12] OUT=<dir> bash benchmarks/memcheck_lanes.sh <pytest selection: -m / -k / files>
+set -u
+out=${OUT:-/tmp/attnops-out}/memcheck
+mkdir -p "$out"
+lanes=${LANES:-12}
+deadline=${DEADLINE:?DEADLINE (epoch seconds) is required}
+command -v compute-sanitizer >/dev/null || { echo "memcheck: no compute-sanitizer on PATH"; exit 2; }
+PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)"
+export PYTHONPATH ATTNOPS_POISON=1
+python3 -m pytest --collect-only -q -p no:cacheprovider "$@" 2>/dev/null | grep '::' |
+  shuf --random-source=<(yes) >"$out/ids.txt"
+echo "memcheck: $(wc -l <"$out/ids.txt") tests in $lanes lanes, $(( deadline - $(date +%s) )) s"
+split -n "r/$lanes" -d -a 2 "$out/ids.txt" "$out/ids-"
+for ids in "$out"/ids-*; do
+  mapfile -t tests <"$ids"
+  timeout -k 10 $(( deadline - $(date +%s) )) compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
+    python3 -m pytest -v --tb=line -p no:cacheprovider "${tests[@]}" >"$out/lane-${ids##*-}.log" 2>&1 &
+done
+wait
+# a report's heading is a '========= ' line that starts with a capital; the banner and the summary are not reports
+reports() { grep -E '^========= [A-Z]' "$1" | grep -vE 'COMPUTE-SANITIZER|ERROR SUMMARY'; }
+found=0
+for log in "$out"/lane-*.log; do
+  n=$(reports "$log" | wc -l)
+  found=$(( found + n ))
+  echo "$(basename "$log" .log): $(grep -c ' PASSED' "$log") passed, $(grep -c ' FAILED' "$log") failed," \
+       "$n sanitizer reports; $(grep -qE '^=+ .* in [0-9.]+s' "$log" && echo finished || echo 'cut by the deadline')"
+done
+for log in "$out"/lane-*.log; do reports "$log"; done | sort | uniq -c | sort -rn | head -n 15
+grep -h ' FAILED' "$out"/lane-*.log | head -n 15
+[ "$found" = 0 ] || exit 3
