@@ -20,7 +20,7 @@
 #   tests-paged the GPU tests of the three paged ops (their files, and test_flash_fwd_ws.py's paged cases: issue 4)
 #   tests-mla  every GPU test of attn-mla (issue 6)
 #   memcheck   compute-sanitizer memcheck over the GPU tests of attn-core and attn-mla (their warp-specialized
-#              kernels' edge cases most of them; the full-size seed rows left out), 12 sanitized pytest lanes
+#              kernels' edge cases most of them; the full-size seed rows left out), 6 sanitized pytest lanes
 #              (benchmarks/memcheck_lanes.sh): any Hopper card answers it, the kernels and SM count being the same
 #   probe      benchmarks/probe_coresident.py (issue 4's serving-step: decode reads beside the prefill; ~50 s on an
 #              H100), its JSON under probe/ and its table at the end of probe/probe.log
