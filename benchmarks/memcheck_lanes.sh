@@ -6,7 +6,7 @@
 # every file rather than the last files. The sanitizer prints each report as it finds it: a cut lane's log still
 # shows what it found. Prints one line per lane (passed, failed, sanitizer reports, finished or cut) and the distinct
 # report headings, and packs the logs into <OUT>/memcheck.tgz; exits 3 if any lane reported one.
-#   DEADLINE=<epoch s> [LANES=6] [PART=i/n] OUT=<dir> bash benchmarks/memcheck_lanes.sh <pytest selection: -m / -k / files>
+#   DEADLINE=<epoch s> [LANES=6] [PART=i/n] OUT=<dir> bash benchmarks/memcheck_lanes.sh <pytest -m / -k / paths>
 set -u
 out=${OUT:-/tmp/attnops-out}/memcheck
 mkdir -p "$out"
