@@ -57,9 +57,9 @@ case "${PART:?PART=checks, tunes, nsa, sweeps, core, mla or rest}" in
         >"$OUT/tune-attn-nsa.log" 2>&1
       echo "tune-attn-nsa: rc=$?"; grep -v -i warn "$OUT/tune-attn-nsa.log"
       OUT=$OUT/tests BENCH=0 TESTS=1 PARALLEL=1 ATTNOPS_FUZZ_CASES=30 DEADLINE=$(( $(date +%s) + 150 )) bash benchmarks/gpu_job.sh attn-nsa
-      timeout 90 compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m pytest -q -p no:cacheprovider \
-        -k "${MEMCHECK_K:-TMA1 or TMA2 or INT32_ROWS1}" packages/attn-nsa/tests/test_nsa_varlen_fwd.py >"$OUT/memcheck.log" 2>&1
-      echo "memcheck NSAVarlenFwd configs: rc=$? $(grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.log" | tail -n 2 | tr "\n" " ")"
+      DEADLINE=$(( $(date +%s) + 90 )) MEMCHECK_LANES=1 bash benchmarks/memcheck_lanes.sh -k "${MEMCHECK_K:-TMA1 or TMA2 or INT32_ROWS1}" \
+        packages/attn-nsa/tests/test_nsa_varlen_fwd.py >"$OUT/memcheck.txt" 2>&1
+      echo "memcheck NSAVarlenFwd configs: rc=$? $(grep -E "^lane-" "$OUT/memcheck.txt" | tr "\n" " ")"
       for prof in ${NCU:-}; do  # NCU="<row>@<config> ...": Nsight Compute sections of one launch each
         timeout 120 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
           --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --kernel-name regex:nsa \

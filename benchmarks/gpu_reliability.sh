@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The reliability sweep of issue 10 on the GPU, per family: compute-sanitizer memcheck over the shrunk seed
-# rows and a few fuzz cases, (RACECHECK=1) racecheck over the shrunk seed rows, then the seeded fuzz and
-# determinism tests on CUDA tensors (ATTNOPS_FUZZ_CASES per op; FUZZ=0 skips them). Every step stops at
-# DEADLINE (epoch seconds) or after STEP_CAP seconds; logs land under $OUT (packed into reliability-logs.tgz);
-# one summary line per step is printed.
+# rows and a few fuzz cases (benchmarks/memcheck_lanes.sh, MEMCHECK_LANES processes, default 1), (RACECHECK=1)
+# racecheck over the shrunk seed rows, then the seeded fuzz and determinism tests on CUDA tensors
+# (ATTNOPS_FUZZ_CASES per op; FUZZ=0 skips them). Every step stops at DEADLINE (epoch seconds) or after STEP_CAP
+# seconds; logs land under $OUT (packed into reliability-logs.tgz); one summary line per step is printed.
 #   DEADLINE=<epoch s> ATTNOPS_FUZZ_CASES=30 [RACECHECK=1] [MEMCHECK=0] [STEP_CAP=<s>] [FUZZ=0] \
 #     bash benchmarks/gpu_reliability.sh attn-core attn-mla
 set -u
@@ -18,10 +18,11 @@ summary() { grep -E "(ERROR|RACECHECK) SUMMARY|[0-9]+ (passed|failed)" "$1" | ta
 pytest_q=(python3 -m pytest -q -p no:cacheprovider)
 for family in "$@"; do
   if [ "${MEMCHECK:-1}" = 1 ]; then  # MEMCHECK=0: racecheck only (with RACECHECK=1)
-    log="$OUT/memcheck-$family.log"
-    ATTNOPS_FUZZ_CASES=8 timeout "$(left)" compute-sanitizer --tool memcheck --error-exitcode 3 \
-      "${pytest_q[@]}" -m "not gpu" -k "seed_row_shrunk or fuzz" "packages/$family/tests" >"$log" 2>&1
-    echo "memcheck $family: rc=$? $(summary "$log")"
+    # (benchmarks/memcheck_lanes.sh: without torch's caching allocator, MEMCHECK_LANES sanitized processes)
+    OUT=$OUT/memcheck-$family DEADLINE=$(( $(date +%s) + $(left) )) MEMCHECK_LANES=${MEMCHECK_LANES:-1} \
+      ATTNOPS_FUZZ_CASES=8 bash benchmarks/memcheck_lanes.sh -m "not gpu" -k "seed_row_shrunk or fuzz" \
+      "packages/$family/tests" >"$OUT/memcheck-$family.txt" 2>&1
+    echo "memcheck $family: rc=$? $(grep -E '^(lane-|memcheck:)' "$OUT/memcheck-$family.txt" | tr '\n' ' ')"
   fi
   if [ "${RACECHECK:-0}" = 1 ]; then
     log="$OUT/racecheck-$family.log"
@@ -34,4 +35,4 @@ for family in "$@"; do
   timeout "$(left)" "${pytest_q[@]}" -k "fuzz or repeated or determinism" "packages/$family/tests" >"$log" 2>&1
   echo "fuzz+determinism $family (cases/op=$ATTNOPS_FUZZ_CASES): rc=$? $(summary "$log")"
 done
-(cd "$OUT" && tar czf reliability-logs.tgz --remove-files ./fuzz-*.log ./memcheck-*.log ./racecheck-*.log 2>/dev/null)
+(cd "$OUT" && tar czf reliability-logs.tgz --remove-files ./fuzz-*.log ./memcheck-* ./racecheck-*.log 2>/dev/null)

@@ -21,7 +21,7 @@
 #   tests-mla  every GPU test of attn-mla (issue 6)
 #   memcheck   compute-sanitizer memcheck over the GPU tests of attn-core and attn-mla (their warp-specialized
 #              kernels' edge cases most of them; the full-size seed rows left out), 6 sanitized pytest lanes
-#              (benchmarks/memcheck_lanes.sh; PART=i/n runs the i-th of n disjoint parts: ~0.4 tests a second, so
+#              (benchmarks/memcheck_lanes.sh; MEMCHECK_PART=i/n runs the i-th of n disjoint parts: ~0.4 tests a second, so
 #              the 939 take five ~8-minute calls): any Hopper card answers it, the kernels and SM count being the same
 #   probe      benchmarks/probe_coresident.py (issue 4's serving-step: decode reads beside the prefill; ~50 s on an
 #              H100), its JSON under probe/ and its table at the end of probe/probe.log

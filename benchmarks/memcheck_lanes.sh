@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# compute-sanitizer memcheck over a selection of tests on the one GPU, in LANES sanitized pytest processes at once:
-# a sanitized process runs its kernels many times slower and spends much of its time compiling, so lanes keep the
-# GPU and the host's cores busy where one process would leave them idle. The test ids are collected once, shuffled
-# with a fixed seed and dealt round-robin, so where the deadline cuts the lanes, what is left unrun is a sample of
-# every file rather than the last files. The sanitizer prints each report as it finds it: a cut lane's log still
-# shows what it found. Prints one line per lane (passed, failed, sanitizer reports, finished or cut) and the distinct
-# report headings, and packs the logs into <OUT>/memcheck.tgz; exits 3 if any lane reported one.
-#   DEADLINE=<epoch s> [LANES=6] [PART=i/n] OUT=<dir> bash benchmarks/memcheck_lanes.sh <pytest -m / -k / paths>
+# compute-sanitizer memcheck over a selection of tests on the one GPU, in MEMCHECK_LANES sanitized pytest processes
+# at once: a sanitized process runs its kernels many times slower and spends much of its time compiling, so lanes
+# keep the GPU and the host's cores busy where one process would leave them idle. The test ids are collected once,
+# shuffled with a fixed seed and dealt round-robin, so where the deadline cuts the lanes, what is left unrun is a
+# sample of every file rather than the last files. The sanitizer prints each report as it finds it: a cut lane's log
+# still shows what it found. Prints one line per lane (passed, failed, sanitizer reports, finished or cut) and the
+# distinct report headings, and packs the logs into <OUT>/memcheck.tgz; exits 3 if any lane reported one.
+#   DEADLINE=<epoch s> [MEMCHECK_LANES=6] [MEMCHECK_PART=i/n] OUT=<dir> bash benchmarks/memcheck_lanes.sh <pytest args>
+# (not LANES / PART: benchmarks/full_run_x2.sh gives those other meanings in its lanes' environment)
 set -u
 out=${OUT:-/tmp/attnops-out}/memcheck
 mkdir -p "$out"
-lanes=${LANES:-6}
+lanes=${MEMCHECK_LANES:-6}
 deadline=${DEADLINE:?DEADLINE (epoch seconds) is required}
 command -v compute-sanitizer >/dev/null || { echo "memcheck: no compute-sanitizer on PATH"; exit 2; }
 PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)"
@@ -18,13 +19,15 @@ PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)"
 # (inside a cached segment it would not), and the cache does not hold the device memory the sanitizer needs for its
 # own tracking (with it, 3 lanes ran out of memory after ~45 tests each on an H100, fifty-first session).
 export PYTHONPATH ATTNOPS_POISON=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1
-# PART=i/n: only every n-th id of the shuffled list from the i-th (1 <= i <= n), so n calls cover the selection
-part=${PART:-1/1}
+# MEMCHECK_PART=i/n: every n-th id of the shuffled list from the i-th (1 <= i <= n): n calls cover the selection
+part=${MEMCHECK_PART:-1/1}
 python3 -m pytest --collect-only -q -p no:cacheprovider "$@" 2>/dev/null | grep '::' |
   shuf --random-source=<(yes) | awk -v i="${part%/*}" -v n="${part#*/}" '(NR - i) % n == 0' >"$out/ids.txt"
 echo "memcheck: $(wc -l <"$out/ids.txt") tests in $lanes lanes, $(( deadline - $(date +%s) )) s"
+[ -s "$out/ids.txt" ] || { echo "memcheck: the selection holds no test"; exit 2; }
 split -n "r/$lanes" -d -a 2 "$out/ids.txt" "$out/ids-"
 for ids in "$out"/ids-*; do
+  [ -s "$ids" ] || { rm -f "$ids"; continue; }  # (fewer tests than lanes: pytest given no id would run every test)
   mapfile -t tests <"$ids"
   timeout -k 10 $(( deadline - $(date +%s) )) compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
     python3 -m pytest -v --tb=line -p no:cacheprovider "${tests[@]}" >"$out/lane-${ids##*-}.log" 2>&1 &
@@ -41,6 +44,6 @@ for log in "$out"/lane-*.log; do
 done
 for log in "$out"/lane-*.log; do reports "$log"; done | sort | uniq -c | sort -rn | head -n 15
 grep -h ' FAILED' "$out"/lane-*.log | head -n 15
-# one file back from the device, not 2 x LANES + 1 (a device call returns a limited number of files)
+# one file back from the device, not 2 x lanes + 1 (a device call returns a limited number of files)
 tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")" && rm -rf "$out"
 [ "$found" = 0 ] || exit 3
