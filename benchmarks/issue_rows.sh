@@ -23,14 +23,12 @@
 #              kernels' edge cases most of them; the full-size seed rows left out), 6 sanitized pytest lanes
 #              (benchmarks/memcheck_lanes.sh; MEMCHECK_PART=i/n runs the i-th of n disjoint parts: ~0.4 tests a second, so
 #              the 939 take five ~8-minute calls): any Hopper card answers it, the kernels and SM count being the same
-#   probe      benchmarks/probe_coresident.py (issue 4's serving-step: decode reads beside the prefill; ~50 s on an
-#              H100), its JSON under probe/ and its table at the end of probe/probe.log
 # Carry .peers (attn-core bundles plus FlashMLA: benchmarks/peers_copy.sh) and .peers-jit.
 #   ATTNOPS_GIT_SHA=<sha> [STEPS="bwd:100 bwd-tests:220 paged:430"] [ANY_GPU=1] bash benchmarks/issue_rows.sh
 set -u
 steps=${STEPS:-bwd:100 bwd-tests:220 paged:430}
 for step in $steps; do  # (a misspelt step fails here, before any device time is spent)
-  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|fwd|tests-fwd|tests-rest|tests-paged|tests-mla|memcheck|probe):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
+  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|fwd|tests-fwd|tests-rest|tests-paged|tests-mla|memcheck):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
 done
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 echo "GPU: $gpu"
@@ -87,12 +85,8 @@ for step in $steps; do
     mla-decode) job mla-decode "$deadline" attn-mla -- --filter "MLADecodeWithKVCacheFwd/" --exclude-peers "$no_ref_mla" ;;
     fwd) job fwd "$deadline" attn-core -- --filter "GQAVarlenFwd/,GQADenseFwd/qwen3" --exclude-peers "$no_ref" ;;
     memcheck) OUT=$root_out DEADLINE=$deadline bash benchmarks/memcheck_lanes.sh -m gpu \
-                -k "not seed_row and not full_size and not coresident" packages/attn-core/tests packages/attn-mla/tests
+                -k "not seed_row and not full_size" packages/attn-core/tests packages/attn-mla/tests
               echo "memcheck: rc=$?" ;;
-    probe) mkdir -p "$root_out/probe"
-           PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:):." timeout -k 10 $(( deadline - $(date +%s) )) \
-             python3 -m benchmarks.probe_coresident --out "$root_out/probe/coresident.json" >"$root_out/probe/probe.log" 2>&1
-           echo "probe: rc=$?"; grep -A90 "held span" "$root_out/probe/probe.log" | grep -v "^ws-.* + stream " | head -n 70 ;;
   esac
 done
 echo "wall $(( $(date +%s) - start )) s"

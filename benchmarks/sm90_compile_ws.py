@@ -64,11 +64,9 @@ def compile_ws(cfg: ws_launch.WsConfig, d: int, layout: int, dtype=torch.float16
               "TAIL_IN_PLACE": layout == PAGED and ws_launch.tail_in_place(cfg, d), "FP8": fp8, "PACK": pack,
               "THREAD_RELEASE": cfg.thread_release, "SPLITS": splits, "K_EARLY": cfg.early_k_release,
               "Q_REGS": 0 if fp8 else min(cfg.q_registers, d),
-              "LAZY_RESCALE": ws_launch.lazy_rescale_applies(cfg, kv_box), "CONSUMER_REGS": cfg.consumer_regs,
-              "LAUNCH_DEPENDENTS": cfg.launch_dependents,
+              "LAZY_RESCALE": ws_launch.lazy_rescale_applies(cfg, kv_box),
               "_float_args": ("qk_scale", "cap_scale", "cap_log2")}
-    return compile_sm90(gqa_fwd_ws_kernel, types, consts, num_warps=4, num_stages=1, maxnreg=cfg.maxnreg,
-                        source=GluonASTSource)
+    return compile_sm90(gqa_fwd_ws_kernel, types, consts, num_warps=4, num_stages=1, source=GluonASTSource)
 
 
 # (layout, name, page size, softcap and sinks, fp8 q / k, split blocks): paged pools of whole-tile pages and of

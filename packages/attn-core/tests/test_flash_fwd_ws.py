@@ -1074,46 +1074,6 @@ def test_q_in_registers_binds_its_columns(monkeypatch):
         ws_launch.WsConfig(32, 4, True, q_registers=96)
 
 
-@pytest.mark.gpu
-@hopper
-@pytest.mark.parametrize("regs", [216, 192, 168])
-@pytest.mark.parametrize("mask", ["causal", "full-w64-w200"])
-def test_coresident_probe_builds(regs, mask):
-    """The co-resident probe's forced builds (the D = 128 long-block default at fewer consumer registers, with and
-    without the dependents trigger) on every varlen layout, poisoned outputs, against the fp32 reference."""
-    base = ws_launch.WsConfig(128, 2, True, early_k_release=True, lazy_rescale=True, consumer_regs=regs)
-    for cfg in (base, dataclasses.replace(base, launch_dependents=True)):
-        for layout in LAYOUTS:
-            _varlen(layout, 128, 4, mask, torch.float16, cfg)
-
-
-def test_coresident_probe_knobs_bind_their_launch(monkeypatch):
-    """Runs everywhere: a config with fewer consumer registers (``consumer_regs``, the co-resident probe's) passes
-    them as ``CONSUMER_REGS`` with the launch cap that gives the first consumer the same count ((2 · 216 + 24) / 3 =
-    152 a thread, 152 x 384 registers a program), the default launch neither (240, the compiler's cap); counts that
-    do not split evenly are refused when the config is made; ``launch_dependents`` binds ``LAUNCH_DEPENDENTS``."""
-    rec = _Recorder()
-    monkeypatch.setattr(ws_launch, "gqa_fwd_ws_kernel", rec)
-    dev = runtime.device()
-    q = torch.zeros(1, 300, 8, 128, dtype=torch.bfloat16, device=dev)
-    k = torch.zeros(1, 500, 2, 128, dtype=torch.bfloat16, device=dev)
-    base = ws_launch.WsConfig(128, 2, True, early_k_release=True, lazy_rescale=True)
-    for cfg, regs, cap in ((base, 240, None), (dataclasses.replace(base, consumer_regs=216), 216, 152)):
-        ws_launch.launch(fwd.Problem(q, k, k, torch.empty_like(q), varlen=False, batch=1, max_q=300, max_kv=500,
-                                     wr=0), cfg)
-        assert rec.calls[-1][2]["CONSUMER_REGS"] == regs and rec.calls[-1][2].get("maxnreg") == cap
-        assert 3 * (cap or 168) - regs - 24 == regs
-    assert dataclasses.replace(base, consumer_regs=216).name == "ws-n128s2-ov-kr-l-r216"
-    assert rec.calls[-1][2]["LAUNCH_DEPENDENTS"] is False
-    gdc = dataclasses.replace(base, consumer_regs=216, launch_dependents=True)
-    ws_launch.launch(fwd.Problem(q, k, k, torch.empty_like(q), varlen=False, batch=1, max_q=300, max_kv=500, wr=0),
-                     gdc)
-    assert rec.calls[-1][2]["LAUNCH_DEPENDENTS"] is True and gdc.name == "ws-n128s2-ov-kr-l-r216-gdc"
-    for bad in (200, 144, 264):
-        with pytest.raises(ValueError, match="consumer_regs"):
-            dataclasses.replace(base, consumer_regs=bad)
-
-
 def test_lazy_rescale_only_over_copies_of_64_rows_or_more(monkeypatch):
     """Runs everywhere: the lazy-rescale configs (the D = 128 paged and long-block defaults among them) build it on
     dense / varlen calls and over paged key tiles copied in pieces of 64 rows or more (pages of 64, 128, 256

@@ -641,8 +641,7 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                       BLOCK_MAJOR: gl.constexpr, SOFTCAP: gl.constexpr, HAS_SINK: gl.constexpr,
                       SORT_B: gl.constexpr, TAIL_IN_PLACE: gl.constexpr, FP8: gl.constexpr, PACK: gl.constexpr,
                       THREAD_RELEASE: gl.constexpr, SPLITS: gl.constexpr, K_EARLY: gl.constexpr,
-                      Q_REGS: gl.constexpr, LAZY_RESCALE: gl.constexpr = False,
-                      CONSUMER_REGS: gl.constexpr = 240, LAUNCH_DEPENDENTS: gl.constexpr = False):
+                      Q_REGS: gl.constexpr, LAZY_RESCALE: gl.constexpr = False):
     """Grid: (programs,), at most n_work · n_heads / PACK work tiles (n_work: dense / varlen n_m_blocks · batch, paged
     the plan's items); num_warps = 4 (the first consumer), plus the worker partitions (second consumer: 4 warps,
     loader: 1 warp). ``TAIL_IN_PLACE`` (paged): the last V tile's rows past the keys are zeroed in the ring slot
@@ -656,14 +655,7 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
     ``K_EARLY``: each slot's K and V are freed apart, K once its scores are done (FA3's separate K / V pipelines): with
     2 slots the next K no longer waits for the P·V of the tile two back. ``Q_REGS``: each consumer holds that many
     of its Q tile's columns in registers (16-bit queries; see ``_consumer``). ``LAZY_RESCALE``: the consumers skip
-    the O rescale after tiles that moved no row's reference max (``_consumer``). ``CONSUMER_REGS``: registers a
-    thread of each consumer (the launch's ``maxnreg`` must be (2 · CONSUMER_REGS + 24) / 3): below
-    240 the program leaves registers to a small kernel beside it on the same SM (``WsConfig.consumer_regs``).
-    ``LAUNCH_DEPENDENTS``: each program's first instruction lets a programmatic dependent launch (``launch_pdl``) start:
-    its programs can then only join SMs these programs already hold (``WsConfig.launch_dependents``)."""
-    if LAUNCH_DEPENDENTS:  # (the dependent reads nothing this kernel writes: it is not told to wait)
-        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
-                                  is_pure=False, pack=1)
+    the O rescale after tiles that moved no row's reference max (``_consumer``)."""
     gl.static_assert(BLOCK_M == 2 * ROWS_PER_CONSUMER)
     gl.static_assert(not SPLITS or (LAYOUT == PAGED and PACK == 1), "splits: paged items, one head a tile")
     gl.static_assert(not FP8 or LAYOUT != PAGED, "fp8 runs the dense / varlen layouts")
@@ -714,7 +706,7 @@ def gqa_fwd_ws_kernel(q_desc, k_desc, v_desc, o_ptr, cu_q_ptr, kv_ptr, items_ptr
                    kv_free, cu_q_ptr, kv_ptr, items_ptr, order_ptr, table_ptr, stride_tb, s_q, s_kv, n_heads, n_work,
                    n_m_blocks, group, wl, wr, n_splits, LAYOUT, KV_PLUS_Q, PAGE_SIZE, BLOCK_M, BLOCK_N, HEAD_DIM,
                    STAGES, Q_BUFS, BLOCK_MAJOR, SORT_B, PACK, SPLITS, K_EARLY)),
-    ], [4, 1], [CONSUMER_REGS, 24])  # FA3's split (240): 240 + 240 + 24 registers x 128 threads = 168 x 384
+    ], [4, 1], [240, 24])  # FA3's split: 240 + 240 + 24 registers x 128 threads = 168 x 384
     for i in gl.static_range(Q_BUFS):
         mbarrier.invalidate(q_ready.index(i))
         mbarrier.invalidate(q_free.index(i))

@@ -68,20 +68,8 @@ class WsConfig:
     # multiply, D / 2 FMULs a thread, skipped on most tiles for a cross-warp max of one flag a row; not over paged
     # key tiles loaded in small copies (``lazy_rescale_applies``)
     lazy_rescale: bool = False
-    # registers a thread of each consumer warpgroup (FA3's 240 fill the SM's register file with one program). Fewer
-    # leave room for a small kernel's program on the same SM beside the persistent grid (forced only: the probe of
-    # a decode stream co-resident with a prefill, docs/perf/attn-core.md, forty-ninth session)
-    consumer_regs: int = 240
-    # (forced only, the same probe) the programs let a programmatic dependent launch start as they begin
-    # (``ws_kernel`` ``LAUNCH_DEPENDENTS``): a kernel queued next on the stream with ``launch_pdl=True`` then finds
-    # this grid on its SMs first
-    launch_dependents: bool = False
 
     def __post_init__(self):
-        if self.consumer_regs % 24 or not 168 <= self.consumer_regs <= 240:
-            # (a multiple of 24: setmaxnreg counts in 8s, and the first consumer gets 3 · maxnreg − the others)
-            raise ValueError(f"WsConfig: consumer_regs must be a multiple of 24 in [168, 240], "
-                             f"got {self.consumer_regs}")
         if self.q_registers % 64:
             raise ValueError(f"WsConfig: q_registers must be a multiple of 64 columns, got {self.q_registers}")
         if (self.pingpong or self.early_k_release or self.lazy_rescale) and not self.overlap:
@@ -96,14 +84,7 @@ class WsConfig:
                 f"{'-pp' if self.pingpong else ''}{'-bm' if self.block_major else ''}{'-lpt' if self.lpt else ''}"
                 f"{'-pk' if self.pack_gqa else ''}{'-t' if self.thread_release else ''}"
                 f"{'-kr' if self.early_k_release else ''}{f'-qr{self.q_registers}' if self.q_registers else ''}"
-                f"{'-l' if self.lazy_rescale else ''}{f'-r{self.consumer_regs}' if self.consumer_regs != 240 else ''}"
-                f"{'-gdc' if self.launch_dependents else ''}")
-
-    @property
-    def maxnreg(self) -> int | None:
-        """The launch's register cap a thread (None: the compiler's, which gives the 240 split): the consumers'
-        ``consumer_regs`` and the loader's 24 over the program's three warpgroups."""
-        return None if self.consumer_regs == 240 else (2 * self.consumer_regs + 24) // 3
+                f"{'-l' if self.lazy_rescale else ''}")
 
 
 # per head dim, the default first: K + V slots are STAGES · 2 · BLOCK_N · D · 2 bytes, the two Q buffers 64 KB at
@@ -437,8 +418,7 @@ def _run(cfg: WsConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
         PINGPONG=cfg.pingpong, Q_BUFS=q_buffers(d), SOFTCAP=bool(softcap), HAS_SINK=sinks is not None,
         PACK=heads_per_tile, THREAD_RELEASE=cfg.thread_release, K_EARLY=cfg.early_k_release,
         Q_REGS=min(cfg.q_registers, d) if scales is None else 0, LAZY_RESCALE=lazy_rescale_applies(cfg, kv_box),
-        CONSUMER_REGS=cfg.consumer_regs, LAUNCH_DEPENDENTS=cfg.launch_dependents, num_warps=4,
-        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}), **layout)
+        num_warps=4, **layout)
 
 
 def launch(p: Problem, cfg: WsConfig) -> None:
