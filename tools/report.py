@@ -284,21 +284,20 @@ def floor_gap(op: str, name: str) -> str:
         return (f"the 32-key blocks of the alternating warp-specialized kernel (the score GEMM bound by shared-memory "
                 f"operand reads at N = 32; the 64-key seesaw on a 2-slot ring measured 1.24-1.28x slower) ({mla})")
     if op == "DSADecodeWithKVCacheFwd":
-        return ("measured on the persistent alternating warp-specialized kernel with 16-byte output stores (attn-mla "
-                "0.2.12) at 0.75-0.88x FlashMLA: 32-key blocks (FlashMLA: 64; the 64-key forms -1 to +6 % on an "
-                "H100) and a cp.async gather whose 64-column copies Triton 3.6 separates by loader barriers. Since "
-                "attn-mla 0.2.13 its O rescale is lazy (skipped while no row's max moves by more than 8): on an H100 "
-                "beside FlashMLA, 2026-12-06, all 17 rows at 0.83-1.01x (d576-h128 0.84-0.92x, were 0.78-0.85x); not "
-                f"yet run on the H200 ({mla})")
+        return ("the persistent alternating warp-specialized kernel with a lazy O rescale (attn-mla 0.2.13; on the "
+                "H200, 2026-12-07, 14 of 15 rated rows at 0.83-1.02x FlashMLA, d576-h128-kv8k 0.79x, where FlashMLA "
+                "runs 7 % faster than at 32k keys while ours stays level: our reading, the L2-resident gather helps "
+                "only a kernel bound by its reads, and ours is not): 32-key blocks (FlashMLA: 64; the 64-key forms -1 to +6 % on an H100) and a "
+                "cp.async gather whose 64-column copies Triton 3.6 separates by loader barriers; FlashMLA's d576 "
+                f"times moved up to 9 % between two H200 runs (2026-12-04 / 12-07) ({mla})")
     if op == "FP8LightningIndexerFwd":
         return (f"the narrow / wide tile rule (attn-mla 0.2.7, swept on all 18 rows) is the lever measured so far "
                 f"({mla})")
     if op == "TopKSelectFwd":
-        return ("measured on the two-launch split (histogram 3.5 µs, select 11.7 µs: the row's last program selects "
-                "the candidates after the others finish); since attn-mla 0.2.12 the candidates are ranked by a third "
-                "launch over 132 programs instead: on an H100 11.9 µs against 15.7 for the measured path, and "
-                "0.95-0.97x FlashInfer (11.4-11.5 µs) beside it in two runs, 2026-12-06; not yet run on the H200 "
-                f"({mla})")
+        return ("the two-launch split with the candidates ranked by a third launch over 132 programs (attn-mla "
+                "0.2.12): 11.6 µs on the H200 against FlashInfer's 9.9 (0.85x, 2026-12-07); launching the rank and "
+                "select kernels as programmatic dependents was slower on an H100, so their start-up is not the gap; "
+                f"the three launches' split of the 11.6 µs is not yet measured on this path ({mla})")
     return "not analysed yet"
 
 
