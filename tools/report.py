@@ -295,9 +295,9 @@ def floor_gap(op: str, name: str) -> str:
                 f"({mla})")
     if op == "TopKSelectFwd":
         return ("the two-launch split with the candidates ranked by a third launch over 132 programs (attn-mla "
-                "0.2.12): 11.6 µs on the H200 against FlashInfer's 9.9 (0.85x, 2026-12-07); launching the rank and "
-                "select kernels as programmatic dependents was slower on an H100, so their start-up is not the gap; "
-                f"the three launches' split of the 11.6 µs is not yet measured on this path ({mla})")
+                "0.2.12): 11.6 µs on the H200 against FlashInfer's 9.9 (0.85x, 2026-12-07); on an H100 its histogram, "
+                "rank and select launches took 3.6 + 4.5 + 3.7 µs, and launching the last two as programmatic "
+                f"dependents was slower there, so their start-up is not the gap ({mla})")
     return "not analysed yet"
 
 
