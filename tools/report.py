@@ -287,7 +287,8 @@ def floor_gap(op: str, name: str) -> str:
         return ("the persistent alternating warp-specialized kernel with a lazy O rescale (attn-mla 0.2.13; on the "
                 "H200, 2026-12-07, 14 of 15 rated rows at 0.83-1.02x FlashMLA, d576-h128-kv8k 0.79x, where FlashMLA "
                 "runs 7 % faster than at 32k keys while ours stays level: our reading, the L2-resident gather helps "
-                "only a kernel bound by its reads, and ours is not): 32-key blocks (FlashMLA: 64; the 64-key forms -1 to +6 % on an H100) and a "
+                "only a kernel bound by its reads, and ours is not): 32-key blocks (FlashMLA: 64; the 64-key forms "
+                "-1 to +6 % on an H100) and a "
                 "cp.async gather whose 64-column copies Triton 3.6 separates by loader barriers; FlashMLA's d576 "
                 f"times moved up to 9 % between two H200 runs (2026-12-04 / 12-07) ({mla})")
     if op == "FP8LightningIndexerFwd":
