@@ -12,6 +12,8 @@
 #   mla        TopK decode and the 17 DSA rows beside FlashInfer / FlashMLA (issue 6)
 #   mla-decode the 26 MLA decode rows beside FlashInfer / FlashMLA (issue 6; their default is the lazy rescale since
 #              attn-mla 0.2.13, not yet run on the H200)
+#   mla-all    all 64 attn-mla rows in one run (issue 6 asks for that: MLA decode, DSA, the indexer, TopK; our
+#              kernels compiled first in WARM=8 processes; not yet run as one step)
 #   fwd        the varlen rows and the qwen3 dense rows (the long-block rule)
 #   tests-fwd  every GPU test of attn-core but GQABwd's (bwd-tests runs those; -m gpu, ATTNOPS_POISON=1, 15
 #              workers; 430 s on an H100, 2026-12-06)
@@ -33,7 +35,7 @@
 set -u
 steps=${STEPS:-bwd:100 bwd-tests:220 paged:430}
 for step in $steps; do  # (a misspelt step fails here, before any device time is spent)
-  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|fwd|tests-fwd|tests-rest|tests-paged|tests-mla|memcheck|bwd-tune|dsa-tune):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
+  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|mla-all|fwd|tests-fwd|tests-rest|tests-paged|tests-mla|memcheck|bwd-tune|dsa-tune):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
 done
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 echo "GPU: $gpu"
@@ -96,6 +98,7 @@ for step in $steps; do
     paged) job paged "$deadline" attn-core -- --filter \
              "GQAPagedFwd/,MHADecodePagedWithKVCacheFwd/,GQAPrefillPagedWithKVCacheFwd/" --exclude-peers "$no_ref" ;;
     mla) job mla "$deadline" attn-mla -- --filter "TopKSelectFwd/ds-v32,DSADecode" --exclude-peers "$no_ref_mla" ;;
+    mla-all) WARM=${WARM:-8} job mla-all "$deadline" attn-mla -- --exclude-peers "$no_ref_mla" ;;
     mla-decode) job mla-decode "$deadline" attn-mla -- --filter "MLADecodeWithKVCacheFwd/" --exclude-peers "$no_ref_mla" ;;
     fwd) job fwd "$deadline" attn-core -- --filter "GQAVarlenFwd/,GQADenseFwd/qwen3" --exclude-peers "$no_ref" ;;
     memcheck) OUT=$root_out DEADLINE=$deadline bash benchmarks/memcheck_lanes.sh -m gpu \
