@@ -110,5 +110,13 @@ tune tune-mla-half-ready 120 tune_attn_mla --filter "mla-b128-8192/bf16" --skip 
 # first, and the paged default with Q in registers
 tune tune-paged-kr 150 tune_attn_core_paged --ws --filter "GQAPagedFwd/llama-8b/,starcoder,llama-8b-rope/f16" --variants kr,qr \
   --iters 20
+# GQABwd's long MHA rows (issue 5: the f16 ones at 0.798x / 0.80002x FA3's published on the H200, 2026-12-07): the
+# early-scores default ws-s3-p-e (0.3.20, chosen on an H100) against ws-s3-p, which the H200 ran 1.4-1.7 % faster in
+# its 12-05 run (another run: not decisive); every ws config, one process
+tune tune-bwd-long-mha 150 tune_gqa_bwd --ws-only --filter long-mha
+# DSA d576-h128 (issue 6: kv8k 0.79x FlashMLA on the H200, 2026-12-07): every ws config on kv8k / kv32k, one process
+# (the defaults since the lazy rescale were chosen on H100 sweeps)
+tune tune-dsa-d576 300 tune_attn_mla --skip h200 \
+  --filter "DSADecodeWithKVCacheFwd/mla-d576-h128-kv8k,DSADecodeWithKVCacheFwd/mla-d576-h128-kv32k"
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"

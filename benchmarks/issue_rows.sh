@@ -25,11 +25,9 @@
 #              kernels' edge cases most of them; the full-size seed rows left out), 6 sanitized pytest lanes
 #              (benchmarks/memcheck_lanes.sh; MEMCHECK_PART=i/n runs the i-th of n disjoint parts: ~0.4 tests a second, so
 #              the 939 take five ~8-minute calls): any Hopper card answers it, the kernels and SM count being the same
-#   bwd-tune   the warp-specialized GQABwd configs on the four long MHA rows in one process (tune_gqa_bwd --ws-only,
-#              every config checked first): the default since attn-core 0.3.20, ws-s3-p-e (early scores, chosen on an
-#              H100), against ws-s3-p, which the H200 ran 1.4-1.7 % faster in another run (issue 5; ~100 s)
-#   dsa-tune   the DSA warp-specialized configs on the d576-h128 kv8k / kv32k rows in one process (tune_attn_mla,
-#              the Triton config left out; issue 6's 0.79x row)
+#   bwd-tune   benchmarks/gpu_sweeps.sh's tune-bwd-long-mha: every ws GQABwd config on the four long MHA rows in one
+#              process, the early-scores default against ws-s3-p (issue 5; ~100 s)
+#   dsa-tune   gpu_sweeps.sh's tune-dsa-d576: every DSA ws config on the d576-h128 kv8k / kv32k rows (issue 6)
 # Carry .peers (attn-core bundles plus FlashMLA: benchmarks/peers_copy.sh) and .peers-jit.
 #   ATTNOPS_GIT_SHA=<sha> [STEPS="bwd:100 bwd-tests:220 paged:430"] [ANY_GPU=1] bash benchmarks/issue_rows.sh
 set -u
@@ -70,15 +68,8 @@ gpu_tests() {
   grep ' FAILED ' "$log" | head -n 20
   python3 -m benchmarks.test_times "$log" --slowest 8
 }
-# tune_step <deadline> <name> <benchmarks module> <arguments...>: a sweep's JSON and log under <name>/, its table last
-tune_step() {
-  local deadline=$1 name=$2 module=$3
-  shift 3
-  mkdir -p "$root_out/$name"
-  PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:):." timeout -k 10 $(( deadline - $(date +%s) )) \
-    python3 -m "benchmarks.$module" --out "$root_out/$name/$name.json" "$@" >"$root_out/$name/$name.log" 2>&1
-  echo "$name: rc=$?"; grep -v "^ *$" "$root_out/$name/$name.log" | tail -n 12
-}
+# sweep <gpu_sweeps.sh step>: that one sweep, its JSON and logs under <step>/
+sweep() { mkdir -p "$root_out/$1"; OUT=$root_out/$1 DEADLINE=$deadline PHASE=sweeps STEPS=$1 bash benchmarks/gpu_sweeps.sh; }
 for step in $steps; do
   name=${step%%:*}; deadline=$(( start + ${step##*:} ))
   [ "$(date +%s)" -lt "$deadline" ] || { echo "$name: skipped (its deadline has passed)"; continue; }
@@ -104,9 +95,8 @@ for step in $steps; do
     memcheck) OUT=$root_out DEADLINE=$deadline bash benchmarks/memcheck_lanes.sh -m gpu \
                 -k "not seed_row and not full_size" packages/attn-core/tests packages/attn-mla/tests
               echo "memcheck: rc=$?" ;;
-    bwd-tune) tune_step "$deadline" bwd-tune tune_gqa_bwd --ws-only --filter long-mha ;;
-    dsa-tune) tune_step "$deadline" dsa-tune tune_attn_mla --skip h200 \
-                --filter "DSADecodeWithKVCacheFwd/mla-d576-h128-kv8k,DSADecodeWithKVCacheFwd/mla-d576-h128-kv32k" ;;
+    bwd-tune) sweep tune-bwd-long-mha ;;
+    dsa-tune) sweep tune-dsa-d576 ;;
   esac
 done
 echo "wall $(( $(date +%s) - start )) s"
