@@ -61,15 +61,6 @@ def check_tensor(
     return t
 
 
-def check_same_device(**tensors: torch.Tensor | None) -> torch.device:
-    present = {n: t for n, t in tensors.items() if t is not None}
-    devices = {t.device for t in present.values()}
-    if len(devices) > 1:
-        where = ", ".join(f"{n} on {t.device}" for n, t in present.items())
-        raise ValueError(f"all tensors must be on one device, got {where}")
-    return next(iter(devices))
-
-
 def check_scale(name: str, scale: object, device: torch.device, shape: ShapeSpec = (1,)) -> torch.Tensor:
     t = check_tensor(name, scale, dtype=torch.float32, device=device)
     if t.numel() == 1 and tuple(shape) == (1,):

@@ -89,10 +89,6 @@ class OpSpec:
     # Whether two identical calls give bitwise-identical outputs (False for ops that accumulate with atomics).
     deterministic: bool = True
 
-    @property
-    def func_name(self) -> str:
-        return self.fn.__name__
-
     def check(
         self, case: Case, fn: Callable[..., Any] | None = None, *, keep_views: bool = False
     ) -> dict[str, torch.Tensor]:

@@ -49,16 +49,6 @@ def dependent_launch() -> bool:
 
 
 @functools.cache
-def triton_version() -> tuple[int, int]:
-    major, minor = triton.__version__.split(".")[:2]
-    return int(major), int(minor)
-
-
-def triton_at_least(major: int, minor: int) -> bool:
-    return triton_version() >= (major, minor)
-
-
-@functools.cache
 def num_sms() -> int:
     """Streaming multiprocessors of the current GPU (132 on an H200); 1 under the interpreter."""
     if interpreting():

@@ -9,7 +9,6 @@ of calls (tests, tuning sweeps).
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 import torch
@@ -422,7 +421,3 @@ def _launch(p: Problem, cfg: FwdConfig) -> None:
         placement = (1, t_stride, 0, h_stride) if p.varlen else (max(S_q, 1), b_stride, t_stride, h_stride)
         combine_splits(ws_o, ws_lse, o, rows=total_tokens * H, heads=H, num_splits=num_splits, row_stride=1,
                        split_stride=total_tokens * H, out_strides=placement, sinks=p.sinks)
-
-
-def default_sm_scale(head_dim: int) -> float:
-    return 1.0 / math.sqrt(head_dim)
