@@ -32,10 +32,11 @@ core=packages/attn-core/tests mla=packages/attn-mla/tests
 # checkout), so a step's cap allows for the whole file (the ids carry the config names: ws-s3-p, ws-dkdv-s2, ...).
 PHASE=${PHASE:-all}
 if [ "$PHASE" != sweeps ]; then
-  # branch next-gpu (offline work of 2026-12-04, never run on a GPU): GQABwd's Triton kernel as the preprocess's
-  # programmatic dependent (test_dependent_launch_gpu: bitwise against the plain launch, in a CUDA graph too), then
-  # the attn-mla ws kernels' half-slot ready barriers (-h), per-thread slot releases (-t) and DSA's persistent
-  # 64-key configs (seed rows, edge cases, persistent items; a hang shows as the per-test timeout)
+  # the configs the 2026-12-04 branch next-gpu added (first GPU-run by these steps; issue_rows.sh's test steps run
+  # the whole files since): GQABwd's Triton kernel as the preprocess's programmatic dependent
+  # (test_dependent_launch_gpu: bitwise against the plain launch, in a CUDA graph too), then the attn-mla ws kernels'
+  # half-slot ready barriers (-h), per-thread slot releases (-t) and DSA's persistent 64-key configs (seed rows, edge
+  # cases, persistent items; a hang shows as the per-test timeout)
   step gpu-tests "${TESTS_CAP:-200}" python3 -m pytest -v -rf -n "${TEST_WORKERS:-8}" --timeout 120 \
     -p no:cacheprovider "$core/test_gqa_bwd.py"
   # (the new configs only, 160 of the two files' 303 tests: they come last in WS_CONFIGS, so a cap would cut them)

@@ -109,20 +109,21 @@ def smem_bytes(cfg: WsConfig, rope: int) -> int:
 # 8 in base 2): on an H100 (2026-12-06, each checked) MLA decode 0-3.5 % faster (mla-b128-8192 536.6 -> 519.9 us),
 # DSA 4-9 % on the rows of >= 32 tiles an item (d576-h128-kv32k 5044 -> 4752 us) and within 2 % on d512-h64.
 # The channel split: 64-key tiles do not fit beside its exchange slots (Q 72 KB + 2 x 72 KB ring + 64 KB of
-# exchange), so 32-key tiles, 3 slots (212 KB with a 64-channel rope part). Last, untimed: the alternating
-# consumer's 64-key blocks in 2 slots with P in the rope slots (FlashMLA's layout, 217 KB; with P buffers of their
-# own 233 KB), compile-checked only.
+# exchange), so 32-key tiles, 3 slots (212 KB with a 64-channel rope part). Last: the alternating consumer's 64-key
+# blocks in 2 slots with P in the rope slots (FlashMLA's layout, 217 KB; with P buffers of their own 233 KB), 1.24-1.28x
+# slower than the 32-key 4-slot form on the H200 (2026-12-03).
 CONFIGS = tuple(c for c in (WsConfig(32, 4, alternating=True, lazy_rescale=True), WsConfig(32, 4, alternating=True),
                             WsConfig(32, 3), WsConfig(32, 2), WsConfig(64, 2, alternating=True))
                 if smem_bytes(c, 64) <= SMEM_LIMIT)
-# Untimed (2026-12-04, offline): the alternating configs with a ready barrier per half slot (``half_ready``). Why:
-# the 64-key 2-slot ring ran 1.24-1.28x slower than the 32-key 4-slot one on the H200 (block b + 2 loads only after
-# the other warpgroup has folded b, and its consumer waits for all of it); FlashMLA's sparse kernel, the same layout,
-# starts a block's scores on its first channel half. And the default's form with per-thread releases
-# (``thread_release``: 3-4 warpgroup barriers fewer per 2 blocks). Forced only (sweeps, tests) until measured.
-UNTIMED_CONFIGS = (WsConfig(32, 4, alternating=True, half_ready=True),
-                   WsConfig(64, 2, alternating=True, half_ready=True),
-                   WsConfig(32, 4, alternating=True, thread_release=True))
+# Forced only (sweeps, tests; added 2026-12-04): the alternating configs with a ready barrier per half slot
+# (``half_ready``). Why: the 64-key 2-slot ring ran 1.24-1.28x slower than the 32-key 4-slot one on the H200 (block b
+# + 2 loads only after the other warpgroup has folded b, and its consumer waits for all of it); FlashMLA's sparse
+# kernel, the same layout, starts a block's scores on its first channel half. And the default's form with per-thread
+# releases (``thread_release``: 3-4 warpgroup barriers fewer per 2 blocks). On an H100 (2026-12-06, MLA mla-b128-8192
+# and three DSA rows) none beat the defaults by more than 1 %: -h 0-5 % slower, -t 0-3 % slower (docs/perf/attn-mla.md).
+FORCED_CONFIGS = (WsConfig(32, 4, alternating=True, half_ready=True),
+                  WsConfig(64, 2, alternating=True, half_ready=True),
+                  WsConfig(32, 4, alternating=True, thread_release=True))
 
 
 @gluon.jit

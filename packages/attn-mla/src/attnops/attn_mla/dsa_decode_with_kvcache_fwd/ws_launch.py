@@ -11,7 +11,7 @@ import torch
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from attnops.attn_mla.latent_ws import CONFIGS, HALF, HEADS, UNTIMED_CONFIGS, WsConfig
+from attnops.attn_mla.latent_ws import CONFIGS, FORCED_CONFIGS, HALF, HEADS, WsConfig
 from attnops.kernel_utils import runtime
 
 from .ws_kernel import dsa_decode_ws_kernel
@@ -29,12 +29,13 @@ __all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run"]
 # (``-l``, ``latent_ws.CONFIGS``) first: 4-9 % faster on an H100 where items have >= 32 tiles (2026-12-06).
 MLA_ONLY = (WsConfig(64, 2, alternating=True),)
 ALTERNATING = tuple(c for c in CONFIGS if c.alternating and c not in MLA_ONLY)
-# Last, untimed (forced only: tests and sweeps): persistent 64-key blocks, and the persistent forms of
-# ``latent_ws.UNTIMED_CONFIGS`` (a ready barrier per half slot; per-thread releases). Aimed at the rows below 0.8x
-# FlashMLA (its sparse kernel has the 64-key layout and the half-slot barriers): never run on a GPU yet.
-UNTIMED = (replace(MLA_ONLY[0], persistent=True),) + tuple(replace(c, persistent=True) for c in UNTIMED_CONFIGS)
+# Last, forced only (tests and sweeps): persistent 64-key blocks, and the persistent forms of
+# ``latent_ws.FORCED_CONFIGS`` (a ready barrier per half slot; per-thread releases). Aimed at the rows below 0.8x
+# FlashMLA (its sparse kernel has the 64-key layout and the half-slot barriers); on an H100 (2026-12-06, before the
+# lazy rescale) none beat the default by more than 1 % (docs/perf/attn-mla.md, thirty-ninth session).
+FORCED = (replace(MLA_ONLY[0], persistent=True),) + tuple(replace(c, persistent=True) for c in FORCED_CONFIGS)
 WS_CONFIGS = (tuple(replace(c, persistent=True) for c in ALTERNATING) + ALTERNATING
-              + tuple(c for c in CONFIGS if not c.alternating) + UNTIMED)
+              + tuple(c for c in CONFIGS if not c.alternating) + FORCED)
 LATENT = 2 * HALF.value  # the value width the kernel serves (D = 512)
 TAILS = (0, 64)  # the rope tails it serves
 

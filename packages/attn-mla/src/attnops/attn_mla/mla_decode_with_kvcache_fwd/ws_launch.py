@@ -10,14 +10,14 @@ import torch
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from attnops.attn_mla.latent_ws import CONFIGS, HALF, HEADS, UNTIMED_CONFIGS, WsConfig
+from attnops.attn_mla.latent_ws import CONFIGS, FORCED_CONFIGS, HALF, HEADS, WsConfig
 from attnops.kernel_utils import runtime
 
 from .ws_kernel import mla_decode_ws_kernel
 
 __all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run"]
-# the measured configs (the default first), then the untimed ones (forced only: latent_ws.UNTIMED_CONFIGS)
-WS_CONFIGS = CONFIGS + UNTIMED_CONFIGS
+# the measured configs (the default first), then the forced-only ones (latent_ws.FORCED_CONFIGS)
+WS_CONFIGS = CONFIGS + FORCED_CONFIGS
 LATENT = 2 * HALF.value  # the latent width the kernel serves (D = kv_lora_rank = 512)
 ROPE = 64  # the rope width it serves (PE)
 
