@@ -44,8 +44,8 @@ class FwdConfig:
 # <= 196 KB of the 227 KB. Known exception: RoPE with D >= 256 spills (~0.2 KB since the contiguous RoPE
 # tables of attention_fns.rope_tile; ~2 KB before) in the default config.
 # The ``-tma`` entries (K/V by TMA, mbarrier-pipelined; offline sm_90: 184 registers at D = 128 against
-# the default's 212) are candidates for the H200 sweep, after the GPU test has checked each: not defaults
-# until measured.
+# the default's 212) stay forced only: on the H200 they ran 0.93-0.97x the same non-TMA tile on the q < kv
+# prefill rows (docs/perf/attn-core.md).
 # D = 64: the 4-warp 128x64 tile, on the H200 (2026-12-01 21:20, benchmarks/results/h200/20261201-2120-tune-d64.json)
 # 15 % faster than the 8-warp one on gpt-oss-uniform, 12 % on gpt-oss-q-lt-kv, 17 % on gpt-oss-rope-interleaved
 # with in-loop RoPE (5 % slower with the key pre-pass: 59.1 against 56.4 us, both far under the 80 of before).

@@ -47,14 +47,14 @@ class WsConfig:
     # D = 128 mixed-batch default since 0.3.19: gqa_paged_fwd.plan.PACKED_MERGE_DEFAULTS)
     pack_gqa: bool = False
     # the consumers free K / V slots one arrival per thread, without the warpgroup barrier Triton puts before a
-    # single thread's arrival (``kernel_utils.gluon_fns.release``; untimed twins below)
+    # single thread's arrival (``kernel_utils.gluon_fns.release``; twins below)
     thread_release: bool = False
     # each K / V slot freed in two halves: K as soon as both consumers' scores of it are done, V after their P·V
     # (``ws_kernel`` ``K_EARLY``, FA3's separate K / V pipelines): with 2 slots the loader no longer waits for the
-    # P·V of the tile two back before it loads the next K (untimed twins below)
+    # P·V of the tile two back before it loads the next K (twins below)
     early_k_release: bool = False
     # the first q_registers columns of each consumer's Q tile in registers, the score wgmmas' A operand there
-    # (``ws_kernel`` ``Q_REGS``; untimed twins below; 0: Q in shared memory): those wgmmas then read only K's slice
+    # (``ws_kernel`` ``Q_REGS``; twins below; 0: Q in shared memory): those wgmmas then read only K's slice
     # from shared memory. The count behind it (one SM, both consumers, one key tile): the D = 128 default's 64-key
     # tile takes ~1024 clocks of wgmmas against 128 KB of shared-memory traffic (each score wgmma re-reading Q,
     # 2 x 16 KB; K and V read by both consumers, 64 KB; their TMA writes, 32 KB): 125 B a clock against the port's
@@ -98,23 +98,28 @@ class WsConfig:
 CONFIGS: dict[int, tuple[WsConfig, ...]] = {
     64: (WsConfig(128, 3), WsConfig(128, 3, persistent=False), WsConfig(128, 2), WsConfig(64, 4),
          WsConfig(128, 3, True), WsConfig(128, 3, True, pingpong=True),
-         WsConfig(128, 3, True, pack_gqa=True)),  # (the paged D = 64 default packed: gpt-oss's G = 8; untimed)
+         # the paged D = 64 config packed (gpt-oss's G = 8): on the H200 (2026-12-03) gpt-oss-sink-mixed 18.2 us
+         # packed and merged against the Triton tile's 13.8 (its blocks visit too few keys)
+         WsConfig(128, 3, True, pack_gqa=True)),
     128: (WsConfig(64, 3, True, block_major=True, lpt=True), WsConfig(64, 3, True), WsConfig(64, 4, True),
           WsConfig(64, 3, True, persistent=False), WsConfig(128, 2), WsConfig(128, 2, True), WsConfig(64, 3),
           WsConfig(64, 3, True, pingpong=True),
           WsConfig(64, 4, True, pingpong=True), WsConfig(64, 3, True, block_major=True),
           WsConfig(64, 3, True, lpt=True),
-          # the default's order knobs with 4 slots (not yet timed; 4 slots alone won the long-window rows at 03:30)
+          # the default's order knobs with 4 slots (H200 2026-12-03: within 2 % of the default on the w256 / fp8 rows)
           WsConfig(64, 4, True, block_major=True, lpt=True),
-          # the G heads of a KV head in one tile (``pack_gqa``; untimed): the paged default's and the 16-bit default's
+          # the G heads of a KV head in one tile (``pack_gqa``): the paged mixed-batch default
+          # (``gqa_paged_fwd.plan.PACKED_MERGE_DEFAULTS``) and the 16-bit default's twin (H100 2026-12-06: -3 to +13 %)
           WsConfig(64, 3, True, pack_gqa=True), WsConfig(64, 3, True, block_major=True, lpt=True, pack_gqa=True),
-          # the dense / varlen and paged defaults with per-thread slot releases (``thread_release``; untimed)
+          # the dense / varlen and paged defaults with per-thread slot releases (``thread_release``; H100 2026-12-06:
+          # -3 to +5 % against the dense / varlen default)
           WsConfig(64, 3, True, block_major=True, lpt=True, thread_release=True),
           WsConfig(64, 3, True, thread_release=True),
-          # K freed before V (``early_k_release``; untimed): the 2-slot 128-key tile, and the dense / varlen default
+          # K freed before V (``early_k_release``): the 2-slot 128-key tile (eager form of the long-block and paged
+          # default, ``LONG_BLOCK_DEFAULT``), and the dense / varlen default's twin (H100 2026-12-06: -4 to +0 %)
           WsConfig(128, 2, True, early_k_release=True),
           WsConfig(64, 3, True, block_major=True, lpt=True, early_k_release=True),
-          # Q in registers (``q_registers``; untimed): the dense / varlen and paged defaults' twins
+          # Q in registers (``q_registers``): the dense / varlen and paged defaults' twins (H100 2026-12-06: -2 to +1 %)
           WsConfig(64, 3, True, block_major=True, lpt=True, q_registers=128), WsConfig(64, 3, True, q_registers=128),
           # the lazy rescale (``lazy_rescale``): the long-block and paged default (since attn-core 0.3.20; its eager
           # form ``ws-n128s2-ov-kr`` is above), that one with per-thread slot releases (the flag's cross-warp max
@@ -124,17 +129,19 @@ CONFIGS: dict[int, tuple[WsConfig, ...]] = {
           WsConfig(128, 2, True, early_k_release=True, lazy_rescale=True),
           WsConfig(128, 2, True, thread_release=True, early_k_release=True, lazy_rescale=True),
           WsConfig(64, 3, True, block_major=True, lpt=True, lazy_rescale=True)),
-    # D = 256 (one Q buffer; written 2026-12-02 without device time: candidates for the prefill op's D 256 rows)
+    # D = 256 (one Q buffer; the prefill op's D 256 rows; the paged default is ``ws-n64s2-ov-kr``, below)
     256: (WsConfig(32, 3, True), WsConfig(32, 4, True), WsConfig(64, 2, True), WsConfig(64, 2),
           WsConfig(32, 3, True, pingpong=True),
-          WsConfig(32, 4, True, thread_release=True),  # (the paged default, per-thread slot releases; untimed)
-          # the 64-key tile with K freed before V (untimed): its score wgmmas (m64n64k16, 4 KB of shared-memory
-          # operands per 32 clocks) fit the 128 B / clock shared-memory port where the 32-key tiles' (3 KB per 16)
-          # do not, but its 2 slots starved on the joint K / V release
+          # per-thread slot releases (H200 2026-12-05, qwen35-9b-rope: 18.63 against its twin's 18.99 ms)
+          WsConfig(32, 4, True, thread_release=True),
+          # the 64-key tile with K freed before V, the paged D = 256 default since the H100's 2026-12-06 sweep (H200
+          # qwen35-9b-rope 14.38 against 18.24 ms for the pingpong tile): its score wgmmas (m64n64k16, 4 KB of
+          # shared-memory operands per 32 clocks) fit the 128 B / clock shared-memory port where the 32-key tiles' (3 KB
+          # per 16) do not; without the early K release its 2 slots starved on the joint K / V release
           WsConfig(64, 2, True, early_k_release=True), WsConfig(64, 2, True, pingpong=True, early_k_release=True),
-          # half of Q in registers (untimed; all of it, 64 registers a thread beside the accumulator's 128, made
-          # ptxas spill 160-1060 B and serialize the wgmmas, offline sm_90 2026-12-05): the paged default's and the
-          # long-block default's twins, and the 64-key tile's with K freed first
+          # half of Q in registers (all of it, 64 registers a thread beside the accumulator's 128, made ptxas spill
+          # 160-1060 B and serialize the wgmmas, offline sm_90 2026-12-05): the 32-key 4-slot and pingpong tiles' twins,
+          # and the 64-key tile's with K freed first; on the H200 (2026-12-05, qwen35-9b-rope) slower or level
           WsConfig(32, 4, True, q_registers=128), WsConfig(32, 3, True, pingpong=True, q_registers=128),
           WsConfig(64, 2, True, early_k_release=True, q_registers=128)),
 }

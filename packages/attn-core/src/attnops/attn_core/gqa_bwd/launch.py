@@ -212,8 +212,9 @@ def ws_default(p: Problem, sms: int) -> ws_launch.WsBwdConfig | None:
 CONCURRENT_DQ = True
 # The Triton kernel launched as the preprocess's programmatic dependent (sm_90: ``launch_pdl``, ``griddepcontrol``):
 # its programs load K / V (dK / dV role) or Q / dO (dQ role) while the preprocess's last programs run and wait for
-# Δ there, instead of starting after the preprocess has drained. Prediction (2026-12-04, not yet measured): 2-5 us
-# off the 512-token rows' ~115-140 us.
+# Δ there, instead of starting after the preprocess has drained. Predicted 2-5 us off the 512-token rows' ~115-140
+# us; measured on the H200 (2026-12-05, 20261205-0233-attn-core-bwd-pdl.jsonl): no gain (short MHA 140.6 / 141.0
+# against 140; llama-8b-short 115.6 against 115.5). Kept, bitwise equal to the plain launch (test_dependent_launch_gpu).
 DEPENDENT_LAUNCH = True
 
 

@@ -137,13 +137,16 @@ PACKED_MERGE_DEFAULTS: dict[int, ws_launch.WsConfig] = {128: ws_launch.WsConfig(
 # The warp-specialized launch's lightest query blocks split over their keys where its last round of tiles would
 # leave SMs idle (``tail_split``; one head a tile). Written 2026-12-04 without a GPU: qwen35-9b-rope's 2048 tiles of
 # ~33 k keys are 15.5 rounds on 132 SMs, run in 16; splitting its 3 lightest blocks in 3 shortens the modelled
-# launch by 1.9 %, the combine included (the split build's key loop is 3 SASS longer, ~0.7 %). Off until an H200 sweep
-# has timed it (``ws_tail=True`` per plan; benchmarks/tune_attn_core_paged.py --ws times both).
+# launch by 1.9 %, the combine included (the split build's key loop is 3 SASS longer, ~0.7 %). Off: on the H200
+# (2026-12-05, 40 iterations) it moved qwen35-9b-rope -1.4 % on ``ws-n64s2-ov-kr`` and +1.9 to +5.8 % on two other
+# tiles, on the H100 (2026-12-06) qwen35-9b-mixed +1 % and -3 % in two runs (noise either way; ``ws_tail=True``
+# per plan forces it, benchmarks/tune_attn_core_paged.py --ws times both).
 WS_TAIL_SPLITS_DEFAULT = False
 # A mixed batch's decode launch beside its persistent warp-specialized prefill launch, on the SMs the prefill leaves
 # it (``beside``; ``small_beside`` per plan). Written 2026-12-05 without a GPU: modelled serving-step 252 -> ~192 µs
-# (measured 255 one after the other), nothing on another seed row. Off until an H200 sweep has timed it
-# (benchmarks/tune_attn_core_paged.py --ws times the model's choice and forced SM counts).
+# (measured 255 one after the other), nothing on another seed row. Off: on an H100 (2026-12-06) serving-step ran
+# 322-368 µs beside against 294 one after the other (the decodes lose their bandwidth beside the prefill;
+# docs/perf/attn-core.md). benchmarks/tune_attn_core_paged.py --ws times the model's choice and forced SM counts.
 SMALL_BESIDE_DEFAULT = False
 
 
