@@ -110,7 +110,8 @@ DECODE_CONFIGS: dict[int, dict[int, tuple[FwdConfig, ...]]] = {
 MIN_SPLIT_KEYS = 128
 MAX_SPLITS = 128
 # Split calls merge in the kernel (the last split of each block, ``FUSED_COMBINE``) instead of a combine
-# launch. Off until the H200 has checked and timed it (``forced(fused_combine=True)`` in tests / sweeps).
+# launch. Off for dense / varlen calls: on the H200 the 8 qwen3-30b split rows ran 0.3-1.1 us slower merged (the
+# last program merges alone at the tail; docs/perf/attn-core.md). ``forced(fused_combine=True)`` in tests / sweeps.
 FUSED_COMBINE_DEFAULT = False
 # RoPE on prefill shapes: rotate the keys once in a pre-pass (rope_rows_kernel) when several query blocks of a
 # request read each key, instead of in every block's key loop. On the H200 (2026-12-01 21:20, tune-rope / tune-d64
