@@ -88,8 +88,9 @@ def plan_splits(batch: int, head_blocks: int, n_kv: int, block_n: int) -> int:
     return triton.cdiv(n_kv, split_len)
 
 
-# Split requests merged by their last split in the decode kernel instead of a combine launch. Off until the
-# H200 has checked and timed it (``with_config(..., fused_combine=True)`` in tests and sweeps).
+# Split requests merged by their last split in the decode kernel instead of a combine launch. Off: on the H200
+# (2026-12-01, 8-32 splits) it ran 54-114 us against 19-33 for the combine launch (docs/perf/attn-mla.md).
+# ``with_config(..., fused_combine=True)`` in tests and sweeps.
 FUSED_COMBINE_DEFAULT = False
 
 
