@@ -112,7 +112,7 @@ def _dkdv_tiles(
     # ``it // steps`` above the loop (seen in the sm_90 TTGIR), where with S_q = S_kv = 1 it divides by 0 —
     # undefined behaviour. That build read out of bounds on the H200 (GPU fuzz seed 502019; memcheck: the
     # unmasked load of a zero-step loop). Our reading, not proven from the PTX: LLVM used the UB to drop the
-    # guard. With this fix the H200 ran seeds 502000-502059 and every config at S = 1 clean (docs/reliability.md).
+    # guard. With this fix seeds 502000-502059 and every config at S = 1 passed on the H200 (docs/reliability.md).
     per_head = tl.maximum(steps, 1)
     for it in range(0, G * steps):
         g = it // per_head
