@@ -288,9 +288,9 @@ def floor_gap(op: str, name: str) -> str:
                 "H200, 2026-12-07, 14 of 15 rated rows at 0.83-1.02x FlashMLA, d576-h128-kv8k 0.79x, where FlashMLA "
                 "runs 7 % faster than at 32k keys while ours stays level: our reading, the L2-resident gather helps "
                 "only a kernel bound by its reads, and ours is not): 32-key blocks (FlashMLA: 64; the 64-key forms "
-                "-1 to +6 % on an H100) and a "
-                "cp.async gather whose 64-column copies Triton 3.6 separates by loader barriers; FlashMLA's d576 "
-                f"times moved up to 9 % between two H200 runs (2026-12-04 / 12-07) ({mla})")
+                "-1 to +6 % on an H100) and a cp.async gather whose 64-column copies Triton 3.6 separates by loader "
+                "barriers; FlashMLA's d576 times moved up to 9 % between two H200 runs (2026-12-04 / 12-07) "
+                f"({mla})")
     if op == "FP8LightningIndexerFwd":
         return (f"the narrow / wide tile rule (attn-mla 0.2.7, swept on all 18 rows) is the lever measured so far "
                 f"({mla})")
