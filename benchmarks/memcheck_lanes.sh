@@ -4,7 +4,7 @@
 # keep the GPU and the host's cores busy where one process would leave them idle. The test ids are collected once,
 # shuffled with a fixed seed and dealt round-robin, so where the deadline cuts the lanes, what is left unrun is a
 # sample of every file rather than the last files. The sanitizer prints each report as it finds it: a cut lane's log
-# still shows what it found. Prints one line per lane (passed, failed, sanitizer reports, finished or cut) and the
+# still shows what it found. Prints one line per lane (passed, failed, skipped, sanitizer reports, finished or cut), the
 # distinct report headings, and packs the logs into <OUT>/memcheck.tgz; exits 3 if any lane reported one.
 #   DEADLINE=<epoch s> [MEMCHECK_LANES=6] [MEMCHECK_PART=i/n] OUT=<dir> bash benchmarks/memcheck_lanes.sh <pytest args>
 # (not LANES / PART: benchmarks/full_run_x2.sh gives those other meanings in its lanes' environment)
@@ -35,15 +35,22 @@ done
 wait
 # a report's heading is a '========= ' line that starts with a capital; the banner and the summary are not reports
 reports() { grep -E '^========= [A-Z]' "$1" | grep -vE 'COMPUTE-SANITIZER|ERROR SUMMARY'; }
+# A test's outcome is its progress mark ("PASSED [ 39%]"), counted wherever it stands: a report printed while the test
+# runs puts it on a line of its own, apart from the test's id (so "<id> FAILED" alone misses those, the ones that
+# matter). failed_ids names each failed or erred test by the last id line before its mark.
+outcomes() { grep -cE "$1 +\[ *[0-9]+%\]" "$2"; }
+failed_ids() { awk '$1 ~ /::/ && !/^(=|FAILED |ERROR )/ { id = $1 } /(FAILED|ERROR) +\[ *[0-9]+%\]/ { print id }' "$1"; }
 found=0
 for log in "$out"/lane-*.log; do
   n=$(reports "$log" | wc -l)
   found=$(( found + n ))
-  echo "$(basename "$log" .log): $(grep -c ' PASSED' "$log") passed, $(grep -c ' FAILED' "$log") failed," \
-       "$n sanitizer reports; $(grep -qE '^=+ .* in [0-9.]+s' "$log" && echo finished || echo 'cut by the deadline')"
+  echo "$(basename "$log" .log): $(outcomes PASSED "$log") passed, $(failed_ids "$log" | wc -l) failed," \
+       "$(outcomes '(SKIPPED|XFAIL|XPASS)' "$log") skipped or xfailed, $n sanitizer reports;" \
+       "$(grep -qE '^=+ .* in [0-9.]+s' "$log" && echo finished || echo 'cut by the deadline')"
 done
-for log in "$out"/lane-*.log; do reports "$log"; done | sort | uniq -c | sort -rn | head -n 15
-grep -h ' FAILED' "$out"/lane-*.log | head -n 15
+for log in "$out"/lane-*.log; do reports "$log"; done | sed 's/ on CUDA API call to .*//' | sort | uniq -c | sort -rn |
+  head -n 15
+for log in "$out"/lane-*.log; do failed_ids "$log"; done | sed 's/^/failed: /' | head -n 15
 # one file back from the device, not 2 x lanes + 1 (a device call returns a limited number of files)
 tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")" && rm -rf "$out"
 [ "$found" = 0 ] || exit 3

@@ -456,12 +456,7 @@ def test_paged_small_beside(d):
     static = case.fresh()
     static.inputs["plan"] = plan
     static.run(paged_spec.SPEC.fn)  # compiled before the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = static.run(paged_spec.SPEC.fn)
-    graph.replay()
-    torch.cuda.synchronize()
+    captured = testing.replayed_in_graph(lambda: static.run(paged_spec.SPEC.fn))
     paged_spec.SPEC.compare(captured, expected, case)
 
 

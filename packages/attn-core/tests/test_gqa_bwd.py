@@ -434,12 +434,7 @@ def test_dependent_launch_gpu(monkeypatch, deterministic):
     if deterministic:  # captured in a CUDA graph (the dependency becomes a programmatic edge) and replayed
         static = case.fresh()
         static.run(fn)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = static.run(fn)
-        graph.replay()
-        torch.cuda.synchronize()
+        captured = testing.replayed_in_graph(lambda: static.run(fn))
         for name in ("dq", "dk", "dv"):
             testing.assert_bitwise(name, plain[name], captured[name])
 

@@ -90,12 +90,7 @@ def test_dq_stream_joins_the_callers_stream():
         SPEC.compare(read_next, expected, case)
         static = case.fresh()
         static.run(SPEC.fn)  # compiled before the capture
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = static.run(SPEC.fn)
-        graph.replay()
-        torch.cuda.synchronize()
+        captured = testing.replayed_in_graph(lambda: static.run(SPEC.fn))
         SPEC.compare(captured, expected, case)
 
 

@@ -211,3 +211,13 @@ def test_fuzz_seeds_start_at_the_base(monkeypatch):
     monkeypatch.setenv("ATTNOPS_FUZZ_BASE", "1200")
     assert reliability.fuzz_seeds(spec, 3) == [s + 1200 for s in first]
     assert reliability.fuzz_seeds(spec, 3, base=0) == first
+
+
+def test_graph_replay_skips_without_the_caching_allocator(monkeypatch):
+    """Under ``PYTORCH_NO_CUDA_MEMORY_CACHING`` (the memcheck lanes) a capture could not allocate: the helper skips
+    before it captures anything, so ``run`` is never called."""
+    calls = []
+    monkeypatch.setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")
+    with pytest.raises(pytest.skip.Exception, match="caching allocator"):
+        testing.replayed_in_graph(lambda: calls.append(1))
+    assert not calls

@@ -209,6 +209,24 @@ def run_compile_script(script, timeout: int) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def replayed_in_graph(run):
+    """``run()`` captured in a CUDA graph and the graph replayed once: returns what the capture returned (its tensors
+    then hold the replay's results). A capture cannot allocate without torch's caching allocator
+    (``PYTORCH_NO_CUDA_MEMORY_CACHING``, which the memcheck lanes set so the sanitizer sees each tensor's end): there
+    it calls ``pytest.skip``, the test's checks before it having run."""
+    if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") not in ("", "0"):
+        import pytest
+
+        pytest.skip("CUDA graph capture needs torch's caching allocator (PYTORCH_NO_CUDA_MEMORY_CACHING is set)")
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run()
+    graph.replay()
+    torch.cuda.synchronize()
+    return captured
+
+
 def opcheck_as_called(module, attr: str, call) -> None:
     """``torch.library.opcheck`` (schema: declared mutations; fake impl: output metadata) of the custom op
     ``module.<attr>`` on the arguments a public function really passes it, so the checked tuple cannot drift from
