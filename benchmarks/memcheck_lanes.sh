@@ -33,8 +33,10 @@ for ids in "$out"/ids-*; do
     python3 -m pytest -v --tb=line -p no:cacheprovider "${tests[@]}" >"$out/lane-${ids##*-}.log" 2>&1 &
 done
 wait
-# a report's heading is a '========= ' line that starts with a capital; the banner and the summary are not reports
-reports() { grep -E '^========= [A-Z]' "$1" | grep -vE 'COMPUTE-SANITIZER|ERROR SUMMARY'; }
+# a report's heading is '========= ' and a capital, at a line's start or after a test's id (the first report of a test
+# lands on its id's line; pytest's own '====== FAILURES' rules are longer runs of '='); the banner and the summary
+# are not reports
+reports() { grep -oE '(^|[^=])========= [A-Z].*' "$1" | sed 's/^[^=]//' | grep -vE 'COMPUTE-SANITIZER|ERROR SUMMARY'; }
 # A test's outcome is its progress mark ("PASSED [ 39%]"), counted wherever it stands: a report printed while the test
 # runs puts it on a line of its own, apart from the test's id (so "<id> FAILED" alone misses those, the ones that
 # matter). failed_ids names each failed or erred test by the last id line before its mark.

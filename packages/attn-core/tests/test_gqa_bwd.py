@@ -571,7 +571,7 @@ def test_atomic_dq_every_config_gpu(dtype, head_dim, cfg):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("row", [GQA_BF16, ROWS["llama-70b-long-mha/f16"]], ids=lambda w: w.id)
-def test_autograd_end_to_end_gpu(row):
+def test_autograd_end_to_end_full_size_gpu(row):
     """gqa_attention at a seed row's full size, forward (flash kernel + lse) and backward."""
     case = make_case(row, DEV, seed=14)
     a = case.inputs
