@@ -64,8 +64,11 @@ gpu_tests() {
     python3 -m pytest -v --tb=line -rf -p no:cacheprovider -o faulthandler_timeout=300 "$@" 2>&1 |
     while IFS= read -r line; do printf '%(%s)T %s\n' -1 "$line"; done >"$log"
   rc=${PIPESTATUS[0]}  # 124: cut by the deadline
-  echo "$(basename "$log" .log): rc=$rc $(grep -c ' PASSED ' "$log") passed, $(grep -c ' FAILED ' "$log") failed"
-  grep ' FAILED ' "$log" | head -n 20
+  # outcomes from xdist's progress lines ("[gw3] [ 39%] FAILED <id>"): -rf's summary repeats each failure, and a
+  # setup error is an ERROR, not a FAILED
+  echo "$(basename "$log" .log): rc=$rc $(grep -cE '\] PASSED ' "$log") passed," \
+       "$(grep -cE '\] (FAILED|ERROR) ' "$log") failed or erred"
+  grep -E '\] (FAILED|ERROR) ' "$log" | head -n 20
   python3 -m benchmarks.test_times "$log" --slowest 8
 }
 # sweep <gpu_sweeps.sh step>: that one sweep, its JSON and logs under <step>/
