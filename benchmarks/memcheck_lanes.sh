@@ -11,7 +11,7 @@
 set -u
 out=${OUT:-/tmp/attnops-out}/memcheck
 mkdir -p "$out"
-lanes=${MEMCHECK_LANES:-6}
+lanes=${MEMCHECK_LANES:-6}  # 8 ran a part in 260-314 s (6: 416-561 s) but ran part 1 out of device memory (H100, 2026-12-07)
 deadline=${DEADLINE:?DEADLINE (epoch seconds) is required}
 command -v compute-sanitizer >/dev/null || { echo "memcheck: no compute-sanitizer on PATH"; exit 2; }
 PYTHONPATH="$(ls -d "$PWD"/packages/*/src | paste -sd:)"
