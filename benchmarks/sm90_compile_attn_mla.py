@@ -189,16 +189,12 @@ def dsa_ws_variants():
                 continue
             q_desc = _desc_type(dtype, width, [64, 256])
             ptrs = {"q_desc": q_desc, "qpe_desc": _desc_type(dtype, width, [64, tail]) if tail else q_desc,
-                    "kv_ptr": f"*{name}", "clean_ptr": "*i32", "count_ptr": "*i32", "out_ptr": f"*{name}",
-                    "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32"}
-            # (the tail split's shares: the d576-h128 rows' 8 last items on 132 SMs, ws_launch.tail_plan)
-            shares = 16 if cfg.tail_shares else 1
-            ints = dict(n_work=8184 + 8 * shares, n_whole=8184, S=4096, H=128, H_kv=1, group=128, head_blocks_per_kv=2,
-                        stride_kb=65536 * pitch, stride_kt=pitch, stride_kh=pitch, stride_ob=4096 * 128 * 512,
-                        stride_os=128 * 512, stride_oh=512)
+                    "kv_ptr": f"*{name}", "clean_ptr": "*i32", "count_ptr": "*i32", "out_ptr": f"*{name}"}
+            ints = dict(n_items=8192, S=4096, H=128, H_kv=1, group=128, head_blocks_per_kv=2, stride_kb=65536 * pitch,
+                        stride_kt=pitch, stride_kh=pitch, stride_ob=4096 * 128 * 512, stride_os=128 * 512,
+                        stride_oh=512)
             cx = dict(TAIL=tail, BLOCK_K=2048, BLOCK_N=cfg.block_n, STAGES=cfg.stages, ALTERNATING=cfg.alternating,
-                      HALF_READY=cfg.half_ready, THREAD_RELEASE=cfg.thread_release, LAZY_RESCALE=cfg.lazy_rescale,
-                      SHARES=shares)
+                      HALF_READY=cfg.half_ready, THREAD_RELEASE=cfg.thread_release, LAZY_RESCALE=cfg.lazy_rescale)
             yield f"dsa-ws {cfg.name} {name} tail={tail} pitch={pitch}", lambda cx=cx, ptrs=ptrs, ints=ints: \
                 compile_sm90(dsa_decode_ws_kernel, ptrs, ints, cx, 4, 1, floats=("qk_scale",), source=GluonASTSource)
 

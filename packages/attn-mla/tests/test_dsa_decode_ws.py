@@ -89,30 +89,6 @@ def test_persistent_programs_carry_state_across_items(cfg, tail, monkeypatch):
     assert bool((out.view(2, 5, 2, 128, 512)[keep == 0] == 0).all())
 
 
-TAIL_SPLIT = [c for c in ws_launch.WS_CONFIGS if c.tail_shares]
-
-
-@pytest.mark.gpu
-@hopper
-@pytest.mark.parametrize("cfg", TAIL_SPLIT, ids=[c.name for c in TAIL_SPLIT])
-@pytest.mark.parametrize("sms", [12, 13, 39])
-def test_tail_split_shares_merge(cfg, sms, monkeypatch):
-    """40 work items (as in the test above: items of 0 to 4 tiles) on 12 / 13 / 39 programs: the last 4 / 1 / 1
-    items in 3 / 13 / 16 shares of their tiles (shares without a tile among them, whole items without a slot), merged
-    by the combine; every row against the reference, zeros where nothing is selected."""
-    monkeypatch.setattr(runtime, "num_sms", lambda: sms)
-    out_rows = torch.empty(2, 5, 256, 512)
-    n_whole, shares = ws_launch.tail_plan(cfg, 40, sms, 128, out_rows)
-    assert (40 - n_whole, shares) == {12: (4, 3), 13: (1, 13), 39: (1, 16)}[sms]
-    indices = torch.randint(0, 290, (2, 5, 2, 100), generator=testing.generator(14))
-    kept = torch.tensor([0, 5, 40, 64, 65, 100])
-    keep = kept[torch.randint(0, len(kept), (2, 5, 2), generator=testing.generator(sms))]
-    keep[1, 4] = torch.tensor([100, 65])  # the last items: 4 and 3 tiles, so that some shares are empty
-    indices[torch.arange(100) >= keep[..., None]] = -1
-    out = SPEC.check(_case(indices, h=256, h_kv=2, seed=15), pinned(dsa_op, cfg))["o"]
-    assert bool((out.view(2, 5, 2, 128, 512)[keep == 0] == 0).all())
-
-
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("cfg", ws_launch.WS_CONFIGS, ids=CONFIG_IDS)
@@ -150,11 +126,9 @@ def test_compiles_for_sm90():
     """Every config, tails 64 and 0, both dtypes, cache rows 576 / 512 and padded to 584 elements, through
     Gluon's sm_90 pipeline and ptxas: no compile error, no spill, no serialized wgmma, shared memory under the
     limit. (The alternating config with the rope tail spilled 40 B of scalars until its consumers read the queries
-    through a runtime index, attn-mla 0.2.8: ``latent_alt._queries``.) Two exceptions: the lazy-rescale builds with
+    through a runtime index, attn-mla 0.2.8: ``latent_alt._queries``.) One exception: the lazy-rescale builds with
     the rope tail may spill up to 12 B, a 32-bit value of the kernel's prologue stored before the partitions split
-    and loaded once by the loader (at their 200 / 48 register split, ``ws_kernel._alternating_registers``); the
-    tail-split builds (``-ts``) up to 52 B, kernel arguments reloaded once a work unit around its stores (sm_90
-    SASS, 2026-12-07: no spill load in a tile loop)."""
+    and loaded once by the loader (at their 200 / 48 register split, ``ws_kernel._alternating_registers``)."""
     listing = run_offline_compile(__file__, "sm90_compile_attn_mla", "--op", "dsa-ws")
     lines = [ln for ln in listing.splitlines() if ln.startswith("dsa-ws ")]
     built = [c for c in ws_launch.WS_CONFIGS for tail in (64, 0, 64, 64) if not ws_launch.config_refusal(c, tail)]
@@ -162,7 +136,7 @@ def test_compiles_for_sm90():
     assert not any(flag in ln for ln in lines for flag in ("SERIALIZED", "FAIL", "SMEM")), listing
     for ln in lines:
         spill = int(re.search(r"spill\s+(\d+) B", ln).group(1))
-        allowed = 52 if "-ts " in ln else 12 if re.search(r" ws-alt-n32s4-l(-p)? .*tail=64", ln) else 0
+        allowed = 12 if re.search(r" ws-alt-n32s4-l(-p)? .*tail=64", ln) else 0
         assert spill <= allowed, ln
 
 
@@ -192,52 +166,8 @@ def test_launch_binds_every_kernel_argument(monkeypatch):
     assert ws_launch.WS_CONFIGS[0].persistent and grids == [(5,), (5,), (12,), (12,)]
     for arguments in bound:
         assert set(arguments) - {"num_warps"} == set(ws_kernel.dsa_decode_ws_kernel.arg_names)
-        assert arguments["n_work"] == arguments["n_whole"] == 12 and arguments["SHARES"] == 1
+        assert arguments["n_items"] == 12
     assert [a["TAIL"] for a in bound] == [64, 0] * 2 and bound[0]["group"] == 64 and bound[0]["BLOCK_K"] == 16
-
-
-def test_tail_split_launch(monkeypatch):
-    """Runs everywhere: with the tail split, 12 items of a 64-head group on 5 programs run 10 whole and the last 2 in
-    2 shares each (14 work units), their partials merged into out's flat head rows 640 .. 767."""
-    bound, merged = [], []
-
-    class _Launches:
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: bound.append({**dict(zip(ws_kernel.dsa_decode_ws_kernel.arg_names, args)),
-                                                         **kwargs})
-
-    monkeypatch.setattr(ws_launch, "dsa_decode_ws_kernel", _Launches())
-    monkeypatch.setattr(ws_launch, "combine_splits", lambda *args, **kwargs: merged.append((args, kwargs)))
-    monkeypatch.setattr(runtime, "num_sms", lambda: 5)
-    case = _case(_random_indices(2, 3, 2, 16, 300, seed=1), h=128, h_kv=2)
-    out = torch.empty(2, 3, 128, 512, dtype=torch.float16)
-    ws_launch.run(TAIL_SPLIT[0], case.inputs["q"], case.inputs["kv"], torch.zeros(12, 16, dtype=torch.int32),
-                  torch.zeros(12, dtype=torch.int32), out, 64, head_blocks_per_kv=1, qk_scale=0.1)
-    (arguments,), ((part_o, part_lse, out_rows), kwargs) = bound, merged[0]
-    assert (arguments["n_work"], arguments["n_whole"], arguments["SHARES"]) == (14, 10, 2)
-    assert arguments["part_o_ptr"] is part_o and part_o.shape == (2 * 64 * 2, 512) and part_lse.shape == (256,)
-    assert out_rows.data_ptr() == out.data_ptr() + 640 * 512 * 2 and out_rows.shape == (128, 512)
-    assert kwargs == dict(rows=128, heads=64, num_splits=2, row_stride=2, split_stride=1,
-                          out_strides=(1, 64 * 512, 0, 512))
-
-
-def test_tail_plan():
-    """Runs everywhere: which items the tail split runs whole, and in how many shares the rest."""
-    ts, plain = TAIL_SPLIT[0], ws_launch.WS_CONFIGS[0]
-    out = torch.empty(1, 1, 64, 512)
-    assert ws_launch.tail_plan(ts, 8192, 132, 128, out) == (8184, 16)  # d576-h128: 8 items left, 16 shares each
-    assert ws_launch.tail_plan(ts, 4096, 132, 64, out) == (4092, 16)
-    assert ws_launch.tail_plan(ts, 1100, 132, 64, out) == (1056, 3)  # 44 items left, 3 shares each
-    assert ws_launch.tail_plan(ts, 1120, 132, 64, out) == (1056, 2)
-    assert ws_launch.tail_plan(ts, 1156, 132, 64, out) == (1156, 1)  # 100 left: no second share for each
-    assert ws_launch.tail_plan(ts, 1056, 132, 64, out) == (1056, 1)  # whole rounds
-    assert ws_launch.tail_plan(ts, 100, 100, 64, out) == (100, 1)  # one round
-    assert ws_launch.tail_plan(plain, 8192, 132, 128, out) == (8192, 1)  # not asked for
-    assert ws_launch.tail_plan(ts, 8192, 132, 32, out) == (8192, 1)  # groups of 32 heads in 64-head blocks
-    padded = torch.empty(1, 1, 64, 640)[..., :512]
-    assert ws_launch.tail_plan(ts, 8192, 132, 128, padded) == (8192, 1)  # out's rows not flat head rows
-    with pytest.raises(ValueError, match="tail_shares needs persistent"):
-        ws_launch.WsConfig(32, 4, alternating=True, tail_shares=True)
 
 
 def test_q_row_view():

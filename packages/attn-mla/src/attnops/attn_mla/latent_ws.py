@@ -65,15 +65,9 @@ class WsConfig:
     thread_release: bool = False
     # (alternating only) O rescaled only when some row's reference max moves by more than ``gluon_fns.RESCALE_SLACK``
     lazy_rescale: bool = False
-    # (persistent only; DSA's kernel) the tail split: the items of the last round, when fewer than the programs, each
-    # split into shares of its key tiles run by the programs that would idle, the shares' partials merged after by
-    # ``kernel_utils.split_combine`` (``dsa_decode_with_kvcache_fwd.ws_launch.tail_plan``)
-    tail_shares: bool = False
 
     def __post_init__(self):
         """The kernels assert these at compile time; a forced config fails here first, before any launch."""
-        if self.tail_shares and not self.persistent:
-            raise ValueError(f"WsConfig: tail_shares needs persistent=True, got {self}")
         if (self.half_ready or self.thread_release or self.lazy_rescale) and not self.alternating:
             raise ValueError(f"WsConfig: half_ready, thread_release and lazy_rescale need alternating=True, got {self}")
         if self.lazy_rescale and self.block_n != 32:
@@ -85,7 +79,7 @@ class WsConfig:
     def name(self) -> str:
         return (f"ws-{'alt-' if self.alternating else ''}n{self.block_n}s{self.stages}{'-h' if self.half_ready else ''}"
                 f"{'-t' if self.thread_release else ''}{'-l' if self.lazy_rescale else ''}"
-                f"{'-p' if self.persistent else ''}{'-ts' if self.tail_shares else ''}")
+                f"{'-p' if self.persistent else ''}")
 
 
 @gluon.constexpr_function

@@ -68,32 +68,11 @@ def _item(item, S, H_kv, group, head_blocks_per_kv):
 
 
 @gluon.jit
-def _work(w, n_whole, count_ptr, S, H_kv, group, head_blocks_per_kv, BLOCK_N: gl.constexpr, SHARES: gl.constexpr):
-    """Work unit ``w``: ``(item, row, b, s, g, head0, local0, count, tiles, key0, part)``. Units below ``n_whole``
-    (all of them when SHARES = 1) are whole items: ``_item``'s values, the row's valid slot count, its tiles of
-    BLOCK_N slots, key0 = 0, part = -1. Past it, each of the last items is SHARES units, share j of its tiles
-    [j·T // SHARES, (j + 1)·T // SHARES) (T: the item's tiles; computed from the count the kernel reads, so every
-    share of an item agrees): its slots from ``key0`` on, their count and tiles (0 for an empty share), and part =
-    w − n_whole, the unit's place in the partials' workspace (``_store_partial``)."""
-    item = w
-    if SHARES > 1:
-        if w >= n_whole:
-            item = n_whole + (w - n_whole) // SHARES
+def _item_tiles(item, count_ptr, S, H_kv, group, head_blocks_per_kv, BLOCK_N: gl.constexpr):
+    """``_item``'s values, then the row's valid slot count and its tiles of BLOCK_N slots."""
     row, b, s, g, head0, local0 = _item(item, S, H_kv, group, head_blocks_per_kv)
     count = gl.load(count_ptr + row)
-    n_tiles = gl.cdiv(count, BLOCK_N)
-    key0 = 0
-    part = -1
-    if SHARES > 1:
-        if w >= n_whole:
-            part = w - n_whole
-            share = part % SHARES
-            t0 = share * n_tiles // SHARES
-            t1 = (share + 1) * n_tiles // SHARES
-            key0 = t0 * BLOCK_N
-            count = gl.minimum(count, t1 * BLOCK_N) - key0
-            n_tiles = t1 - t0
-    return item, row, b, s, g, head0, local0, count, n_tiles, key0, part
+    return row, b, s, g, head0, local0, count, gl.cdiv(count, BLOCK_N)
 
 
 @gluon.jit
@@ -118,34 +97,16 @@ def _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stri
 
 
 @gluon.jit
-def _store_partial(out, lse, part_o_ptr, part_lse_ptr, part, WG: gl.constexpr, SHARES: gl.constexpr):
-    """Store a share's ``out`` [64, 256] f32 (normalized by its own sum; the accumulator layout) as latent columns
-    [256·WG, +256) of its workspace rows and (warpgroup 0) ``lse`` [64], its base-2 log-sum-exp (-inf: an empty
-    share): head h of share j of tail item i is row (i·64 + h)·SHARES + j, the layout
-    ``kernel_utils.split_combine`` merges (``part`` = i·SHARES + j)."""
-    layout: gl.constexpr = store_layout(HALF, 32)
-    first = (part // SHARES) * HEADS
-    heads = gl.arange(0, HEADS, layout=gl.SliceLayout(1, layout))
-    cols = WG * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, layout))
-    rows = (first + heads).to(gl.int64) * SHARES + part % SHARES
-    gl.store(part_o_ptr + rows[:, None] * (2 * HALF) + cols[None, :], to_store_layout(out))
-    if WG == 0:
-        lse_heads = gl.arange(0, HEADS, layout=lse.type.layout)
-        gl.store(part_lse_ptr + (first + lse_heads).to(gl.int64) * SHARES + part % SHARES, lse)
-
-
-@gluon.jit
 def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, p0, p1, st0, st1, full, empty, q_ready,
-              q_free, k_ready, kv_free, out_ptr, part_o_ptr, part_lse_ptr, count_ptr, n_work, n_whole, S, H_kv, group,
-              head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, HAS_PE: gl.constexpr, ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr,
-              THREAD_RELEASE: gl.constexpr, LAZY_RESCALE: gl.constexpr, SHARES: gl.constexpr):
+              q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group, head_blocks_per_kv, qk_scale,
+              stride_ob, stride_os, stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              HAS_PE: gl.constexpr, ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr, THREAD_RELEASE: gl.constexpr,
+              LAZY_RESCALE: gl.constexpr):
     """Per work item, latent columns [256·WG, +256) of its 64 heads over the row's selected keys, then their store.
     Channel split (``latent_ws.consume_keys``): this warpgroup scores its latent half of every tile, the partial
     scores summed through ``x_lo`` / ``x_hi`` (warpgroup 0's / 1's) and ``xchg``. ``ALTERNATING``
     (``latent_alt.consume_blocks``): it scores every other tile whole and hands P over through ``p0`` / ``st0``
-    (warpgroup 0's), ``p1`` / ``st1`` and ``full`` / ``empty``. (The other form's buffers are placeholders.) Per
-    work unit (``_work``): a whole item's normalized output, or a share's partial (``_store_partial``)."""
+    (warpgroup 0's), ``p1`` / ``st1`` and ``full`` / ``empty``. (The other form's buffers are placeholders.)"""
     s_layout: gl.constexpr = wgmma_acc_layout(BLOCK_N)
     o_layout: gl.constexpr = wgmma_acc_layout(HALF)
     q_half = (q_lo, q_hi)[WG]  # this warpgroup's latent half of the queries and keys
@@ -154,9 +115,9 @@ def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, p0, 
     n_q = 0  # items whose queries were loaded before this one
     h0 = 0  # (ALTERNATING) hand-offs published so far by warpgroup 0 (it scores each item's tiles 0, 2, ...)
     h1 = 0  # and by warpgroup 1 (tiles 1, 3, ...)
-    for w in range(gl.program_id(0), n_work, gl.num_programs(0)):
-        _, row, b, s, g, head0, local0, count, n_tiles, _, part = _work(w, n_whole, count_ptr, S, H_kv, group,
-                                                                        head_blocks_per_kv, BLOCK_N, SHARES)
+    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
+        row, b, s, g, head0, local0, count, n_tiles = _item_tiles(item, count_ptr, S, H_kv, group,
+                                                                  head_blocks_per_kv, BLOCK_N)
         if n_tiles > 0:
             mbarrier.wait(q_ready.index(0), n_q & 1)
             if ALTERNATING:
@@ -180,18 +141,10 @@ def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, p0, 
                                              wgmma_lhs_layout(HALF), True)
                 mbarrier.arrive(q_free.index(0), count=1)  # every wgmma reading the queries has retired
             out = _normalized(acc, l_i, o_layout)
-            lse = m_i + gl.log2(l_i)
-        else:  # no valid slot: zeros (the loader copies nothing), and an empty share's lse
+        else:  # no valid slot: zeros (the loader copies nothing)
             out = gl.zeros([HEADS, HALF], gl.float32, layout=o_layout)
-            lse = gl.full([HEADS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
         # (the output pointers made after the tiles: live across them they took registers the consumer needs)
-        if SHARES > 1:  # (the share's branch in the split builds only: the others keep the one store they had)
-            if part >= 0:
-                _store_partial(out, lse, part_o_ptr, part_lse_ptr, part, WG, SHARES)
-            else:
-                _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG)
-        else:
-            _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG)
+        _store_rows(out, out_ptr, b, s, g, group, local0, stride_ob, stride_os, stride_oh, WG)
         r0 += n_tiles
         n_q += (n_tiles > 0).to(gl.int32)
         if ALTERNATING:
@@ -253,9 +206,9 @@ def _load_queries(q_desc, qpe_desc, q_lo, q_hi, qpe_smem, q_ready, q_free, item,
 
 @gluon.jit
 def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
-            q_free, k_ready, kv_free, n_work, n_whole, S, H, H_kv, group, head_blocks_per_kv, stride_kb, stride_kt,
-            stride_kh, TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-            CHUNK: gl.constexpr, HALF_READY: gl.constexpr, SHARES: gl.constexpr):
+            q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb, stride_kt, stride_kh,
+            TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            CHUNK: gl.constexpr, HALF_READY: gl.constexpr):
     """Per work item: the selected rows of every tile by cp.async gathers (``_gather``) and the query heads by TMA
     (``_load_queries``): a program's first queries before their item's tiles (nothing to wait for: issued after
     the first ring fill they reached the consumers ~4 tile gathers late), later ones after their item's first ring
@@ -264,11 +217,11 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
     barrier once its copies of the low latent half have landed, on the second after the rest."""
     r0 = 0  # ring position of the item's first tile
     n_q = 0  # items whose queries were loaded before this one
-    for w in range(gl.program_id(0), n_work, gl.num_programs(0)):
-        item, row, b, s, g, head0, _, count, n_tiles, key0, _ = _work(w, n_whole, count_ptr, S, H_kv, group,
-                                                                      head_blocks_per_kv, BLOCK_N, SHARES)
+    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
+        row, b, s, g, head0, _, count, n_tiles = _item_tiles(item, count_ptr, S, H_kv, group, head_blocks_per_kv,
+                                                             BLOCK_N)
         kv_base = b.to(gl.int64) * stride_kb + g.to(gl.int64) * stride_kh
-        idx_row = clean_ptr + row.to(gl.int64) * BLOCK_K + key0  # (a share's slots from key0 on)
+        idx_row = clean_ptr + row.to(gl.int64) * BLOCK_K
         if (n_q == 0) & (n_tiles > 0):  # the program's first queries: nothing to wait for, so before its tiles
             _load_queries(q_desc, qpe_desc, q_lo, q_hi, qpe_smem, q_ready, q_free, item, n_q, S, H, H_kv, group,
                           head_blocks_per_kv, TAIL)
@@ -308,18 +261,14 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
 
 
 @gluon.jit
-def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr, part_o_ptr, part_lse_ptr, n_work,
-                         n_whole, S, H, H_kv, group, head_blocks_per_kv, qk_scale, stride_kb, stride_kt, stride_kh,
-                         stride_ob, stride_os, stride_oh, TAIL: gl.constexpr, BLOCK_K: gl.constexpr,
-                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, ALTERNATING: gl.constexpr,
-                         HALF_READY: gl.constexpr, THREAD_RELEASE: gl.constexpr, LAZY_RESCALE: gl.constexpr,
-                         SHARES: gl.constexpr):
-    """Grid: programs over ``n_work`` work units, program p taking units p, p + grid, ... (one each, or a
-    persistent grid: the ring, query slot and hand-offs carry on from unit to unit, so the next unit's keys and
-    queries load during the last tiles and the stores of the one before). A unit is a work item (a 64-head block of
-    a B·S·H_kv row) or, past ``n_whole`` with SHARES > 1, a share of one of the last items' key tiles (``_work``),
-    whose partial goes to ``part_o_ptr`` / ``part_lse_ptr`` for ``kernel_utils.split_combine`` (the tail split:
-    ``ws_launch.tail_plan``; else those two are placeholders).
+def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr, n_items, S, H, H_kv, group,
+                         head_blocks_per_kv, qk_scale, stride_kb, stride_kt, stride_kh, stride_ob, stride_os,
+                         stride_oh, TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr,
+                         STAGES: gl.constexpr, ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr,
+                         THREAD_RELEASE: gl.constexpr, LAZY_RESCALE: gl.constexpr):
+    """Grid: programs over ``n_items`` work items (head blocks per KV head x B·S·H_kv rows), program p taking items
+    p, p + grid, ... (one each, or a persistent grid: the ring, query slot and hand-offs carry on from item to
+    item, so the next item's keys and queries load during the last tiles and the stores of the one before).
     ``q_desc``: q as ``[B·S·H, D + TAIL]`` in [64, 256] boxes; ``qpe_desc``: the same rows in [64, TAIL] boxes (any
     descriptor when TAIL = 0). num_warps = 4 (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader:
     4 warps). ``HALF_READY`` (alternating only): two ready barriers a ring slot (``latent_alt._block_scores``);
@@ -351,16 +300,15 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
         p0, p1, st0, st1, full, empty = handoff_buffers(kpe_smem, BLOCK_N, TAIL, LAZY_RESCALE)
         fence_async_shared()
         consumer_args = (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p0, p1, q_ready, p0, p1, st0, st1, full, empty,
-                         q_ready, q_free, k_ready, kv_free, out_ptr, part_o_ptr, part_lse_ptr, count_ptr, n_work,
-                         n_whole, S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh)
-        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, TAIL > 0, True, HALF_READY, THREAD_RELEASE, LAZY_RESCALE,
-                                         SHARES)
+                         q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
+                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh)
+        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, TAIL > 0, True, HALF_READY, THREAD_RELEASE, LAZY_RESCALE)
         gl.warp_specialize([
             (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
             (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
             (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem,
-                       q_ready, q_free, k_ready, kv_free, n_work, n_whole, S, H, H_kv, group, head_blocks_per_kv,
-                       stride_kb, stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, 64, HALF_READY, SHARES)),
+                       q_ready, q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb,
+                       stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, 64, HALF_READY)),
         ], [4, LOADER_WARPS], _alternating_registers(BLOCK_N, LAZY_RESCALE))
         invalidate_ring(full, empty, 2)
     else:
@@ -371,15 +319,15 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
             mbarrier.init(xchg.index(i), count=2)
         fence_async_shared()
         consumer_args = (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, x_lo, x_hi, x_lo, x_hi, xchg,
-                         xchg, q_ready, q_free, k_ready, kv_free, out_ptr, part_o_ptr, part_lse_ptr, count_ptr, n_work,
-                         n_whole, S, H_kv, group, head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh)
-        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, TAIL > 0, False, False, False, False, SHARES)
+                         xchg, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
+                         head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh)
+        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, TAIL > 0, False, False, False, False)
         gl.warp_specialize([
             (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
             (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
             (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem,
-                       q_ready, q_free, k_ready, kv_free, n_work, n_whole, S, H, H_kv, group, head_blocks_per_kv,
-                       stride_kb, stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, HALF, False, SHARES)),
+                       q_ready, q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb,
+                       stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, HALF, False)),
         ], [4, LOADER_WARPS], [224, 56])  # (224 + 224 + 56) x 128 <= 64 K registers; 232 / 40 spilled 32 B (loader)
         for i in gl.static_range(2):
             mbarrier.invalidate(xchg.index(i))

@@ -13,11 +13,10 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from attnops.attn_mla.latent_ws import CONFIGS, FORCED_CONFIGS, HALF, HEADS, WsConfig
 from attnops.kernel_utils import runtime
-from attnops.kernel_utils.split_combine import combine_splits
 
 from .ws_kernel import dsa_decode_ws_kernel
 
-__all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run", "tail_plan"]
+__all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run"]
 
 # The alternating consumer (``latent_alt``) first: the default, 1.15-1.18x the channel split on the H200
 # (docs/perf/attn-mla.md, seventeenth session); the channel split (``latent_ws.consume_keys``) after it. 64-key
@@ -35,16 +34,10 @@ ALTERNATING = tuple(c for c in CONFIGS if c.alternating and c not in MLA_ONLY)
 # FlashMLA (its sparse kernel has the 64-key layout and the half-slot barriers); on an H100 (2026-12-06, before the
 # lazy rescale) none beat the default by more than 1 % (docs/perf/attn-mla.md, thirty-ninth session).
 FORCED = (replace(MLA_ONLY[0], persistent=True),) + tuple(replace(c, persistent=True) for c in FORCED_CONFIGS)
-PERSISTENT_ALTERNATING = tuple(replace(c, persistent=True) for c in ALTERNATING)
-# Forced only until timed (2026-12-07, written without a GPU): the default with the tail split (``tail_plan``).
-TAIL_SPLIT = (replace(PERSISTENT_ALTERNATING[0], tail_shares=True),)
-WS_CONFIGS = (PERSISTENT_ALTERNATING + ALTERNATING + tuple(c for c in CONFIGS if not c.alternating) + FORCED
-              + TAIL_SPLIT)
+WS_CONFIGS = (tuple(replace(c, persistent=True) for c in ALTERNATING) + ALTERNATING
+              + tuple(c for c in CONFIGS if not c.alternating) + FORCED)
 LATENT = 2 * HALF.value  # the value width the kernel serves (D = 512)
 TAILS = (0, 64)  # the rope tails it serves
-# At most this many shares an item in the tail split: 16 leave a share 4 tiles of a 2048-key item, and the partials
-# of 132 shares (17 MB of fp32) within the L2 for their merge.
-MAX_SHARES = 16
 
 
 def _q_rows(q: torch.Tensor) -> tuple[int, int] | None:
@@ -101,48 +94,19 @@ def _q_desc(q: torch.Tensor, box: list[int]) -> TensorDescriptor:
     return TensorDescriptor(q, [rows, q.shape[-1]], [stride, 1], box, gl.NVMMASharedLayout.get_default_for(box, dtype))
 
 
-def tail_plan(cfg: WsConfig, n_items: int, programs: int, group: int, out: torch.Tensor) -> tuple[int, int]:
-    """``(n_whole, shares)``: the items run whole, and the shares each later item is split into (1: no split).
-
-    Why: a persistent launch of items of equal cost (every seed row: each query row keeps all its K slots) takes
-    ``ceil(n_items / programs)`` item-times while its work is ``n_items / programs``; the d576-h128 rows' 8192 items
-    on 132 SMs are 63 rounds for 62.06 of work (1.5 % of the launch idle), the d512-h64 rows' 4096 are 32 for 31.03
-    (3 %). With ``tail_shares`` the last round's items (``n_items % programs`` of them) are split into up to
-    ``programs // tail`` shares of their key tiles, one a program, so that round takes about one share's time plus
-    the merge (an L2 round trip of the partials, one small launch). Only where each 64-head block is whole heads of
-    one KV group (its out rows are then out's flat head rows item·64 .. +64, which the merge relies on, in a
-    contiguous ``out``)."""
-    tail = n_items % programs
-    shares = min(MAX_SHARES, programs // tail) if tail else 1
-    if not cfg.tail_shares or n_items <= programs or shares < 2 or group % HEADS.value or not out.is_contiguous():
-        return n_items, 1
-    return n_items - tail, shares
-
-
 def run(cfg: WsConfig, q, kv, clean, count, out, dim_tail: int, head_blocks_per_kv: int, qk_scale: float) -> None:
     """Launch over the (head block per KV head, B·S·H_kv row) work items, one per program or, ``persistent``, one
-    program per SM (``tail_shares``: the last round's items in shares, merged after: ``tail_plan``), for
-    ``applies``-checked inputs, after ``dsa_prepare_indices_kernel`` filled ``clean`` ([rows, BLOCK_K]) and
-    ``count``."""
+    program per SM, for ``applies``-checked inputs, after ``dsa_prepare_indices_kernel`` filled ``clean`` ([rows,
+    BLOCK_K]) and ``count``."""
     b, s, h, _ = q.shape
     h_kv = kv.shape[2]
     n_items = head_blocks_per_kv * b * s * h_kv
     programs = min(n_items, runtime.num_sms()) if cfg.persistent else n_items
-    n_whole, shares = tail_plan(cfg, n_items, programs, h // h_kv, out)
-    split_rows = (n_items - n_whole) * HEADS.value  # output rows of the split items
-    part_o = part_lse = out  # (placeholders when nothing is split)
-    if shares > 1:
-        part_o = torch.empty((split_rows * shares, LATENT), dtype=torch.float32, device=out.device)
-        part_lse = torch.empty((split_rows * shares,), dtype=torch.float32, device=out.device)
     q_desc = _q_desc(q, [HEADS.value, HALF.value])
     dsa_decode_ws_kernel[(programs,)](
-        q_desc, _q_desc(q, [HEADS.value, dim_tail]) if dim_tail else q_desc, kv, clean, count, out, part_o, part_lse,
-        n_whole + (n_items - n_whole) * shares, n_whole, s, h, h_kv, h // h_kv, head_blocks_per_kv, qk_scale,
-        kv.stride(0), kv.stride(1), kv.stride(2), out.stride(0), out.stride(1), out.stride(2), TAIL=dim_tail,
-        BLOCK_K=clean.shape[1], BLOCK_N=cfg.block_n, STAGES=cfg.stages, ALTERNATING=cfg.alternating,
-        HALF_READY=cfg.half_ready, THREAD_RELEASE=cfg.thread_release, LAZY_RESCALE=cfg.lazy_rescale, SHARES=shares,
+        q_desc, _q_desc(q, [HEADS.value, dim_tail]) if dim_tail else q_desc, kv, clean, count, out, n_items, s, h, h_kv,
+        h // h_kv, head_blocks_per_kv, qk_scale, kv.stride(0), kv.stride(1), kv.stride(2), out.stride(0),
+        out.stride(1), out.stride(2), TAIL=dim_tail, BLOCK_K=clean.shape[1], BLOCK_N=cfg.block_n,
+        STAGES=cfg.stages, ALTERNATING=cfg.alternating, HALF_READY=cfg.half_ready,
+        THREAD_RELEASE=cfg.thread_release, LAZY_RESCALE=cfg.lazy_rescale,
         num_warps=4)
-    if shares > 1:  # the split items' out rows: flat head rows n_whole·64 .., in row r·shares + j of the partials
-        combine_splits(part_o, part_lse, out.view(-1, LATENT)[n_whole * HEADS.value:], rows=split_rows,
-                       heads=HEADS.value, num_splits=shares, row_stride=shares, split_stride=1,
-                       out_strides=(1, HEADS.value * LATENT, 0, LATENT))
