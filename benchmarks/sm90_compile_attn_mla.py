@@ -194,7 +194,8 @@ def dsa_ws_variants():
                         stride_kt=pitch, stride_kh=pitch, stride_ob=4096 * 128 * 512, stride_os=128 * 512,
                         stride_oh=512)
             cx = dict(TAIL=tail, BLOCK_K=2048, BLOCK_N=cfg.block_n, STAGES=cfg.stages, ALTERNATING=cfg.alternating,
-                      HALF_READY=cfg.half_ready, THREAD_RELEASE=cfg.thread_release, LAZY_RESCALE=cfg.lazy_rescale)
+                      HALF_READY=cfg.half_ready, THREAD_RELEASE=cfg.thread_release, LAZY_RESCALE=cfg.lazy_rescale,
+                      SPLIT_FREE=cfg.split_free)
             yield f"dsa-ws {cfg.name} {name} tail={tail} pitch={pitch}", lambda cx=cx, ptrs=ptrs, ints=ints: \
                 compile_sm90(dsa_decode_ws_kernel, ptrs, ints, cx, 4, 1, floats=("qk_scale",), source=GluonASTSource)
 

@@ -126,9 +126,11 @@ def test_compiles_for_sm90():
     """Every config, tails 64 and 0, both dtypes, cache rows 576 / 512 and padded to 584 elements, through
     Gluon's sm_90 pipeline and ptxas: no compile error, no spill, no serialized wgmma, shared memory under the
     limit. (The alternating config with the rope tail spilled 40 B of scalars until its consumers read the queries
-    through a runtime index, attn-mla 0.2.8: ``latent_alt._queries``.) One exception: the lazy-rescale builds with
+    through a runtime index, attn-mla 0.2.8: ``latent_alt._queries``.) Exceptions: the lazy-rescale builds with
     the rope tail may spill up to 12 B, a 32-bit value of the kernel's prologue stored before the partitions split
-    and loaded once by the loader (at their 200 / 48 register split, ``ws_kernel._alternating_registers``)."""
+    and loaded once by the loader (at their 200 / 48 register split, ``ws_kernel._alternating_registers``); and the
+    split-free builds (``-f``, forced only) up to 52 B, values of the prologue reloaded once a work item (sm_90 SASS,
+    2026-12-07: no reload inside a block or tile loop)."""
     listing = run_offline_compile(__file__, "sm90_compile_attn_mla", "--op", "dsa-ws")
     lines = [ln for ln in listing.splitlines() if ln.startswith("dsa-ws ")]
     built = [c for c in ws_launch.WS_CONFIGS for tail in (64, 0, 64, 64) if not ws_launch.config_refusal(c, tail)]
@@ -136,7 +138,7 @@ def test_compiles_for_sm90():
     assert not any(flag in ln for ln in lines for flag in ("SERIALIZED", "FAIL", "SMEM")), listing
     for ln in lines:
         spill = int(re.search(r"spill\s+(\d+) B", ln).group(1))
-        allowed = 12 if re.search(r" ws-alt-n32s4-l(-p)? .*tail=64", ln) else 0
+        allowed = 52 if "-f-" in ln else 12 if re.search(r" ws-alt-n32s4-l(-p)? .*tail=64", ln) else 0
         assert spill <= allowed, ln
 
 

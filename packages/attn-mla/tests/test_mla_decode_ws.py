@@ -103,8 +103,9 @@ def test_another_requests_nan_keys_stay_out(n_kv, cfg):
 
 @pytest.mark.parametrize("fields", [dict(block_n=32, stages=3, lazy_rescale=True),
                                     dict(block_n=32, stages=3, half_ready=True),
-                                    dict(block_n=64, stages=2, alternating=True, lazy_rescale=True)],
-                         ids=["lazy-channel-split", "half-ready-channel-split", "lazy-64-key"])
+                                    dict(block_n=64, stages=2, alternating=True, lazy_rescale=True),
+                                    dict(block_n=64, stages=2, alternating=True, split_free=True)],
+                         ids=["lazy-channel-split", "half-ready-channel-split", "lazy-64-key", "split-free-no-halves"])
 def test_config_flags_it_cannot_build_are_refused(fields):
     """Runs everywhere: a forced config whose flags the kernels do not build fails on the host, naming them."""
     with pytest.raises(ValueError, match="WsConfig"):
@@ -177,9 +178,10 @@ def test_calls_it_does_not_serve_are_refused():
     forced = mla_op.with_config(ws_launch.WS_CONFIGS[0])
     with pytest.raises(ValueError, match="needs D = 512 and PE = 64, got D = 64, PE = 16"):
         forced(**narrow)
-    persistent = mla_op.with_config(dataclasses.replace(ws_launch.WS_CONFIGS[0], persistent=True))
-    with pytest.raises(ValueError, match="no persistent form"):
-        persistent(**_case().inputs)
+    for dsa_only in (dict(persistent=True), dict(half_ready=True, split_free=True)):
+        forced_dsa = mla_op.with_config(dataclasses.replace(ws_launch.WS_CONFIGS[0], **dsa_only))
+        with pytest.raises(ValueError, match="no persistent or split-free form"):
+            forced_dsa(**_case().inputs)
     if not ws_launch.applies(*_case().inputs.values()):  # off Hopper: every call, for that reason
         with pytest.raises(ValueError, match="needs a Hopper GPU"):
             forced(**_case().inputs)

@@ -25,6 +25,20 @@ after loading b's statistics; the owner writes its statistics again for its next
 (asserted) is the block that refills b's slot, so only after that arrival. ``full[w]``'s phases cannot run ahead
 either: warpgroup w publishes b + 2 only once b + 2 has landed, after the other's fold of b.
 
+Split frees (``SPLIT_FREE``, the ``-f`` configs, with ``HALF_READY``): a slot is freed by halves instead of
+once both warpgroups are done with all of it. Warpgroup 0's reads of the low 256 latent channels of every block
+end with its P·V over them (its own block's or its fold of the other's), warpgroup 1's of the high channels
+likewise, so each warpgroup frees its own half of a slot (``kv_free`` [2·STAGES]: warpgroup w's at w·STAGES + s),
+one arrival each; the rope channels are read by the owner's scores and, with P in the rope slots, by the folder's
+P·V, so they are refilled with the folder's half. The owner's score wgmmas read the other half too; they have
+retired before it publishes, which comes before the other's fold and so before the other's release. The loader
+fills the owner's half of a block first (warpgroup 1 scores the high half first), then the other half and the
+rope channels. Why: with 2 slots of 64 keys a whole slot came free only after the other warpgroup's fold, and the
+next block's gather then waited for it in full (the 64-key forms ran level with the 32-key ones, whose score
+wgmmas read 1.5x the shared memory per product); FlashMLA's sparse kernel frees and refills the halves apart.
+The statistics and P reasoning above holds half by half: the owner's next block in a slot needs both halves, so
+its hand-off still waits for the other's release.
+
 Lazy rescale (``LAZY_RESCALE``, the ``-l`` configs): each O rescale is a [64, 256] fp32 multiply, 128 FMULs a
 thread, twice per block and warpgroup (its own block and the other's fold), on the path from one P·V to the
 next. With ``softmax_tile``'s ``SLACK`` a row's m moves only when a block's maximum exceeds it by more than
@@ -103,6 +117,15 @@ def _queries(q_lo, q_hi, qpe_smem, opaque_zero):
     consumer 0 kept them in per-thread registers and spilled 708 B in its loop (MLA, docs/perf/attn-mla.md, 64-key
     seesaw). Computed in the loop from the index, they stay there."""
     return q_lo.index(opaque_zero), q_hi.index(opaque_zero), qpe_smem.index(opaque_zero)
+
+
+@gluon.jit
+def _score_order(q_lo, q_hi, k_lo, k_hi, WG: gl.constexpr, SPLIT_FREE: gl.constexpr):
+    """(first query half, second, first key half, second) of a block's scores: with split frees warpgroup 1's blocks
+    have their high half filled first (module docstring), so it scores that half first."""
+    if SPLIT_FREE and WG == 1:
+        return q_hi, q_lo, k_hi, k_lo
+    return q_lo, q_hi, k_lo, k_hi
 
 
 @gluon.jit
@@ -190,13 +213,14 @@ def _fold_theirs(acc, m_i, l_i, m_b, row_sum, moved, p_theirs, k_half, r, o_layo
 
 
 @gluon.jit
-def _release_theirs(p_theirs, empty, kv_free, r, STAGES: gl.constexpr, THREAD_RELEASE: gl.constexpr):
+def _release_theirs(p_theirs, empty, kv_free, r, FREE0: gl.constexpr, STAGES: gl.constexpr,
+                    THREAD_RELEASE: gl.constexpr):
     """After the fold of the other's block at ring position r has retired: its P buffer back to the other (when P
     has a buffer of its own) and this warpgroup's hold on the block's slot back to the loader
-    (``gluon_fns.release``)."""
+    (``gluon_fns.release``; ``FREE0``: where this warpgroup's free barriers start, ``consume_blocks``)."""
     if p_theirs.rank == 2:
         mbarrier.arrive(empty, count=1)
-    release(kv_free.index(r % STAGES), THREAD_RELEASE)
+    release(kv_free.index(FREE0 + r % STAGES), THREAD_RELEASE)
 
 
 @gluon.jit
@@ -213,7 +237,7 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
                    WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_PE: gl.constexpr,
                    s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                    GENERIC_COPIES: gl.constexpr, RELEASE_Q: gl.constexpr, HALF_READY: gl.constexpr,
-                   THREAD_RELEASE: gl.constexpr, LAZY_RESCALE: gl.constexpr):
+                   THREAD_RELEASE: gl.constexpr, LAZY_RESCALE: gl.constexpr, SPLIT_FREE: gl.constexpr):
     """Warpgroup WG's part of ``n_tiles`` >= 1 key blocks of the ring (keys n0, n0 + 1, ...; those >= end masked;
     ``qk_scale`` > 0): it scores blocks WG, WG + 2, ... and folds every block into its output columns (``k_half``: its
     latent half of the ring, the values). Returns (O [64, 256] f32 unnormalized, m, l in base 2), the same m and l
@@ -233,11 +257,15 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
     ``q_free`` [1] as soon as this warpgroup's last score wgmma has retired (or at once, with no block of its own),
     so that a persistent loader can load the next item's queries during the last blocks' softmax, hand-offs and
     P·V (an item's last block-time earlier than after the return). ``LAZY_RESCALE``: the lazy rescale (module
-    docstring); the returned m is then the rows' reference, not their maximum (m + log2 l is the same)."""
+    docstring); the returned m is then the rows' reference, not their maximum (m + log2 l is the same).
+    ``SPLIT_FREE``: ``kv_free`` holds a barrier per slot and warpgroup (module docstring, "Split frees")."""
     gl.static_assert(STAGES >= 2, "warpgroup 0 waits for block b's keys before it frees block b - 1's slot")
     gl.static_assert(p_mine.rank == 2 or STAGES == 2,
                      "P in the rope slots: kv_free guards the statistics only if a warpgroup's next block refills "
                      "the slot of its last one")
+    gl.static_assert(HALF_READY or not SPLIT_FREE, "split frees: the loader fills a slot by halves")
+    # where this warpgroup's free barriers start: with split frees every release below is of its own half
+    FREE0: gl.constexpr = WG * STAGES if SPLIT_FREE else 0
     OTHER: gl.constexpr = 1 - WG
     SLACK: gl.constexpr = RESCALE_SLACK if LAZY_RESCALE else 0.0
     dtype: gl.constexpr = q_lo.dtype
@@ -265,15 +293,16 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
                  empty.index(WG), r0, h_mine, STAGES, LAZY_RESCALE)
         acc = warpgroup_mma(p_op, k_half.index(r0 % STAGES), acc * alpha[:, None], is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
-        release(kv_free.index(r0 % STAGES), THREAD_RELEASE)
+        release(kv_free.index(FREE0 + r0 % STAGES), THREAD_RELEASE)
     for i in range(first, (n_tiles - WG + 1) // 2):
         b = WG + 2 * i  # this warpgroup's block (its hand-off i of the item); b - 1 is the other's
         r = r0 + b
         # index 0: qk_scale > 0 (softmax_tile's row max needs it), and a float argument has no range the compiler
         # knows (``end >> 31`` did not do: in DSA, inside ``count > 0``, LLVM folded it and 836 B spilled)
         q_lo_i, q_hi_i, qpe_i = _queries(q_lo, q_hi, qpe_smem, i * (qk_scale < 0).to(gl.int32))
-        s = _block_scores(q_lo_i, q_hi_i, qpe_i, k_lo, k_hi, kpe_smem, k_ready, r, s_layout, BLOCK_N, STAGES,
-                          HAS_PE, GENERIC_COPIES, HALF_READY)
+        q_a, q_b, k_a, k_b = _score_order(q_lo_i, q_hi_i, k_lo, k_hi, WG, SPLIT_FREE)
+        s = _block_scores(q_a, q_b, qpe_i, k_a, k_b, kpe_smem, k_ready, r, s_layout, BLOCK_N, STAGES, HAS_PE,
+                          GENERIC_COPIES, HALF_READY)
         m_b, row_sum, moved_b = _receive(st_theirs, full.index(OTHER), h_theirs + (b - 1) // 2, row_layout,
                                          LAZY_RESCALE)
         acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, moved_b, p_theirs, k_half, r - 1, o_layout, STAGES,
@@ -289,18 +318,18 @@ def consume_blocks(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, k_half, p_mine, p
                  LAZY_RESCALE)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         # (the other's statistics were loaded before _publish's thread barrier: keep the release after _publish)
-        _release_theirs(p_theirs, empty.index(OTHER), kv_free, r - 1, STAGES, THREAD_RELEASE)
+        _release_theirs(p_theirs, empty.index(OTHER), kv_free, r - 1, FREE0, STAGES, THREAD_RELEASE)
         moved = 1
         if LAZY_RESCALE:  # (its own flags, read after the barriers above: no barrier of its own)
             moved = _any_moved(st_mine[1])
         acc = rescaled(acc, alpha, moved, LAZY_RESCALE)
         acc = warpgroup_mma(p_op, k_half.index(r % STAGES), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))[0]
-        release(kv_free.index(r % STAGES), THREAD_RELEASE)
+        release(kv_free.index(FREE0 + r % STAGES), THREAD_RELEASE)
     if last % 2 == OTHER:  # the last block is the other's: fold it in too
         m_b, row_sum, moved_b = _receive(st_theirs, full.index(OTHER), h_theirs + last // 2, row_layout, LAZY_RESCALE)
         acc, m_i, l_i = _fold_theirs(acc, m_i, l_i, m_b, row_sum, moved_b, p_theirs, k_half, r0 + last, o_layout,
                                      STAGES, LAZY_RESCALE)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        _release_theirs(p_theirs, empty.index(OTHER), kv_free, r0 + last, STAGES, THREAD_RELEASE)
+        _release_theirs(p_theirs, empty.index(OTHER), kv_free, r0 + last, FREE0, STAGES, THREAD_RELEASE)
     return acc, m_i, l_i

@@ -65,9 +65,15 @@ class WsConfig:
     thread_release: bool = False
     # (alternating only) O rescaled only when some row's reference max moves by more than ``gluon_fns.RESCALE_SLACK``
     lazy_rescale: bool = False
+    # (half_ready only; DSA's kernel) a ring slot freed by halves: the low 256 latent channels by warpgroup 0, the high
+    # ones by warpgroup 1, each as soon as its own last read of them has retired, the rope channels with the half
+    # of the warpgroup that folds the block (``latent_alt``, "Split frees"); the loader refills each half on its own
+    split_free: bool = False
 
     def __post_init__(self):
         """The kernels assert these at compile time; a forced config fails here first, before any launch."""
+        if self.split_free and not self.half_ready:
+            raise ValueError(f"WsConfig: split_free needs half_ready=True, got {self}")
         if (self.half_ready or self.thread_release or self.lazy_rescale) and not self.alternating:
             raise ValueError(f"WsConfig: half_ready, thread_release and lazy_rescale need alternating=True, got {self}")
         if self.lazy_rescale and self.block_n != 32:
@@ -78,7 +84,8 @@ class WsConfig:
     @property
     def name(self) -> str:
         return (f"ws-{'alt-' if self.alternating else ''}n{self.block_n}s{self.stages}{'-h' if self.half_ready else ''}"
-                f"{'-t' if self.thread_release else ''}{'-l' if self.lazy_rescale else ''}"
+                f"{'-t' if self.thread_release else ''}{'-f' if self.split_free else ''}"
+                f"{'-l' if self.lazy_rescale else ''}"
                 f"{'-p' if self.persistent else ''}")
 
 

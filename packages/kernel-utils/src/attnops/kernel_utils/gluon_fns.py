@@ -150,24 +150,25 @@ def warpgroup_partition(fn: gl.constexpr, args, WG: gl.constexpr, flags: gl.cons
 
 @gluon.jit
 def init_ring(ready, free, STAGES: gl.constexpr, READY_COUNT: gl.constexpr, FREE_COUNT: gl.constexpr,
-              READY_PARTS: gl.constexpr = 1):
+              READY_PARTS: gl.constexpr = 1, FREE_PARTS: gl.constexpr = 1):
     """Each slot's ``ready`` barriers (arrivals per fill: 1 for a TMA expect, one per thread for cp.async; with
-    ``READY_PARTS`` > 1 one per part of the slot, part j of slot s at ``j·STAGES + s``) and ``free`` barrier (one
-    arrival per consumer partition)."""
+    ``READY_PARTS`` > 1 one per part of the slot, part j of slot s at ``j·STAGES + s``) and ``free`` barriers (one
+    arrival per releasing consumer partition; with ``FREE_PARTS`` > 1 one per part, laid out the same way)."""
     for i in gl.static_range(STAGES):
         for j in gl.static_range(READY_PARTS):
             mbarrier.init(ready.index(j * STAGES + i), count=READY_COUNT)
-        mbarrier.init(free.index(i), count=FREE_COUNT)
+        for j in gl.static_range(FREE_PARTS):
+            mbarrier.init(free.index(j * STAGES + i), count=FREE_COUNT)
 
 
 @gluon.jit
 def ring_barriers(STAGES: gl.constexpr, READY_COUNT: gl.constexpr, FREE_COUNT: gl.constexpr,
-                  READY_PARTS: gl.constexpr = 1):
+                  READY_PARTS: gl.constexpr = 1, FREE_PARTS: gl.constexpr = 1):
     """A ring's ``ready`` ([READY_PARTS·STAGES, 1]: a barrier per part of a slot, ``init_ring``) and ``free``
-    ([STAGES, 1]) mbarriers, allocated and initialized."""
+    ([FREE_PARTS·STAGES, 1]) mbarriers, allocated and initialized."""
     ready = gl.allocate_shared_memory(gl.int64, [READY_PARTS * STAGES, 1], mbarrier.MBarrierLayout())
-    free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    init_ring(ready, free, STAGES, READY_COUNT, FREE_COUNT, READY_PARTS)
+    free = gl.allocate_shared_memory(gl.int64, [FREE_PARTS * STAGES, 1], mbarrier.MBarrierLayout())
+    init_ring(ready, free, STAGES, READY_COUNT, FREE_COUNT, READY_PARTS, FREE_PARTS)
     return ready, free
 
 
@@ -192,8 +193,9 @@ def release(free, PER_THREAD: gl.constexpr):
 
 
 @gluon.jit
-def invalidate_ring(ready, free, STAGES: gl.constexpr, READY_PARTS: gl.constexpr = 1):
+def invalidate_ring(ready, free, STAGES: gl.constexpr, READY_PARTS: gl.constexpr = 1, FREE_PARTS: gl.constexpr = 1):
     for i in gl.static_range(STAGES):
         for j in gl.static_range(READY_PARTS):
             mbarrier.invalidate(ready.index(j * STAGES + i))
-        mbarrier.invalidate(free.index(i))
+        for j in gl.static_range(FREE_PARTS):
+            mbarrier.invalidate(free.index(j * STAGES + i))

@@ -101,7 +101,7 @@ def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, p0, 
               q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group, head_blocks_per_kv, qk_scale,
               stride_ob, stride_os, stride_oh, WG: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               HAS_PE: gl.constexpr, ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr, THREAD_RELEASE: gl.constexpr,
-              LAZY_RESCALE: gl.constexpr):
+              LAZY_RESCALE: gl.constexpr, SPLIT_FREE: gl.constexpr):
     """Per work item, latent columns [256·WG, +256) of its 64 heads over the row's selected keys, then their store.
     Channel split (``latent_ws.consume_keys``): this warpgroup scores its latent half of every tile, the partial
     scores summed through ``x_lo`` / ``x_hi`` (warpgroup 0's / 1's) and ``xchg``. ``ALTERNATING``
@@ -133,7 +133,7 @@ def _consumer(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, p0, 
                                                k_ready, kv_free, q_free, 0, count, n_tiles, r0, h_mine, h_theirs,
                                                qk_scale, WG, BLOCK_N, STAGES, HAS_PE, s_layout, o_layout,
                                                wgmma_lhs_layout(HALF), True, True, HALF_READY, THREAD_RELEASE,
-                                               LAZY_RESCALE)
+                                               LAZY_RESCALE, SPLIT_FREE)
             else:
                 acc, m_i, l_i = consume_keys(q_half.index(0), qpe_smem.index(0), k_half, kpe_smem, (x_lo, x_hi)[WG],
                                              (x_lo, x_hi)[1 - WG], k_ready, kv_free, xchg, 0, count, n_tiles, r0,
@@ -187,6 +187,16 @@ def _gather(dst, key_rows, col0, sel, WIDTH: gl.constexpr, CHUNK: gl.constexpr):
 
 
 @gluon.jit
+def _gather_half(k_lo, k_hi, slot, half, key_rows, sel, CHUNK: gl.constexpr):
+    """``_gather`` of the selected rows' latent half ``half`` (0: channels 0-255 into ``k_lo``, 1: 256-511 into
+    ``k_hi``) into ring slot ``slot``."""
+    if half == 0:
+        _gather(k_lo.index(slot), key_rows, 0, sel, HALF, CHUNK)
+    else:
+        _gather(k_hi.index(slot), key_rows, HALF, sel, HALF, CHUNK)
+
+
+@gluon.jit
 def _load_queries(q_desc, qpe_desc, q_lo, q_hi, qpe_smem, q_ready, q_free, item, n_q, S, H, H_kv, group,
                   head_blocks_per_kv, TAIL: gl.constexpr):
     """Work item ``item``'s 64 query heads by TMA (latent halves and the rope tail) into the one query slot, once
@@ -208,13 +218,16 @@ def _load_queries(q_desc, qpe_desc, q_lo, q_hi, qpe_smem, q_ready, q_free, item,
 def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, q_ready,
             q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb, stride_kt, stride_kh,
             TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-            CHUNK: gl.constexpr, HALF_READY: gl.constexpr):
+            CHUNK: gl.constexpr, HALF_READY: gl.constexpr, SPLIT_FREE: gl.constexpr):
     """Per work item: the selected rows of every tile by cp.async gathers (``_gather``) and the query heads by TMA
     (``_load_queries``): a program's first queries before their item's tiles (nothing to wait for: issued after
     the first ring fill they reached the consumers ~4 tile gathers late), later ones after their item's first ring
     fill (those tiles wait only for the slots of the previous item's last tiles, the queries for its last scores;
     loaded first, they would hold the tiles back). ``HALF_READY``: each thread arrives on its slot's first ready
-    barrier once its copies of the low latent half have landed, on the second after the rest."""
+    barrier once its copies of the low latent half have landed, on the second after the rest. ``SPLIT_FREE``
+    (``latent_alt``, "Split frees"): the half that the block's scoring warpgroup frees first (warpgroup 0 the low,
+    1 the high; blocks alternate from each item's first), once it is free, then the other half and the rope
+    channels once that one is."""
     r0 = 0  # ring position of the item's first tile
     n_q = 0  # items whose queries were loaded before this one
     for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
@@ -236,16 +249,27 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
             sel = n < count
             n_next = n + BLOCK_N
             idx_next = gl.load(idx_row + n_next, mask=n_next < count, other=0)
-            mbarrier.wait(kv_free.index(slot), ((r // STAGES) & 1) ^ 1)  # a fresh barrier passes parity 1
+            phase = ((r // STAGES) & 1) ^ 1  # a fresh barrier passes parity 1
+            if SPLIT_FREE:  # each half once its warpgroup has freed it, the block's owner's first (latent_alt)
+                owner = (r - r0) % 2
+                mbarrier.wait(kv_free.index(owner * STAGES + slot), phase)
+            else:
+                mbarrier.wait(kv_free.index(slot), phase)
             # every row starts on 16 bytes (the launcher keeps the cache strides multiples of 8 elements,
             # ws_launch.refusal): said here so that the 16-byte cp.async pieces compile for padded rows too (Triton
             # only specializes strides that are multiples of 16 elements)
             offsets = gl.multiple_of(kv_base + idx.to(gl.int64) * stride_kt, 8)
             key_rows = kv_ptr + offsets
-            _gather(k_lo.index(slot), key_rows, 0, sel, HALF, CHUNK)
-            if HALF_READY:  # (an arrival counts only the copies this thread issued before it)
+            if SPLIT_FREE:
+                _gather_half(k_lo, k_hi, slot, owner, key_rows, sel, CHUNK)
                 async_copy.mbarrier_arrive(k_ready.index(slot), increment_count=False)
-            _gather(k_hi.index(slot), key_rows, HALF, sel, HALF, CHUNK)
+                mbarrier.wait(kv_free.index((1 - owner) * STAGES + slot), phase)
+                _gather_half(k_lo, k_hi, slot, 1 - owner, key_rows, sel, CHUNK)
+            else:
+                _gather(k_lo.index(slot), key_rows, 0, sel, HALF, CHUNK)
+                if HALF_READY:  # (an arrival counts only the copies this thread issued before it)
+                    async_copy.mbarrier_arrive(k_ready.index(slot), increment_count=False)
+                _gather(k_hi.index(slot), key_rows, HALF, sel, HALF, CHUNK)
             if TAIL > 0:
                 _gather(kpe_smem.index(slot), key_rows, 2 * HALF, sel, TAIL, TAIL)
             if HALF_READY:
@@ -265,7 +289,7 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
                          head_blocks_per_kv, qk_scale, stride_kb, stride_kt, stride_kh, stride_ob, stride_os,
                          stride_oh, TAIL: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_N: gl.constexpr,
                          STAGES: gl.constexpr, ALTERNATING: gl.constexpr, HALF_READY: gl.constexpr,
-                         THREAD_RELEASE: gl.constexpr, LAZY_RESCALE: gl.constexpr):
+                         THREAD_RELEASE: gl.constexpr, LAZY_RESCALE: gl.constexpr, SPLIT_FREE: gl.constexpr):
     """Grid: programs over ``n_items`` work items (head blocks per KV head x B·S·H_kv rows), program p taking items
     p, p + grid, ... (one each, or a persistent grid: the ring, query slot and hand-offs carry on from item to
     item, so the next item's keys and queries load during the last tiles and the stores of the one before).
@@ -273,12 +297,16 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
     descriptor when TAIL = 0). num_warps = 4 (consumer 0), plus the worker partitions (consumer 1: 4 warps, loader:
     4 warps). ``HALF_READY`` (alternating only): two ready barriers a ring slot (``latent_alt._block_scores``);
     ``THREAD_RELEASE`` (alternating only): the consumers free ring slots one arrival per thread;
-    ``LAZY_RESCALE`` (alternating only): O is rescaled only when some row's reference max moves (``latent_alt``)."""
+    ``LAZY_RESCALE`` (alternating only): O is rescaled only when some row's reference max moves (``latent_alt``);
+    ``SPLIT_FREE`` (with ``HALF_READY``): ring slots freed and refilled by latent halves (``latent_alt``)."""
     gl.static_assert(ALTERNATING or not LAZY_RESCALE, "lazy rescale: the alternating consumer only")
     gl.static_assert(ALTERNATING or not HALF_READY, "half-slot ready barriers: the alternating consumer only")
     gl.static_assert(ALTERNATING or not THREAD_RELEASE, "per-thread releases: the alternating consumer only")
-    FREES: gl.constexpr = release_count(2, THREAD_RELEASE)  # both consumers release a slot
+    gl.static_assert(HALF_READY or not SPLIT_FREE, "split frees: with half-slot ready barriers only")
+    # both consumers release a slot, or each its half of it
+    FREES: gl.constexpr = release_count(1 if SPLIT_FREE else 2, THREAD_RELEASE)
     READY_PARTS: gl.constexpr = 2 if HALF_READY else 1
+    FREE_PARTS: gl.constexpr = 2 if SPLIT_FREE else 1
     dtype: gl.constexpr = q_desc.dtype
     k_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HALF], dtype)
     # the queries as one-slot buffers (the alternating consumer reads them through a runtime index: latent_alt)
@@ -294,7 +322,7 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
         qpe_smem = q_lo
         kpe_smem = k_lo
     q_ready, q_free = ring_barriers(1, 1, 2)  # the query slot: TMA fills it, both consumers release it
-    k_ready, kv_free = ring_barriers(STAGES, 32 * LOADER_WARPS, FREES, READY_PARTS)
+    k_ready, kv_free = ring_barriers(STAGES, 32 * LOADER_WARPS, FREES, READY_PARTS, FREE_PARTS)
     if ALTERNATING:
         # each warpgroup's P hand-off slot (64-key tiles with the rope tail: the rope slots) and its row maxima / sums
         p0, p1, st0, st1, full, empty = handoff_buffers(kpe_smem, BLOCK_N, TAIL, LAZY_RESCALE)
@@ -302,13 +330,14 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
         consumer_args = (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p0, p1, q_ready, p0, p1, st0, st1, full, empty,
                          q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
                          head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh)
-        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, TAIL > 0, True, HALF_READY, THREAD_RELEASE, LAZY_RESCALE)
+        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, TAIL > 0, True, HALF_READY, THREAD_RELEASE, LAZY_RESCALE,
+                                         SPLIT_FREE)
         gl.warp_specialize([
             (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
             (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
             (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem,
                        q_ready, q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb,
-                       stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, 64, HALF_READY)),
+                       stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, 64, HALF_READY, SPLIT_FREE)),
         ], [4, LOADER_WARPS], _alternating_registers(BLOCK_N, LAZY_RESCALE))
         invalidate_ring(full, empty, 2)
     else:
@@ -321,15 +350,15 @@ def dsa_decode_ws_kernel(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, out_ptr
         consumer_args = (q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, x_lo, x_hi, xchg, x_lo, x_hi, x_lo, x_hi, xchg,
                          xchg, q_ready, q_free, k_ready, kv_free, out_ptr, count_ptr, n_items, S, H_kv, group,
                          head_blocks_per_kv, qk_scale, stride_ob, stride_os, stride_oh)
-        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, TAIL > 0, False, False, False, False)
+        consumer_flags: gl.constexpr = (BLOCK_N, STAGES, TAIL > 0, False, False, False, False, False)
         gl.warp_specialize([
             (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 0, consumer_flags)),
             (warpgroup_partition, (gl.constexpr(_consumer), consumer_args, 1, consumer_flags)),
             (_loader, (q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem,
                        q_ready, q_free, k_ready, kv_free, n_items, S, H, H_kv, group, head_blocks_per_kv, stride_kb,
-                       stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, HALF, False)),
+                       stride_kt, stride_kh, TAIL, BLOCK_K, BLOCK_N, STAGES, HALF, False, False)),
         ], [4, LOADER_WARPS], [224, 56])  # (224 + 224 + 56) x 128 <= 64 K registers; 232 / 40 spilled 32 B (loader)
         for i in gl.static_range(2):
             mbarrier.invalidate(xchg.index(i))
     invalidate_ring(q_ready, q_free, 1)
-    invalidate_ring(k_ready, kv_free, STAGES, READY_PARTS)
+    invalidate_ring(k_ready, kv_free, STAGES, READY_PARTS, FREE_PARTS)

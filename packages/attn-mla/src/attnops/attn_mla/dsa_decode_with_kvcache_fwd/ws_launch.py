@@ -34,8 +34,15 @@ ALTERNATING = tuple(c for c in CONFIGS if c.alternating and c not in MLA_ONLY)
 # FlashMLA (its sparse kernel has the 64-key layout and the half-slot barriers); on an H100 (2026-12-06, before the
 # lazy rescale) none beat the default by more than 1 % (docs/perf/attn-mla.md, thirty-ninth session).
 FORCED = (replace(MLA_ONLY[0], persistent=True),) + tuple(replace(c, persistent=True) for c in FORCED_CONFIGS)
+# Forced only, untimed (2026-12-07, written without a GPU): ring slots freed and refilled by latent halves
+# (``latent_alt``, "Split frees"), on the 64-key half-ready form (FlashMLA's sparse kernel's layout and schedule) and
+# on the default. Why: the 64-key blocks' score wgmmas read 1.5x less shared memory per product than the 32-key
+# ones (the default's are bound there: 2752 against 2176 clocks per 64 keys, the same 1.26x as between FlashMLA's
+# time and ours on d576-h128), but with whole-slot frees their 2-slot ring ran level with the 32-key form.
+SPLIT_FREE = (WsConfig(64, 2, alternating=True, half_ready=True, split_free=True, persistent=True),
+              WsConfig(32, 4, alternating=True, half_ready=True, split_free=True, lazy_rescale=True, persistent=True))
 WS_CONFIGS = (tuple(replace(c, persistent=True) for c in ALTERNATING) + ALTERNATING
-              + tuple(c for c in CONFIGS if not c.alternating) + FORCED)
+              + tuple(c for c in CONFIGS if not c.alternating) + FORCED + SPLIT_FREE)
 LATENT = 2 * HALF.value  # the value width the kernel serves (D = 512)
 TAILS = (0, 64)  # the rope tails it serves
 
@@ -108,5 +115,5 @@ def run(cfg: WsConfig, q, kv, clean, count, out, dim_tail: int, head_blocks_per_
         h // h_kv, head_blocks_per_kv, qk_scale, kv.stride(0), kv.stride(1), kv.stride(2), out.stride(0),
         out.stride(1), out.stride(2), TAIL=dim_tail, BLOCK_K=clean.shape[1], BLOCK_N=cfg.block_n,
         STAGES=cfg.stages, ALTERNATING=cfg.alternating, HALF_READY=cfg.half_ready,
-        THREAD_RELEASE=cfg.thread_release, LAZY_RESCALE=cfg.lazy_rescale,
+        THREAD_RELEASE=cfg.thread_release, LAZY_RESCALE=cfg.lazy_rescale, SPLIT_FREE=cfg.split_free,
         num_warps=4)

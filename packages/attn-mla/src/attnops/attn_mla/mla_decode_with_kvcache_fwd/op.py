@@ -109,8 +109,8 @@ def launch(q, q_pe, k, k_pe, out, config: MLAConfig | ws_launch.WsConfig, num_sp
     group = h // h_kv
     ws = isinstance(config, ws_launch.WsConfig)
     refused = ws_launch.refusal(q, q_pe, k, k_pe) if ws else None
-    if ws and config.persistent:
-        refused = "it has no persistent form (a DSA config)"
+    if ws and (config.persistent or config.split_free):
+        refused = "it has no persistent or split-free form (DSA configs)"
     if refused:
         raise ValueError(f"config {config.name}: the warp-specialized kernel cannot serve this call: {refused}")
     block_h = config.block_h if ws else block_h_for(group, config)

@@ -123,7 +123,7 @@ def _consumer_alt(q_lo, q_hi, qpe_smem, k_lo, k_hi, kpe_smem, p0, p1, st0, st1, 
                                    (p0, p1)[1 - WG], (st0, st1)[WG], (st0, st1)[1 - WG], full, empty, k_ready,
                                    kv_free, kv_free, start, end, n_tiles, 0, 0, 0, qk_scale, WG, BLOCK_N, STAGES, True,
                                    s_layout, o_layout, wgmma_lhs_layout(HALF), False, False, HALF_READY,
-                                   THREAD_RELEASE, LAZY_RESCALE)  # (the queries are never released)
+                                   THREAD_RELEASE, LAZY_RESCALE, False)  # (the queries are never released)
     _store(acc, m_i, l_i, out_ptr, part_o_ptr, part_lse_ptr, H, group, head_blocks_per_kv, n_splits, stride_ob,
            stride_oh, q_lo.dtype, WG, s_layout, o_layout, SPLIT)
 
