@@ -28,12 +28,15 @@
 #   bwd-tune   benchmarks/gpu_sweeps.sh's tune-bwd-long-mha: every ws GQABwd config on the four long MHA rows in one
 #              process, the early-scores default against ws-s3-p (issue 5; ~100 s)
 #   dsa-tune   gpu_sweeps.sh's tune-dsa-d576: every DSA ws config on the d576-h128 kv8k / kv32k rows (issue 6)
+#   tests-split-free  the DSA split-free configs' GPU tests (-k "h-f-" in test_dsa_decode_ws.py: 34; never run yet,
+#              and a barrier change can hang: -o faulthandler_timeout=120 dumps a hung test's stacks)
+#   split-free-tune  gpu_sweeps.sh's tune-dsa-split-free: those configs beside the default on five DSA rows
 # Carry .peers (attn-core bundles plus FlashMLA: benchmarks/peers_copy.sh) and .peers-jit.
 #   ATTNOPS_GIT_SHA=<sha> [STEPS="bwd:100 bwd-tests:220 paged:430"] [ANY_GPU=1] bash benchmarks/issue_rows.sh
 set -u
 steps=${STEPS:-bwd:100 bwd-tests:220 paged:430}
 for step in $steps; do  # (a misspelt step fails here, before any device time is spent)
-  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|mla-all|fwd|tests-fwd|tests-rest|tests-paged|tests-mla|memcheck|bwd-tune|dsa-tune):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
+  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|mla-all|fwd|tests-fwd|tests-rest|tests-paged|tests-mla|memcheck|bwd-tune|dsa-tune|tests-split-free|split-free-tune):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
 done
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 echo "GPU: $gpu"
@@ -100,6 +103,9 @@ for step in $steps; do
               echo "memcheck: rc=$?" ;;
     bwd-tune) sweep tune-bwd-long-mha ;;
     dsa-tune) sweep tune-dsa-d576 ;;
+    tests-split-free) gpu_tests "$deadline" gpu-dsa-split-free -n 8 -o faulthandler_timeout=120 -k "h-f-" \
+                        packages/attn-mla/tests/test_dsa_decode_ws.py ;;
+    split-free-tune) sweep tune-dsa-split-free ;;
   esac
 done
 echo "wall $(( $(date +%s) - start )) s"
