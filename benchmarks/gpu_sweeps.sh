@@ -122,7 +122,7 @@ tune tune-dsa-d576 300 tune_attn_mla --skip h200 \
 # DSA's split-free configs (forced only, written 2026-12-07 without a GPU; docs/perf/attn-mla.md, "split frees")
 # beside the default and the 64-key half-ready form they extend, one process; every other ws config skipped
 tune tune-dsa-split-free 200 tune_attn_mla \
-  --skip h200,ws-alt-n32s4-p,ws-alt-n32s4-l,ws-alt-n32s4,ws-n32s3,ws-n32s2,ws-alt-n64s2-p,ws-alt-n32s4-h-p,ws-alt-n32s4-t-p \
+  --skip h200,ws-alt-n32s4-p,ws-alt-n32s4-l,ws-alt-n32s4,ws-n32s3,ws-n32s2,ws-alt-n64s2,ws-alt-n32s4-h-p,ws-alt-n32s4-t-p \
   --filter "mla-d576-h128-kv8k,mla-d576-h128-kv32k,mla-d512-h64-kv8k,mla-d512-h128-kv8k,ds-v32-kv2k/bf16"
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"

@@ -28,7 +28,7 @@
 #   bwd-tune   benchmarks/gpu_sweeps.sh's tune-bwd-long-mha: every ws GQABwd config on the four long MHA rows in one
 #              process, the early-scores default against ws-s3-p (issue 5; ~100 s)
 #   dsa-tune   gpu_sweeps.sh's tune-dsa-d576: every DSA ws config on the d576-h128 kv8k / kv32k rows (issue 6)
-#   tests-split-free  the DSA split-free configs' GPU tests (-k "h-f-" in test_dsa_decode_ws.py: 34; never run yet,
+#   tests-split-free  the DSA split-free configs' GPU tests (-k "h-f" in test_dsa_decode_ws.py; never run yet,
 #              and a barrier change can hang: -o faulthandler_timeout=120 dumps a hung test's stacks)
 #   split-free-tune  gpu_sweeps.sh's tune-dsa-split-free: those configs beside the default on five DSA rows
 # Carry .peers (attn-core bundles plus FlashMLA: benchmarks/peers_copy.sh) and .peers-jit.
@@ -103,7 +103,7 @@ for step in $steps; do
               echo "memcheck: rc=$?" ;;
     bwd-tune) sweep tune-bwd-long-mha ;;
     dsa-tune) sweep tune-dsa-d576 ;;
-    tests-split-free) gpu_tests "$deadline" gpu-dsa-split-free -n 8 -o faulthandler_timeout=120 -k "h-f-" \
+    tests-split-free) gpu_tests "$deadline" gpu-dsa-split-free -n 8 -o faulthandler_timeout=120 -k "h-f" \
                         packages/attn-mla/tests/test_dsa_decode_ws.py ;;
     split-free-tune) sweep tune-dsa-split-free ;;
   esac

@@ -29,17 +29,22 @@ __all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run"]
 # (``-l``, ``latent_ws.CONFIGS``) first: 4-9 % faster on an H100 where items have >= 32 tiles (2026-12-06).
 MLA_ONLY = (WsConfig(64, 2, alternating=True),)
 ALTERNATING = tuple(c for c in CONFIGS if c.alternating and c not in MLA_ONLY)
-# Last, forced only (tests and sweeps): persistent 64-key blocks, and the persistent forms of
-# ``latent_ws.FORCED_CONFIGS`` (a ready barrier per half slot; per-thread releases). Aimed at the rows below 0.8x
-# FlashMLA (its sparse kernel has the 64-key layout and the half-slot barriers); on an H100 (2026-12-06, before the
-# lazy rescale) none beat the default by more than 1 % (docs/perf/attn-mla.md, thirty-ninth session).
-FORCED = (replace(MLA_ONLY[0], persistent=True),) + tuple(replace(c, persistent=True) for c in FORCED_CONFIGS)
+# Last, forced only (tests and sweeps): 64-key blocks, and ``latent_ws.FORCED_CONFIGS`` (a ready barrier per half
+# slot; per-thread releases), persistent where that is safe: 64-key blocks hand P over in the rope slots, where
+# the statistics hand-off is ordered only while each warpgroup's blocks keep one slot parity, which holds for an
+# item from ring position 0 and not after a persistent program's odd-length item (``latent_alt``; found in review,
+# 2026-12-07: two 1-tile items in a row could let warpgroup 0 publish twice before warpgroup 1 read the first), so
+# those run one item a program (``config_refusal``). Aimed at the rows below 0.8x FlashMLA (its sparse kernel has
+# the 64-key layout and the half-slot barriers, one item a program); on an H100 (2026-12-06, before the lazy
+# rescale, their persistent forms) none beat the default by more than 1 % (docs/perf/attn-mla.md, thirty-ninth
+# session).
+FORCED = MLA_ONLY + tuple(replace(c, persistent=c.block_n != 64) for c in FORCED_CONFIGS)
 # Forced only, untimed (2026-12-07, written without a GPU): ring slots freed and refilled by latent halves
 # (``latent_alt``, "Split frees"), on the 64-key half-ready form (FlashMLA's sparse kernel's layout and schedule) and
 # on the default. Why: the 64-key blocks' score wgmmas read 1.5x less shared memory per product than the 32-key
 # ones (the default's are bound there: 2752 against 2176 clocks per 64 keys, the same 1.26x as between FlashMLA's
 # time and ours on d576-h128), but with whole-slot frees their 2-slot ring ran level with the 32-key form.
-SPLIT_FREE = (WsConfig(64, 2, alternating=True, half_ready=True, split_free=True, persistent=True),
+SPLIT_FREE = (WsConfig(64, 2, alternating=True, half_ready=True, split_free=True),
               WsConfig(32, 4, alternating=True, half_ready=True, split_free=True, lazy_rescale=True, persistent=True))
 WS_CONFIGS = (tuple(replace(c, persistent=True) for c in ALTERNATING) + ALTERNATING
               + tuple(c for c in CONFIGS if not c.alternating) + FORCED + SPLIT_FREE)
@@ -64,7 +69,11 @@ def _q_rows(q: torch.Tensor) -> tuple[int, int] | None:
 
 
 def config_refusal(cfg: WsConfig, dim_tail: int) -> str | None:
-    """Why config ``cfg`` cannot serve calls with this rope tail, or None: 64-key blocks need the tail (above)."""
+    """Why config ``cfg`` cannot serve calls with this rope tail, or None: 64-key blocks need the tail, and run one
+    item a program (above)."""
+    if cfg.block_n == 64 and cfg.persistent:
+        return "64-key blocks hand P over in the rope slots, which needs each item to start at ring position 0: " \
+               "not persistent"
     if cfg.block_n == 64 and dim_tail != 64:
         return f"64-key blocks need the 64-channel rope tail (without it the gather loader spills), got {dim_tail}"
     return None
