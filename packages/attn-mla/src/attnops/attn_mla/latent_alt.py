@@ -30,7 +30,7 @@ once both warpgroups are done with all of it. Warpgroup 0's reads of the low 256
 end with its P·V over them (its own block's or its fold of the other's), warpgroup 1's of the high channels
 likewise, so each warpgroup frees its own half of a slot (``kv_free`` [2·STAGES]: warpgroup w's at w·STAGES + s),
 one arrival each; the rope channels are read by the owner's scores and, with P in the rope slots, by the folder's
-P·V, so they are refilled with the folder's half. The owner's score wgmmas read the other half too; they have
+P·V, so they are refilled last, after both halves' waits. The owner's score wgmmas read the other half too; they have
 retired before it publishes, which comes before the other's fold and so before the other's release. The loader
 fills the owner's half of a block first (warpgroup 1 scores the high half first), then the other half and the
 rope channels. Why: with 2 slots of 64 keys a whole slot came free only after the other warpgroup's fold, and the

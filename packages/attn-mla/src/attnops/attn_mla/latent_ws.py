@@ -66,8 +66,8 @@ class WsConfig:
     # (alternating only) O rescaled only when some row's reference max moves by more than ``gluon_fns.RESCALE_SLACK``
     lazy_rescale: bool = False
     # (half_ready only; DSA's kernel) a ring slot freed by halves: the low 256 latent channels by warpgroup 0, the high
-    # ones by warpgroup 1, each as soon as its own last read of them has retired, the rope channels with the half
-    # of the warpgroup that folds the block (``latent_alt``, "Split frees"); the loader refills each half on its own
+    # ones by warpgroup 1, each as soon as its own last read of them has retired, the rope channels after both
+    # (``latent_alt``, "Split frees"); the loader refills each half on its own
     split_free: bool = False
 
     def __post_init__(self):
