@@ -260,6 +260,8 @@ def _loader(q_desc, qpe_desc, kv_ptr, clean_ptr, count_ptr, q_lo, q_hi, qpe_smem
             # only specializes strides that are multiples of 16 elements)
             offsets = gl.multiple_of(kv_base + idx.to(gl.int64) * stride_kt, 8)
             key_rows = kv_ptr + offsets
+            # (two branches, not one order chosen by a value: with the half a constant 0, the non-split builds' LLVM
+            # lowering failed in Triton 3.6, sm_90 offline 2026-12-07)
             if SPLIT_FREE:
                 _gather_half(k_lo, k_hi, slot, owner, key_rows, sel, CHUNK)
                 async_copy.mbarrier_arrive(k_ready.index(slot), increment_count=False)
