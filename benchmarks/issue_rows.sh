@@ -31,12 +31,14 @@
 #   tests-split-free  the DSA split-free configs' GPU tests (-k "h-f" in test_dsa_decode_ws.py; never run yet,
 #              and a barrier change can hang: -o faulthandler_timeout=120 dumps a hung test's stacks)
 #   split-free-tune  gpu_sweeps.sh's tune-dsa-split-free: those configs beside the default on five DSA rows
+#   dsa-small-tune  gpu_sweeps.sh's tune-dsa-small-cache: the 64-key forms beside the 32-key one on the 576-wide rows
+#   tests-dsa  the DSA op's GPU tests (its default configs, the small-cache rule's included)
 # Carry .peers (attn-core bundles plus FlashMLA: benchmarks/peers_copy.sh) and .peers-jit.
 #   ATTNOPS_GIT_SHA=<sha> [STEPS="bwd:100 bwd-tests:220 paged:430"] [ANY_GPU=1] bash benchmarks/issue_rows.sh
 set -u
 steps=${STEPS:-bwd:100 bwd-tests:220 paged:430}
 for step in $steps; do  # (a misspelt step fails here, before any device time is spent)
-  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|mla-all|fwd|tests-fwd|tests-rest|tests-paged|tests-mla|memcheck|bwd-tune|dsa-tune|tests-split-free|split-free-tune):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
+  [[ "$step" =~ ^(bwd|bwd-tests|paged|mla|mla-decode|mla-all|fwd|tests-fwd|tests-rest|tests-paged|tests-mla|memcheck|bwd-tune|dsa-tune|tests-split-free|split-free-tune|dsa-small-tune|tests-dsa):[0-9]+$ ]] || { echo "bad step: $step"; exit 2; }
 done
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 echo "GPU: $gpu"
@@ -106,6 +108,9 @@ for step in $steps; do
     tests-split-free) gpu_tests "$deadline" gpu-dsa-split-free -n 8 -o faulthandler_timeout=120 -k "h-f" \
                         packages/attn-mla/tests/test_dsa_decode_ws.py ;;
     split-free-tune) sweep tune-dsa-split-free ;;
+    dsa-small-tune) sweep tune-dsa-small-cache ;;
+    tests-dsa) gpu_tests "$deadline" gpu-dsa -m gpu -n 15 -o faulthandler_timeout=120 \
+                 packages/attn-mla/tests/test_dsa_decode_with_kvcache_fwd.py ;;
   esac
 done
 echo "wall $(( $(date +%s) - start )) s"

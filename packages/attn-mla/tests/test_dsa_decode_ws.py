@@ -210,14 +210,22 @@ def test_calls_it_does_not_serve_are_refused():
 
 
 def test_default_rule(monkeypatch):
-    """Runs everywhere: under ``WS_DEFAULT`` calls the kernel serves take ``WS_CONFIGS[0]`` when their KV groups
-    fill 64-head blocks, others (groups of 32, or a call it refuses) the Triton kernel; off, every call."""
+    """Runs everywhere: under ``WS_DEFAULT`` calls the kernel serves take ``ws_launch.default`` when their KV groups
+    fill 64-head blocks (the 64-key form with the rope tail on a cache of at most ``SMALL_CACHE_BYTES``, else
+    ``WS_CONFIGS[0]``), others (groups of 32, or a call it refuses) the Triton kernel; off, every call."""
     full = _case([[[[1, 2]]]], h=128).inputs
     narrow = _case([[[[1, 2]]]], h=32).inputs
+    cache_bytes = full["kv"].numel() * full["kv"].element_size()
     monkeypatch.setattr(ws_launch, "applies", lambda *args: True)
     monkeypatch.setattr(dsa_op, "WS_DEFAULT", False)
     assert dsa_op.default_config(full["q"], full["kv"], 64) == dsa_op.pick_config()
     monkeypatch.setattr(dsa_op, "WS_DEFAULT", True)
+    assert dsa_op.default_config(full["q"], full["kv"], 64) == ws_launch.SMALL_CACHE
+    assert ws_launch.SMALL_CACHE.name == "ws-alt-n64s2-h"
+    assert dsa_op.default_config(full["q"], full["kv"], 0) == ws_launch.WS_CONFIGS[0]  # (no tail: no 64-key form)
+    monkeypatch.setattr(ws_launch, "SMALL_CACHE_BYTES", cache_bytes)
+    assert dsa_op.default_config(full["q"], full["kv"], 64) == ws_launch.SMALL_CACHE
+    monkeypatch.setattr(ws_launch, "SMALL_CACHE_BYTES", cache_bytes - 1)
     assert dsa_op.default_config(full["q"], full["kv"], 64) == ws_launch.WS_CONFIGS[0]
     assert dsa_op.default_config(narrow["q"], narrow["kv"], 64) == dsa_op.pick_config()
     monkeypatch.setattr(ws_launch, "applies", lambda *args: False)

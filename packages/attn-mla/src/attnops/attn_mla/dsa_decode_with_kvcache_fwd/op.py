@@ -47,11 +47,12 @@ WS_DEFAULT = True
 
 
 def default_config(q, kv, dim_tail: int) -> DSAConfig | ws_launch.WsConfig:
-    """The config a call runs by default: ``WS_CONFIGS[0]`` under ``WS_DEFAULT`` for whole 64-head blocks on a
+    """The config a call runs by default: ``ws_launch.default`` under ``WS_DEFAULT`` for whole 64-head blocks on a
     call the Gluon kernel serves, else the Triton kernel's ``pick_config()``."""
     group = q.shape[2] // max(kv.shape[2], 1)
-    if WS_DEFAULT and group % ws_launch.WS_CONFIGS[0].block_h == 0 and ws_launch.applies(q, kv, dim_tail):
-        return ws_launch.WS_CONFIGS[0]
+    cfg = ws_launch.default(kv, dim_tail)
+    if WS_DEFAULT and group % cfg.block_h == 0 and ws_launch.applies(q, kv, dim_tail, cfg):
+        return cfg
     return pick_config()
 
 

@@ -16,7 +16,7 @@ from attnops.kernel_utils import runtime
 
 from .ws_kernel import dsa_decode_ws_kernel
 
-__all__ = ["WS_CONFIGS", "WsConfig", "applies", "refusal", "run"]
+__all__ = ["WS_CONFIGS", "WsConfig", "applies", "default", "refusal", "run"]
 
 # The alternating consumer (``latent_alt``) first: the default, 1.15-1.18x the channel split on the H200
 # (docs/perf/attn-mla.md, seventeenth session); the channel split (``latent_ws.consume_keys``) after it. 64-key
@@ -48,8 +48,23 @@ SPLIT_FREE = (WsConfig(64, 2, alternating=True, half_ready=True, split_free=True
               WsConfig(32, 4, alternating=True, half_ready=True, split_free=True, lazy_rescale=True, persistent=True))
 WS_CONFIGS = (tuple(replace(c, persistent=True) for c in ALTERNATING) + ALTERNATING
               + tuple(c for c in CONFIGS if not c.alternating) + FORCED + SPLIT_FREE)
+# The default on small caches (``default``): the 64-key half-ready form, one item a program. On an H100 (2026-12-07,
+# one process, each checked) it ran d576-h128-kv8k 4.54 against the 32-key default's 4.91 ms and ds-v32-kv2k 0.920
+# against 0.973, but d576-h128-kv32k 5.20 against 5.00: its 2-slot ring hides less of a gather's latency, which
+# grows once the selected rows no longer sit in the near half of the L2 (the kv8k cache is 9.4 MB, kv32k's 37.7).
+# Hence the cut at half the 50 MB L2 (the H100's and H200's), on the whole cache's bytes.
+SMALL_CACHE = WsConfig(64, 2, alternating=True, half_ready=True)
+SMALL_CACHE_BYTES = 25 << 20
 LATENT = 2 * HALF.value  # the value width the kernel serves (D = 512)
 TAILS = (0, 64)  # the rope tails it serves
+
+
+def default(kv: torch.Tensor, dim_tail: int) -> WsConfig:
+    """The config a call the kernel serves runs by default: ``SMALL_CACHE`` where it serves the rope tail and the
+    cache ``kv`` is at most ``SMALL_CACHE_BYTES``, else ``WS_CONFIGS[0]``."""
+    if config_refusal(SMALL_CACHE, dim_tail) is None and kv.numel() * kv.element_size() <= SMALL_CACHE_BYTES:
+        return SMALL_CACHE
+    return WS_CONFIGS[0]
 
 
 def _q_rows(q: torch.Tensor) -> tuple[int, int] | None:
