@@ -59,12 +59,7 @@ if [ "$PHASE" != sweeps ]; then
 fi
 if [ "$PHASE" = tests ]; then
   grep -h "^FAILED\|^ERROR" "$OUT"/gpu-tests*.log 2>/dev/null | head -20  # the failing node ids, before packing
-  # DSA's small-cache default (``ws_launch.default``, 2026-12-07): the 64-key half-ready form and its split-free form
-# beside the 32-key default on every 576-wide row, one process: where the cut at half the L2 falls
-tune tune-dsa-small-cache 300 tune_attn_mla \
-  --skip h200,ws-alt-n32s4-p,ws-alt-n32s4-l,ws-alt-n32s4,ws-n32s3,ws-n32s2,ws-alt-n64s2,ws-alt-n32s4-h-p,ws-alt-n32s4-t-p,ws-alt-n32s4-h-f-l-p \
-  --filter "DSADecodeWithKVCacheFwd/ds-v32,DSADecodeWithKVCacheFwd/mla-d576"
-(cd "$OUT" && tar czf tests-logs.tgz --remove-files ./*.log 2>/dev/null); exit 0
+  (cd "$OUT" && tar czf tests-logs.tgz --remove-files ./*.log 2>/dev/null); exit 0
 fi
 # (earlier sessions' sweeps and what they decided: docs/perf/attn-core.md and docs/dev/gpu-runs.md)
 # GQABwd's short MHA rows with the Triton kernel's programs in chunks of (batch, KV head) pairs (launch.ORDER_GROUP):
@@ -129,5 +124,10 @@ tune tune-dsa-d576 300 tune_attn_mla --skip h200 \
 tune tune-dsa-split-free 200 tune_attn_mla \
   --skip h200,ws-alt-n32s4-p,ws-alt-n32s4-l,ws-alt-n32s4,ws-n32s3,ws-n32s2,ws-alt-n64s2,ws-alt-n32s4-h-p,ws-alt-n32s4-t-p \
   --filter "mla-d576-h128-kv8k,mla-d576-h128-kv32k,mla-d512-h64-kv8k,mla-d512-h128-kv8k,ds-v32-kv2k/bf16"
+# DSA's small-cache default (``ws_launch.default``, 2026-12-07): the 64-key half-ready form and its split-free form
+# beside the 32-key default on every 576-wide row, one process: where the cut at half the L2 falls
+tune tune-dsa-small-cache 300 tune_attn_mla \
+  --skip h200,ws-alt-n32s4-p,ws-alt-n32s4-l,ws-alt-n32s4,ws-n32s3,ws-n32s2,ws-alt-n64s2,ws-alt-n32s4-h-p,ws-alt-n32s4-t-p,ws-alt-n32s4-h-f-l-p \
+  --filter "DSADecodeWithKVCacheFwd/ds-v32,DSADecodeWithKVCacheFwd/mla-d576"
 (cd "$OUT" && tar czf sweeps-logs.tgz --remove-files ./*.log 2>/dev/null)
 ls "$OUT"
