@@ -28,8 +28,8 @@
 #   bwd-tune   benchmarks/gpu_sweeps.sh's tune-bwd-long-mha: every ws GQABwd config on the four long MHA rows in one
 #              process, the early-scores default against ws-s3-p (issue 5; ~100 s)
 #   dsa-tune   gpu_sweeps.sh's tune-dsa-d576: every DSA ws config on the d576-h128 kv8k / kv32k rows (issue 6)
-#   tests-split-free  the DSA split-free configs' GPU tests (-k "h-f" in test_dsa_decode_ws.py; never run yet,
-#              and a barrier change can hang: -o faulthandler_timeout=120 dumps a hung test's stacks)
+#   tests-split-free  the DSA split-free configs' GPU tests (-k "h-f" in test_dsa_decode_ws.py; 29 passed on an
+#              H100, 2026-12-07; a barrier change can hang: -o faulthandler_timeout=120 dumps a hung test's stacks)
 #   split-free-tune  gpu_sweeps.sh's tune-dsa-split-free: those configs beside the default on five DSA rows
 #   dsa-small-tune  gpu_sweeps.sh's tune-dsa-small-cache: the 64-key forms beside the 32-key one on the 576-wide rows
 #   tests-dsa  the DSA op's GPU tests (its default configs, the small-cache rule's included)

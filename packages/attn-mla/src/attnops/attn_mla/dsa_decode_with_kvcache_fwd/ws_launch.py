@@ -39,11 +39,12 @@ ALTERNATING = tuple(c for c in CONFIGS if c.alternating and c not in MLA_ONLY)
 # rescale, their persistent forms) none beat the default by more than 1 % (docs/perf/attn-mla.md, thirty-ninth
 # session).
 FORCED = MLA_ONLY + tuple(replace(c, persistent=c.block_n != 64) for c in FORCED_CONFIGS)
-# Forced only, untimed (2026-12-07, written without a GPU): ring slots freed and refilled by latent halves
-# (``latent_alt``, "Split frees"), on the 64-key half-ready form (FlashMLA's sparse kernel's layout and schedule) and
-# on the default. Why: the 64-key blocks' score wgmmas read 1.5x less shared memory per product than the 32-key
-# ones (the default's are bound there: 2752 against 2176 clocks per 64 keys, the same 1.26x as between FlashMLA's
-# time and ours on d576-h128), but with whole-slot frees their 2-slot ring ran level with the 32-key form.
+# Forced only: ring slots freed and refilled by latent halves (``latent_alt``, "Split frees"), on the 64-key
+# half-ready form (FlashMLA's sparse kernel's layout and schedule) and on the 32-key default. Why: the 64-key blocks'
+# score wgmmas read 1.5x less shared memory per product than the 32-key ones (the latter are bound there: 2752
+# against 2176 clocks per 64 keys), and an earlier refill should hide more of the 2-slot ring's gather latency. On an
+# H100 (2026-12-07, one process) neither beat the form it extends beyond noise: n64s2-h-f 4.60 / 5.02 / 0.914 ms on
+# d576-h128-kv8k / kv32k / ds-v32-kv2k against n64s2-h's 4.54 / 5.20 / 0.920 and the default's 4.91 / 5.00 / 0.973.
 SPLIT_FREE = (WsConfig(64, 2, alternating=True, half_ready=True, split_free=True),
               WsConfig(32, 4, alternating=True, half_ready=True, split_free=True, lazy_rescale=True, persistent=True))
 WS_CONFIGS = (tuple(replace(c, persistent=True) for c in ALTERNATING) + ALTERNATING
