@@ -43,8 +43,9 @@ FORCED = MLA_ONLY + tuple(replace(c, persistent=c.block_n != 64) for c in FORCED
 # half-ready form (FlashMLA's sparse kernel's layout and schedule) and on the 32-key default. Why: the 64-key blocks'
 # score wgmmas read 1.5x less shared memory per product than the 32-key ones (the latter are bound there: 2752
 # against 2176 clocks per 64 keys), and an earlier refill should hide more of the 2-slot ring's gather latency. On an
-# H100 (2026-12-07, one process) neither beat the form it extends beyond noise: n64s2-h-f 4.60 / 5.02 / 0.914 ms on
-# d576-h128-kv8k / kv32k / ds-v32-kv2k against n64s2-h's 4.54 / 5.20 / 0.920 and the default's 4.91 / 5.00 / 0.973.
+# H100 (2026-12-07, one process) no row gained: n64s2-h-f 4.60 / 5.02 / 0.914 ms on d576-h128-kv8k / kv32k /
+# ds-v32-kv2k against n64s2-h's 4.54 / 5.20 / 0.920 and the default's 4.91 / 5.00 / 0.973 (it beats n64s2-h only on
+# kv32k, where the default is faster still); the 32-key form with split frees was 0.2-5 % slower than without.
 SPLIT_FREE = (WsConfig(64, 2, alternating=True, half_ready=True, split_free=True),
               WsConfig(32, 4, alternating=True, half_ready=True, split_free=True, lazy_rescale=True, persistent=True))
 WS_CONFIGS = (tuple(replace(c, persistent=True) for c in ALTERNATING) + ALTERNATING
