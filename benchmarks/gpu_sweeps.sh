@@ -119,7 +119,7 @@ tune tune-bwd-long-mha 150 tune_gqa_bwd --ws-only --filter long-mha
 # (the defaults since the lazy rescale were chosen on H100 sweeps)
 tune tune-dsa-d576 300 tune_attn_mla --skip h200 \
   --filter "DSADecodeWithKVCacheFwd/mla-d576-h128-kv8k,DSADecodeWithKVCacheFwd/mla-d576-h128-kv32k"
-# DSA's split-free configs (forced only, written 2026-12-07 without a GPU; docs/perf/attn-mla.md, "split frees")
+# DSA's split-free configs (forced only; first run on an H100 2026-12-07, no row gained; docs/perf/attn-mla.md)
 # beside the default and the 64-key half-ready form they extend, one process; every other ws config skipped
 tune tune-dsa-split-free 200 tune_attn_mla \
   --skip h200,ws-alt-n32s4-p,ws-alt-n32s4-l,ws-alt-n32s4,ws-n32s3,ws-n32s2,ws-alt-n64s2,ws-alt-n32s4-h-p,ws-alt-n32s4-t-p \
