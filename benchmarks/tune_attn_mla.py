@@ -43,28 +43,31 @@ def variants(spec, case, skip=frozenset()):
         default = op.pick_config(b * s * g, s_kv)
     else:
         default = op.pick_config()
-    for name, cfg in op.CONFIGS.items():
-        if name in CPU_ONLY or name in skip:
-            continue
-        yield name + (" (default)" if cfg == default else ""), op.with_config(cfg)
     if spec.name == "DSADecodeWithKVCacheFwd":
         q = case.inputs["q"]
         tail, _ = dsa_op.resolve_params(q, case.inputs.get("dim_tail"), case.inputs.get("stride_kv", 1),
                                         case.inputs["q_start_index_s"], case.inputs.get("sm_scale"))
-        if dsa_ws.applies(q, case.inputs["kv"], tail):
-            for cfg in dsa_ws.WS_CONFIGS:
-                if cfg.name not in skip and dsa_ws.config_refusal(cfg, tail) is None:
-                    yield cfg.name, dsa_op.with_config(cfg)
+        default = dsa_op.default_config(q, case.inputs["kv"], tail)  # (the ws kernel's, where it serves the row)
+    if spec.name == "MLADecodeWithKVCacheFwd":
+        default = mla_op.default_config(*(case.inputs[n] for n in ("q", "q_pe", "k", "k_pe")))
+    mark = lambda cfg: " (default)" if cfg == default else ""  # noqa: E731
+    for name, cfg in op.CONFIGS.items():
+        if name in CPU_ONLY or name in skip:
+            continue
+        yield name + mark(cfg), op.with_config(cfg)
+    if spec.name == "DSADecodeWithKVCacheFwd" and dsa_ws.applies(q, case.inputs["kv"], tail):
+        for cfg in dsa_ws.WS_CONFIGS:
+            if cfg.name not in skip and dsa_ws.config_refusal(cfg, tail) is None:
+                yield cfg.name + mark(cfg), dsa_op.with_config(cfg)
     if spec.name == "MLADecodeWithKVCacheFwd":
         if mla_ws.applies(*(case.inputs[n] for n in ("q", "q_pe", "k", "k_pe"))):
             for cfg in mla_ws.WS_CONFIGS:
                 if cfg.name not in skip:
-                    yield cfg.name, mla_op.with_config(cfg)
+                    yield cfg.name + mark(cfg), mla_op.with_config(cfg)
         # split counts around the planner's, for the config the call runs by default (the ws kernel where it
         # serves the call) and, merged in the kernel, for the Triton kernel
         q, k = case.inputs["q"], case.inputs["k"]
-        chosen = mla_op.default_config(*(case.inputs[n] for n in ("q", "q_pe", "k", "k_pe")))
-        for cfg in dict.fromkeys((chosen, default)):
+        for cfg in dict.fromkeys((default, op.pick_config())):
             ws = isinstance(cfg, mla_ws.WsConfig)
             block_h = cfg.block_h if ws else mla_op.block_h_for(q.shape[1] // k.shape[2], cfg)
             heads = k.shape[2] * -(-(q.shape[1] // k.shape[2]) // block_h)
