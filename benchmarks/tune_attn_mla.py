@@ -31,6 +31,27 @@ OPS = {
 CPU_ONLY = ("interpreter", "interpreter-split", "fallback")  # configs for the interpreter / the fallback test
 
 
+def dsa_tail(case) -> int:
+    """The rope tail width a DSA call on ``case`` runs with."""
+    i = case.inputs
+    return dsa_op.resolve_params(i["q"], i.get("dim_tail"), i.get("stride_kv", 1), i["q_start_index_s"],
+                                 i.get("sm_scale"))[0]
+
+
+def default_config(spec, case):
+    """The config a call on ``case`` runs by default: for MLA decode and DSA the warp-specialized kernel's where
+    it serves the row (what ``op.default_config`` picks), else the Triton kernel's ``pick_config``."""
+    i = case.inputs
+    if spec.name == "MLADecodeWithKVCacheFwd":
+        return mla_op.default_config(i["q"], i["q_pe"], i["k"], i["k_pe"])
+    if spec.name == "DSADecodeWithKVCacheFwd":
+        return dsa_op.default_config(i["q"], i["kv"], dsa_tail(case))
+    if spec.name == "TopKSelectFwd":  # (its pick depends on the row count and length)
+        b, s, s_kv, g = i["index_score"].shape
+        return topk_op.pick_config(b * s * g, s_kv)
+    return OPS[spec.name].pick_config()
+
+
 def variants(spec, case, skip=frozenset()):
     """(label, callable) per GPU config, the warp-specialized kernels' configs (MLA decode, DSA: where they
     serve the row), those named in ``skip`` left out (a config whose GPU tests hung would hang the sweep; the Triton
@@ -38,27 +59,18 @@ def variants(spec, case, skip=frozenset()):
     for MLA decode a few split counts around the planner's, each also with the splits merged in the decode
     kernel (``fused_combine``)."""
     op = OPS[spec.name]
-    if spec.name == "TopKSelectFwd":  # (its pick depends on the row count and length)
-        b, s, s_kv, g = case.inputs["index_score"].shape
-        default = op.pick_config(b * s * g, s_kv)
-    else:
-        default = op.pick_config()
-    if spec.name == "DSADecodeWithKVCacheFwd":
-        q = case.inputs["q"]
-        tail, _ = dsa_op.resolve_params(q, case.inputs.get("dim_tail"), case.inputs.get("stride_kv", 1),
-                                        case.inputs["q_start_index_s"], case.inputs.get("sm_scale"))
-        default = dsa_op.default_config(q, case.inputs["kv"], tail)  # (the ws kernel's, where it serves the row)
-    if spec.name == "MLADecodeWithKVCacheFwd":
-        default = mla_op.default_config(*(case.inputs[n] for n in ("q", "q_pe", "k", "k_pe")))
+    default = default_config(spec, case)
     mark = lambda cfg: " (default)" if cfg == default else ""  # noqa: E731
     for name, cfg in op.CONFIGS.items():
         if name in CPU_ONLY or name in skip:
             continue
         yield name + mark(cfg), op.with_config(cfg)
-    if spec.name == "DSADecodeWithKVCacheFwd" and dsa_ws.applies(q, case.inputs["kv"], tail):
-        for cfg in dsa_ws.WS_CONFIGS:
-            if cfg.name not in skip and dsa_ws.config_refusal(cfg, tail) is None:
-                yield cfg.name + mark(cfg), dsa_op.with_config(cfg)
+    if spec.name == "DSADecodeWithKVCacheFwd":
+        tail = dsa_tail(case)
+        if dsa_ws.applies(case.inputs["q"], case.inputs["kv"], tail):
+            for cfg in dsa_ws.WS_CONFIGS:
+                if cfg.name not in skip and dsa_ws.config_refusal(cfg, tail) is None:
+                    yield cfg.name + mark(cfg), dsa_op.with_config(cfg)
     if spec.name == "MLADecodeWithKVCacheFwd":
         if mla_ws.applies(*(case.inputs[n] for n in ("q", "q_pe", "k", "k_pe"))):
             for cfg in mla_ws.WS_CONFIGS:
@@ -67,7 +79,7 @@ def variants(spec, case, skip=frozenset()):
         # split counts around the planner's, for the config the call runs by default (the ws kernel where it
         # serves the call) and, merged in the kernel, for the Triton kernel
         q, k = case.inputs["q"], case.inputs["k"]
-        for cfg in dict.fromkeys((default, op.pick_config())):
+        for cfg in dict.fromkeys((default, mla_op.pick_config())):
             ws = isinstance(cfg, mla_ws.WsConfig)
             block_h = cfg.block_h if ws else mla_op.block_h_for(q.shape[1] // k.shape[2], cfg)
             heads = k.shape[2] * -(-(q.shape[1] // k.shape[2]) // block_h)
