@@ -60,7 +60,10 @@ def variants(spec, case, skip=frozenset()):
     kernel (``fused_combine``)."""
     op = OPS[spec.name]
     default = default_config(spec, case)
-    mark = lambda cfg: " (default)" if cfg == default else ""  # noqa: E731
+
+    def mark(cfg) -> str:
+        return " (default)" if cfg == default else ""
+
     for name, cfg in op.CONFIGS.items():
         if name in CPU_ONLY or name in skip:
             continue
