@@ -6,7 +6,6 @@ strided views, empty shapes) and bad input."""
 import dataclasses
 import functools
 import random
-import zlib
 
 import pytest
 import torch
@@ -16,7 +15,7 @@ from attnops.attn_core.gqa_bwd import launch as bwd
 from attnops.attn_core.gqa_bwd.reference import attention_ref, gqa_bwd_closed_form, gqa_bwd_ref
 from attnops.attn_core.gqa_bwd.spec import SPEC, make_case
 from attnops.kernel_utils import runtime, testing
-from attnops.kernel_utils.pytest_plugin import run_offline_compile, seed_rows
+from attnops.kernel_utils.pytest_plugin import row_seed, run_offline_compile, seed_rows
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
@@ -24,9 +23,6 @@ GQA = ROWS["llama-8b-short/f16"]  # 32:8, D 128
 GQA_BF16 = ROWS["llama-8b-short/bf16"]
 MHA = ROWS["llama-8b-short-mha/f16"]
 
-
-def seed_of(name: str) -> int:
-    return zlib.crc32(name.encode()) % 1000
 
 
 # --- seed rows and cost -----------------------------------------------------------------------------
@@ -40,7 +36,7 @@ def seed_of(name: str) -> int:
 def test_seed_row_shrunk(w):
     """Kernel path of each seed row at interpreter size: B <= 2, S = 40 (ragged tiles), H_kv <= 2 with the
     row's GQA ratio, D = 128, causal (bf16 rows: the interpreter rounds bf16 wrongly)."""
-    SPEC.check(make_case(w, DEV, shrink=True, seed=seed_of(w.id)))
+    SPEC.check(make_case(w, DEV, shrink=True, seed=row_seed(w)))
 
 
 @pytest.mark.gpu

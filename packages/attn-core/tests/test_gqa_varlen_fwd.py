@@ -3,7 +3,6 @@ against the page, edge cases (empty requests and rows, q_len > kv_len, windows, 
 GQA ratios, D = 512, split-KV, no-sync path, strided views), the split heuristic, bad input."""
 
 import functools
-import zlib
 
 import pytest
 import torch
@@ -12,7 +11,7 @@ from attnops.attn_core import gqa_varlen_fwd
 from attnops.attn_core.flash_fwd import launch as fwd
 from attnops.attn_core.gqa_varlen_fwd.spec import SPEC, make_case
 from attnops.kernel_utils import reliability, runtime, testing
-from attnops.kernel_utils.pytest_plugin import seed_rows
+from attnops.kernel_utils.pytest_plugin import row_seed, seed_rows
 
 DEV = runtime.device()
 ROWS = {w.name + "/" + w.dtype: w for w in SPEC.workloads}
@@ -22,9 +21,6 @@ FP8 = ROWS["llama-8b-fp8-sink/fp8e4m3/bf16"]
 ROPE = ROWS["llama-8b-rope-partial/f16"]
 
 
-def seed_of(name: str) -> int:
-    return zlib.crc32(name.encode()) % 1000
-
 
 @pytest.mark.parametrize(
     "w",
@@ -33,7 +29,7 @@ def seed_of(name: str) -> int:
 )
 def test_seed_row_shrunk(w):
     """Kernel path of each seed row at interpreter size (bf16 and fp8->bf16 rows: GPU only)."""
-    SPEC.check(make_case(w, DEV, shrink=True, seed=seed_of(w.id)))
+    SPEC.check(make_case(w, DEV, shrink=True, seed=row_seed(w)))
 
 
 @pytest.mark.gpu

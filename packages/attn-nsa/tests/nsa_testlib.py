@@ -11,10 +11,6 @@ from attnops.kernel_utils import runtime, testing
 DEV = runtime.device()
 
 
-def seed_of(w) -> int:
-    return sum(map(ord, w.id)) % 1000
-
-
 def config_params(configs):
     return [pytest.param(c, id=config_name(c)) for c in configs]
 

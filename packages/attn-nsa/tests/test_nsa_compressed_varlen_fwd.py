@@ -3,19 +3,19 @@ cases, every launch config, bad input."""
 
 import pytest
 import torch
-from nsa_testlib import DEV, check_with_config, config_params, f16, i32, run_bad_input, seed_of
+from nsa_testlib import DEV, check_with_config, config_params, f16, i32, run_bad_input
 
 from attnops.attn_nsa import nsa_compressed_varlen_fwd
 from attnops.attn_nsa.nsa_compressed_varlen_fwd import op
 from attnops.attn_nsa.nsa_compressed_varlen_fwd.spec import SPEC, build_case, make_case
 from attnops.kernel_utils import testing
-from attnops.kernel_utils.pytest_plugin import seed_rows
+from attnops.kernel_utils.pytest_plugin import row_seed, seed_rows
 
 
 @pytest.mark.parametrize("w", seed_rows(SPEC), ids=lambda w: w.id)
 def test_seed_row_shrunk(w):
     """Kernel path per seed row (<= 3 sequences of <= 3 blocks + ragged tail); bf16 rows run on the GPU."""
-    SPEC.check(make_case(w, DEV, shrink=True, seed=seed_of(w)))
+    SPEC.check(make_case(w, DEV, shrink=True, seed=row_seed(w)))
 
 
 @pytest.mark.gpu

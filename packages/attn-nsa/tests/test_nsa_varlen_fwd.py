@@ -4,13 +4,13 @@ causal edges, GQA / head-dim edge cases, every launch config, bad input."""
 import pytest
 import torch
 import triton
-from nsa_testlib import DEV, check_with_config, config_params, f16, i32, run_bad_input, seed_of
+from nsa_testlib import DEV, check_with_config, config_params, f16, i32, run_bad_input
 
 from attnops.attn_nsa import nsa_varlen_fwd
 from attnops.attn_nsa.nsa_varlen_fwd import op, reference
 from attnops.attn_nsa.nsa_varlen_fwd.spec import SPEC, build_case, empty_rows, make_case
 from attnops.kernel_utils import reliability, testing
-from attnops.kernel_utils.pytest_plugin import seed_rows
+from attnops.kernel_utils.pytest_plugin import row_seed, seed_rows
 
 ROWS = {w.id.split("/")[1]: w for w in SPEC.workloads}
 
@@ -27,7 +27,7 @@ def admits(config, case) -> bool:
 @pytest.mark.parametrize("w", seed_rows(SPEC), ids=lambda w: w.id)
 def test_seed_row_shrunk(w):
     """Kernel path per seed row (<= 3 sequences of <= 3 blocks + ragged tail); the bf16 row runs on the GPU."""
-    SPEC.check(make_case(w, DEV, shrink=True, seed=seed_of(w)))
+    SPEC.check(make_case(w, DEV, shrink=True, seed=row_seed(w)))
 
 
 @pytest.mark.gpu

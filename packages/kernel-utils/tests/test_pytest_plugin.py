@@ -1,4 +1,5 @@
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +84,21 @@ def test_every_conftest_takes_the_hooks(path):
     for hook in ("pytest_collection_modifyitems", "pytest_runtest_call"):
         assert getattr(module, hook, None) is getattr(pytest_plugin, hook), (path, hook)
     assert hasattr(module, "pytest_configure"), path
+
+
+def test_row_seed_is_the_same_under_any_hash_salt():
+    """Two processes with different ``PYTHONHASHSEED`` give a row the same seed (``hash()`` would not), and two ids
+    get different seeds."""
+    script = (
+        "import types; from attnops.kernel_utils.pytest_plugin import row_seed; "
+        "print(row_seed(types.SimpleNamespace(id='llama-8b-4k/f16')), row_seed(types.SimpleNamespace(id='x/bf16')))"
+    )
+    seeds = [
+        subprocess.run(
+            [sys.executable, "-c", script], env={**os.environ, "PYTHONHASHSEED": salt}, capture_output=True,
+            text=True, timeout=120, check=True,
+        ).stdout.split()
+        for salt in ("1", "2")
+    ]
+    assert seeds[0] == seeds[1], seeds
+    assert seeds[0][0] != seeds[0][1], seeds

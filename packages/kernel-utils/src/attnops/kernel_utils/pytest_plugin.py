@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,13 @@ def seed_rows(spec):
     """An op's seed workloads as pytest params: rows the interpreter computes wrongly (``interpreter_ok``)
     carry the ``gpu`` mark, so CPU runs skip them and the GPU runs them all."""
     return [w if spec.interpreter_ok(w) else pytest.param(w, marks=pytest.mark.gpu) for w in spec.workloads]
+
+
+def row_seed(w) -> int:
+    """A seed for workload ``w``'s random inputs, the same in every process: CRC-32 of its id. (Python's
+    ``hash()`` of a string is salted per process, so inputs drawn from it differ between runs and between xdist
+    workers, and a failure would not reproduce.)"""
+    return zlib.crc32(w.id.encode()) % 1000
 
 
 def run_offline_compile(test_file: str, tool: str, *args: str, timeout: int = 600) -> str:
