@@ -24,7 +24,6 @@ GQA_BF16 = ROWS["llama-8b-short/bf16"]
 MHA = ROWS["llama-8b-short-mha/f16"]
 
 
-
 # --- seed rows and cost -----------------------------------------------------------------------------
 
 

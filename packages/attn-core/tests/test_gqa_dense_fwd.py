@@ -1,7 +1,6 @@
 """GQADenseFwd against its reference: every seed row (shrunk on CPU, full size on the GPU), the cost model
 against the page, edge cases (GQA ratios, head dims, masks, softcap, RoPE, fp8, split-KV), bad input."""
 
-
 import pytest
 import torch
 
@@ -18,7 +17,6 @@ DECODE = ROWS["llama-8b-4k/f16"]
 DECODE_BF16 = ROWS["llama-8b-4k/bf16"]
 PREFILL = ROWS["prefill-rope/f16"]
 FP8 = ROWS["prefill-scaled/fp8e4m3/f16"]
-
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,6 @@ FP8 = ROWS["llama-8b-fp8-sink/fp8e4m3/bf16"]
 ROPE = ROWS["llama-8b-rope-partial/f16"]
 
 
-
 @pytest.mark.parametrize(
     "w",
     seed_rows(SPEC),

@@ -1,7 +1,6 @@
 """MHADecodePagedWithKVCacheFwd against its reference: every seed row (shrunk on CPU), causal speculative
 chunks longer than the cache, split-KV, plan reuse, shared pages, bad input."""
 
-
 import pytest
 import torch
 
